@@ -1,0 +1,1 @@
+//! fucina-autograd: the differentiable tensor, tape, backward engine, exec scopes, gradcheck.

@@ -1,0 +1,120 @@
+//! The structured error type of fucina-core.
+//!
+//! Public entry points validate their inputs and return one of these; the
+//! kernels behind them are unchecked (guarded by `debug_assert!`). Every
+//! variant names the op and the offending shapes or values.
+
+use crate::dtype::DType;
+
+/// A shape, as carried by errors.
+pub type ShapeVec = Vec<usize>;
+
+/// Errors raised by fucina-core.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// Two operands have shapes the op cannot combine.
+    #[error("{op}: shape mismatch between {lhs:?} and {rhs:?}")]
+    ShapeMismatch {
+        /// The op that failed.
+        op: &'static str,
+        /// Left (or first) shape.
+        lhs: ShapeVec,
+        /// Right (or second) shape.
+        rhs: ShapeVec,
+    },
+    /// Shapes that cannot be broadcast together.
+    #[error("{op}: shapes {lhs:?} and {rhs:?} cannot be broadcast together")]
+    Broadcast {
+        /// The op that failed.
+        op: &'static str,
+        /// Left shape.
+        lhs: ShapeVec,
+        /// Right shape (or the broadcast target).
+        rhs: ShapeVec,
+    },
+    /// A reshape or view whose element count or strides do not fit.
+    #[error("{op}: cannot view shape {from:?} as {to:?}")]
+    BadView {
+        /// The op that failed.
+        op: &'static str,
+        /// Source shape.
+        from: ShapeVec,
+        /// Requested shape.
+        to: ShapeVec,
+    },
+    /// Operand dtypes differ where they must agree.
+    #[error("{op}: dtype mismatch ({lhs} vs {rhs})")]
+    DTypeMismatch {
+        /// The op that failed.
+        op: &'static str,
+        /// Left dtype.
+        lhs: DType,
+        /// Right dtype.
+        rhs: DType,
+    },
+    /// The op does not support this dtype.
+    #[error("{op}: unsupported dtype {dtype}")]
+    UnsupportedDType {
+        /// The op that failed.
+        op: &'static str,
+        /// The dtype it was given.
+        dtype: DType,
+    },
+    /// An axis, index or range outside its bound.
+    #[error("{op}: {what} {index} out of range for bound {bound} (shape {shape:?})")]
+    OutOfRange {
+        /// The op that failed.
+        op: &'static str,
+        /// What was out of range ("axis", "index", "start", ...).
+        what: &'static str,
+        /// The offending value.
+        index: i64,
+        /// The exclusive bound it had to stay below.
+        bound: usize,
+        /// The shape it was checked against.
+        shape: ShapeVec,
+    },
+    /// Any other invalid argument, with a message.
+    #[error("{op}: {msg}")]
+    InvalidArgument {
+        /// The op that failed.
+        op: &'static str,
+        /// What was wrong.
+        msg: String,
+    },
+    /// The op needs a contiguous tensor (use `contiguous()` first).
+    #[error("{op}: tensor of shape {shape:?} is not contiguous")]
+    NotContiguous {
+        /// The op that failed.
+        op: &'static str,
+        /// The tensor's shape.
+        shape: ShapeVec,
+    },
+    /// The buffer is shared, so it cannot be written in place.
+    #[error("{op}: buffer is shared and cannot be written in place")]
+    SharedBuffer {
+        /// The op that failed.
+        op: &'static str,
+    },
+    /// The pool's memory limit would be exceeded.
+    #[error(
+        "out of memory: a request of {requested_bytes} bytes with {live_bytes} bytes live exceeds the limit of {limit_bytes} bytes"
+    )]
+    OutOfMemory {
+        /// Bytes the failed request needed (after rounding).
+        requested_bytes: usize,
+        /// Bytes held by live buffers at the time.
+        live_bytes: usize,
+        /// The configured limit.
+        limit_bytes: usize,
+    },
+    /// Buffers were still outstanding when the context was torn down.
+    #[error("buffer leak: {outstanding} pool buffer(s) still outstanding")]
+    Leak {
+        /// How many buffers were still live.
+        outstanding: usize,
+    },
+}
+
+/// `Result` with fucina-core's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

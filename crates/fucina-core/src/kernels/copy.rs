@@ -1,0 +1,112 @@
+//! Strided copy to contiguous, and dtype conversion.
+//!
+//! Dtype-agnostic: a copy moves elements by their byte width, so every dtype
+//! (f16, bf16 and the integer types included) shares one kernel.
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::exec::ExecContext;
+use crate::tensor::RawTensor;
+
+/// Elements per parallel chunk of a copy (fixed, so results never depend on threads).
+const COPY_CHUNK: usize = 1 << 16;
+
+fn copy_typed<T: Element>(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTensor) -> Result<()> {
+    let n = src.numel();
+    let shape = src.shape().to_vec();
+    let strides = src.strides().to_vec();
+    let off = src.offset();
+    let s = src.storage::<T>()?;
+    let d = dst.as_mut_slice::<T>()?;
+    if src.is_contiguous() {
+        d.copy_from_slice(&s[off..off + n]);
+        return Ok(());
+    }
+    // Rows of the innermost axis are copied with a stride loop; rows are split into fixed chunks.
+    let inner = *shape.last().unwrap_or(&1);
+    let inner_stride = *strides.last().unwrap_or(&1);
+    let rows = if inner == 0 { 0 } else { n / inner };
+    let outer_shape = &shape[..shape.len().saturating_sub(1)];
+    let outer_strides = &strides[..strides.len().saturating_sub(1)];
+    let rows_per_chunk = (COPY_CHUNK / inner.max(1)).max(1);
+    let n_chunks = rows.div_ceil(rows_per_chunk);
+    let dptr = SendPtr(d.as_mut_ptr());
+    ctx.for_chunks(n_chunks, n >= COPY_CHUNK, |c| {
+        let r0 = c * rows_per_chunk;
+        let r1 = (r0 + rows_per_chunk).min(rows);
+        let dp = dptr;
+        for r in r0..r1 {
+            let base = off + crate::shape::offset_of(outer_shape, outer_strides, r);
+            for j in 0..inner {
+                // SAFETY: each chunk writes its own disjoint rows of `d`.
+                unsafe { *dp.0.add(r * inner + j) = s[base + j * inner_stride] };
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A raw pointer that may cross threads; users guarantee disjoint writes.
+#[derive(Clone, Copy)]
+pub struct SendPtr<T>(pub *mut T);
+// SAFETY: only used for disjoint per-chunk writes inside `for_chunks`.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// Copies any view `src` into the fresh contiguous `dst` of the same shape and dtype.
+pub fn strided_copy(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTensor) -> Result<()> {
+    if src.shape() != dst.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "copy",
+            lhs: src.shape().to_vec(),
+            rhs: dst.shape().to_vec(),
+        });
+    }
+    if src.dtype() != dst.dtype() {
+        return Err(Error::DTypeMismatch {
+            op: "copy",
+            lhs: src.dtype(),
+            rhs: dst.dtype(),
+        });
+    }
+    match src.dtype().size_of() {
+        1 => copy_bytes::<u8>(ctx, src, dst),
+        2 => copy_bytes::<half::f16>(ctx, src, dst),
+        4 => copy_bytes::<u32>(ctx, src, dst),
+        8 => copy_bytes::<i64>(ctx, src, dst),
+        _ => unreachable!("dtype sizes are 1, 2, 4 or 8"),
+    }
+}
+
+/// Reinterprets both tensors as same-width unsigned integers and copies.
+fn copy_bytes<U: Element>(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTensor) -> Result<()> {
+    let s = src.reinterpret(U::DTYPE)?;
+    let orig = dst.dtype();
+    dst.set_dtype_same_width(U::DTYPE)?;
+    let r = copy_typed::<U>(ctx, &s, dst);
+    dst.set_dtype_same_width(orig)?;
+    r
+}
+
+/// Converts `src` element-wise into `dst` (same shape, any dtypes).
+pub fn convert(src: &RawTensor, dst: &mut RawTensor) -> Result<()> {
+    if src.shape() != dst.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "to_dtype",
+            lhs: src.shape().to_vec(),
+            rhs: dst.shape().to_vec(),
+        });
+    }
+    let dd = dst.dtype();
+    crate::dispatch_any!(src.dtype(), S => {
+        let s = src.storage::<S>()?;
+        crate::dispatch_any!(dd, D => {
+            let d = dst.as_mut_slice::<D>()?;
+            for (o, x) in d.iter_mut().zip(src.offsets()) {
+                *o = D::from_f64(s[x].to_f64());
+            }
+            Ok(())
+        })
+    })
+}

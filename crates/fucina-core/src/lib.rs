@@ -1,0 +1,96 @@
+//! fucina-core: dtypes, refcounted buffers, the buffer pool, tensors and
+//! views, the exec context, and the numeric kernels.
+//!
+//! Layering inside the crate: `dtype`, `storage`, `pool` and `shape` are
+//! leaves; `tensor` sits on them; `kernels` on `tensor`; `exec` ties the pool
+//! and the kernels together. See `ARCHITECTURE.md` at the workspace root.
+//!
+//! ```
+//! use fucina_core::{DType, ExecContext};
+//! let ctx = ExecContext::with_threads(1)?;
+//! let x = ctx.arange::<f32>(0.0, 6.0, 1.0)?.reshape(&[2, 3])?;
+//! let xt = x.transpose(0, 1)?; // a view: no copy
+//! assert_eq!(xt.shape(), &[3, 2]);
+//! assert_eq!(ctx.contiguous(&xt)?.to_vec::<f32>()?, vec![0., 3., 1., 4., 2., 5.]);
+//! # Ok::<(), fucina_core::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod dtype;
+pub mod error;
+pub mod exec;
+#[cfg(feature = "ndarray")]
+pub mod interop;
+pub mod kernels;
+pub mod pool;
+pub mod shape;
+pub mod storage;
+pub mod tensor;
+
+pub use dtype::{DType, Element, Float};
+pub use error::{Error, Result};
+pub use exec::ExecContext;
+pub use half::{bf16, f16};
+pub use pool::{BufferPool, PoolStats};
+pub use storage::Buffer;
+pub use tensor::RawTensor;
+
+/// Runs `$body` with `$T` bound to the Rust type of any dtype.
+#[macro_export]
+macro_rules! dispatch_any {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::bf16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$T` bound to f32 or f64; any other dtype is
+/// [`Error::UnsupportedDType`] naming `$op`.
+#[macro_export]
+macro_rules! dispatch_float {
+    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }),
+        }
+    };
+}

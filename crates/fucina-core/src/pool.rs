@@ -1,0 +1,377 @@
+//! The buffer pool: recycles transient tensor memory.
+//!
+//! A leaf module: it never references the context or tensors, so anything may
+//! depend on it without forming a cycle. Rules (DESIGN.md, MEMORY-MODEL.md):
+//! - [`allocation_len`]: len ≤ 1024 → next power of two, else a multiple of 1024;
+//! - each arm keeps a free list sorted ascending by capacity; acquire is first
+//!   fit; a released block is inserted before blocks of equal or larger size,
+//!   so reuse within a size class is LIFO (same address back);
+//! - `max_cached_bytes` (default 1 GiB) bounds the cached bytes of both arms
+//!   together; a block that alone exceeds it, or would overflow it, is freed;
+//! - the free lists sit behind one mutex; `outstanding` is atomic;
+//! - an optional memory limit: a fresh allocation that would take live plus
+//!   cached bytes past it first evicts cached blocks, then fails with
+//!   [`Error::OutOfMemory`].
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::storage::{Arm, Buffer, RawBlock};
+
+/// Default bound on cached (free-list) bytes: 1 GiB.
+pub const DEFAULT_MAX_CACHED_BYTES: usize = 1 << 30;
+/// Byte quantum of the slab arm.
+pub const SLAB_QUANTUM: usize = 4096;
+
+/// Rounded element count the f32 arm allocates for a request of `len` elements.
+///
+/// ```
+/// use fucina_core::pool::allocation_len;
+/// assert_eq!(allocation_len(3), 4);
+/// assert_eq!(allocation_len(1025), 2048);
+/// assert_eq!(allocation_len(2049), 3072);
+/// ```
+pub const fn allocation_len(len: usize) -> usize {
+    if len <= 1024 {
+        if len <= 1 {
+            1
+        } else {
+            len.next_power_of_two()
+        }
+    } else {
+        len.div_ceil(1024) * 1024
+    }
+}
+
+/// Rounded byte size the slab arm allocates for a request of `bytes` bytes.
+pub const fn slab_len(bytes: usize) -> usize {
+    if bytes == 0 {
+        SLAB_QUANTUM
+    } else {
+        bytes.div_ceil(SLAB_QUANTUM) * SLAB_QUANTUM
+    }
+}
+
+/// A snapshot of the pool's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers handed out and not yet returned.
+    pub outstanding: usize,
+    /// Bytes held by outstanding buffers.
+    pub live_bytes: usize,
+    /// The largest `live_bytes` seen since creation (or [`BufferPool::reset_peak`]).
+    pub peak_live_bytes: usize,
+    /// Bytes sitting in the free lists.
+    pub cached_bytes: usize,
+    /// Blocks sitting in the free lists.
+    pub cached_buffers: usize,
+    /// Acquires served from a free list.
+    pub hits: u64,
+    /// Acquires that allocated fresh memory.
+    pub misses: u64,
+}
+
+#[derive(Default)]
+struct FreeLists {
+    f32_arm: Vec<RawBlock>,
+    slab_arm: Vec<RawBlock>,
+    cached_bytes: usize,
+}
+
+impl FreeLists {
+    fn list(&mut self, arm: Arm) -> &mut Vec<RawBlock> {
+        match arm {
+            Arm::F32 => &mut self.f32_arm,
+            Arm::Slab => &mut self.slab_arm,
+        }
+    }
+
+    /// Frees the largest cached block of either arm; false when both are empty.
+    fn evict_largest(&mut self) -> bool {
+        let a = self.f32_arm.last().map(|b| b.bytes()).unwrap_or(0);
+        let s = self.slab_arm.last().map(|b| b.bytes()).unwrap_or(0);
+        let block = if a == 0 && s == 0 {
+            return false;
+        } else if a >= s {
+            self.f32_arm.pop()
+        } else {
+            self.slab_arm.pop()
+        };
+        if let Some(b) = block {
+            self.cached_bytes -= b.bytes();
+        }
+        true
+    }
+}
+
+pub(crate) struct PoolShared {
+    lists: Mutex<FreeLists>,
+    outstanding: AtomicUsize,
+    live_bytes: AtomicUsize,
+    peak_live_bytes: AtomicUsize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    max_cached_bytes: AtomicUsize,
+    /// 0 means no limit.
+    memory_limit: AtomicUsize,
+}
+
+impl PoolShared {
+    fn lock(&self) -> MutexGuard<'_, FreeLists> {
+        // A panic while holding the lock cannot leave the lists inconsistent
+        // (every mutation is a single push/remove), so poisoning is ignored.
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns a released block to its free list (or frees it). Runs at refcount 0.
+    pub(crate) fn reclaim(&self, block: RawBlock, arm: Arm) {
+        let bytes = block.bytes();
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.live_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        let cap = self.max_cached_bytes.load(Ordering::Relaxed);
+        let mut lists = self.lock();
+        if bytes > cap || lists.cached_bytes + bytes > cap {
+            drop(lists);
+            drop(block);
+            return;
+        }
+        lists.cached_bytes += bytes;
+        let list = lists.list(arm);
+        let at = list.partition_point(|b| b.bytes() < bytes);
+        list.insert(at, block);
+    }
+
+    fn note_live(&self, bytes: usize) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        let live = self.live_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.peak_live_bytes.fetch_max(live, Ordering::AcqRel);
+    }
+
+    fn acquire(self: &Arc<Self>, arm: Arm, bytes: usize) -> Result<Buffer> {
+        let mut lists = self.lock();
+        let list = lists.list(arm);
+        let at = list.partition_point(|b| b.bytes() < bytes);
+        if at < list.len() {
+            let block = list.remove(at);
+            lists.cached_bytes -= block.bytes();
+            self.note_live(block.bytes());
+            drop(lists);
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            #[cfg(debug_assertions)]
+            // SAFETY: the block is unshared; poison it so unwritten outputs show as NaN.
+            unsafe {
+                std::ptr::write_bytes(block.ptr(), 0xFF, block.bytes())
+            };
+            return Ok(Buffer::new(block, arm, Arc::downgrade(self)));
+        }
+        let limit = self.memory_limit.load(Ordering::Relaxed);
+        if limit != 0 {
+            let live = self.live_bytes.load(Ordering::Acquire);
+            while live + lists.cached_bytes + bytes > limit && lists.evict_largest() {}
+            if live + lists.cached_bytes + bytes > limit {
+                return Err(Error::OutOfMemory {
+                    requested_bytes: bytes,
+                    live_bytes: live,
+                    limit_bytes: limit,
+                });
+            }
+        }
+        // Reserve the bytes under the lock so concurrent misses respect the limit.
+        self.note_live(bytes);
+        drop(lists);
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        match RawBlock::alloc(bytes) {
+            Some(block) => Ok(Buffer::new(block, arm, Arc::downgrade(self))),
+            None => {
+                let live = self.live_bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
+                self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                Err(Error::OutOfMemory {
+                    requested_bytes: bytes,
+                    live_bytes: live,
+                    limit_bytes: limit,
+                })
+            }
+        }
+    }
+}
+
+/// The pool of reusable buffers owned by an [`crate::ExecContext`].
+///
+/// Cloning the handle shares the pool.
+///
+/// ```
+/// use fucina_core::pool::BufferPool;
+/// let pool = BufferPool::new();
+/// let a = pool.acquire_f32(1000).unwrap();
+/// let addr = a.as_ptr();
+/// drop(a);
+/// let b = pool.acquire_f32(1000).unwrap();
+/// assert_eq!(b.as_ptr(), addr); // LIFO reuse: same address back
+/// ```
+#[derive(Clone)]
+pub struct BufferPool {
+    shared: Arc<PoolShared>,
+}
+
+impl Default for BufferPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl BufferPool {
+    /// A pool with the default 1 GiB cache bound and no memory limit.
+    pub fn new() -> BufferPool {
+        Self::with_max_cached_bytes(DEFAULT_MAX_CACHED_BYTES)
+    }
+
+    /// A pool whose free lists hold at most `max_cached_bytes` bytes.
+    pub fn with_max_cached_bytes(max_cached_bytes: usize) -> BufferPool {
+        BufferPool {
+            shared: Arc::new(PoolShared {
+                lists: Mutex::new(FreeLists::default()),
+                outstanding: AtomicUsize::new(0),
+                live_bytes: AtomicUsize::new(0),
+                peak_live_bytes: AtomicUsize::new(0),
+                hits: AtomicU64::new(0),
+                misses: AtomicU64::new(0),
+                max_cached_bytes: AtomicUsize::new(max_cached_bytes),
+                memory_limit: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The bound on cached bytes.
+    pub fn max_cached_bytes(&self) -> usize {
+        self.shared.max_cached_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Changes the bound on cached bytes; evicts cached blocks to honour it at once.
+    pub fn set_max_cached_bytes(&self, bytes: usize) {
+        self.shared.max_cached_bytes.store(bytes, Ordering::Relaxed);
+        let mut lists = self.shared.lock();
+        while lists.cached_bytes > bytes && lists.evict_largest() {}
+    }
+
+    /// Sets (or with `None` clears) the limit on live plus cached bytes.
+    pub fn set_memory_limit(&self, limit: Option<usize>) {
+        self.shared
+            .memory_limit
+            .store(limit.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The limit on live plus cached bytes, if any.
+    pub fn memory_limit(&self) -> Option<usize> {
+        match self.shared.memory_limit.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// A buffer from the f32 arm holding at least `len` f32 elements.
+    pub fn acquire_f32(&self, len: usize) -> Result<Buffer> {
+        self.shared.acquire(Arm::F32, allocation_len(len) * 4)
+    }
+
+    /// A 64-byte-aligned slab of at least `bytes` bytes (rounded to 4096).
+    pub fn acquire_slab(&self, bytes: usize) -> Result<Buffer> {
+        self.shared.acquire(Arm::Slab, slab_len(bytes))
+    }
+
+    /// A buffer for `len` elements of `dtype`: f32 from the f32 arm, the rest from slabs.
+    pub fn acquire(&self, dtype: DType, len: usize) -> Result<Buffer> {
+        match dtype {
+            DType::F32 => self.acquire_f32(len),
+            d => self.acquire_slab(len.saturating_mul(d.size_of())),
+        }
+    }
+
+    /// An RAII scratch lease of `len` elements of `T` from the slab arm.
+    /// The slab returns to the pool when the lease drops.
+    pub fn scratch<T: Element>(&self, len: usize) -> Result<ScratchLease<T>> {
+        let buf = self.acquire_slab(len.saturating_mul(std::mem::size_of::<T>()))?;
+        Ok(ScratchLease {
+            buf,
+            len,
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    /// Frees every cached block.
+    pub fn trim(&self) {
+        let mut lists = self.shared.lock();
+        while lists.evict_largest() {}
+    }
+
+    /// Resets the peak live-bytes counter to the current live bytes.
+    pub fn reset_peak(&self) {
+        let live = self.shared.live_bytes.load(Ordering::Acquire);
+        self.shared.peak_live_bytes.store(live, Ordering::Release);
+    }
+
+    /// Buffers handed out and not yet returned.
+    #[inline]
+    pub fn outstanding(&self) -> usize {
+        self.shared.outstanding.load(Ordering::Acquire)
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> PoolStats {
+        let lists = self.shared.lock();
+        PoolStats {
+            outstanding: self.shared.outstanding.load(Ordering::Acquire),
+            live_bytes: self.shared.live_bytes.load(Ordering::Acquire),
+            peak_live_bytes: self.shared.peak_live_bytes.load(Ordering::Acquire),
+            cached_bytes: lists.cached_bytes,
+            cached_buffers: lists.f32_arm.len() + lists.slab_arm.len(),
+            hits: self.shared.hits.load(Ordering::Relaxed),
+            misses: self.shared.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Capacities (bytes) of the cached blocks of one arm, in free-list order.
+    pub fn cached_sizes(&self, arm: Arm) -> Vec<usize> {
+        let mut lists = self.shared.lock();
+        lists.list(arm).iter().map(|b| b.bytes()).collect()
+    }
+
+    /// `Ok` when no buffer is outstanding, else [`Error::Leak`].
+    pub fn check_leaks(&self) -> Result<()> {
+        match self.outstanding() {
+            0 => Ok(()),
+            n => Err(Error::Leak { outstanding: n }),
+        }
+    }
+}
+
+/// Scratch memory leased from the slab arm; returns to the pool on drop.
+pub struct ScratchLease<T: Element> {
+    buf: Buffer,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Element> std::ops::Deref for ScratchLease<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the slab is 64-byte aligned and holds at least len * size_of::<T>() bytes.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const T, self.len) }
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for ScratchLease<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: the lease holds the only reference to the slab.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut T, self.len) }
+    }
+}

@@ -1,0 +1,395 @@
+//! The raw tensor: a dtype, a shape, strides and an offset over a [`Buffer`].
+//!
+//! Every view op here (`clone_view`, `view_with_strides`, `reshape`,
+//! `broadcast_to`, `narrow`, `permute`, `transpose`, `squeeze`, `unsqueeze`)
+//! returns a new header over the same buffer and bumps its refcount; nothing
+//! here allocates element memory. Copies (`contiguous`) live on the context.
+
+use smallvec::SmallVec;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::shape::{self, Dims, StridedIter};
+use crate::storage::Buffer;
+
+/// A strided view over refcounted storage. `Clone` is `clone_view`.
+#[derive(Clone)]
+pub struct RawTensor {
+    buf: Buffer,
+    dtype: DType,
+    shape: Dims,
+    strides: Dims,
+    offset: usize,
+}
+
+impl std::fmt::Debug for RawTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawTensor")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape.as_slice())
+            .field("strides", &self.strides.as_slice())
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl RawTensor {
+    /// A contiguous tensor of `shape` over `buf`, which must hold enough bytes.
+    pub fn from_buffer(buf: Buffer, dtype: DType, shape: &[usize]) -> Result<RawTensor> {
+        let need = shape::numel(shape) * dtype.size_of();
+        if need > buf.capacity_bytes() {
+            return Err(Error::InvalidArgument {
+                op: "from_buffer",
+                msg: format!(
+                    "buffer of {} bytes cannot hold shape {shape:?} of {dtype}",
+                    buf.capacity_bytes()
+                ),
+            });
+        }
+        Ok(RawTensor {
+            buf,
+            dtype,
+            shape: SmallVec::from_slice(shape),
+            strides: shape::contiguous_strides(shape),
+            offset: 0,
+        })
+    }
+
+    /// The element type.
+    #[inline]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The shape.
+    #[inline]
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// The strides, in elements.
+    #[inline]
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    /// Offset of element 0 in the buffer, in elements.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Number of axes.
+    #[inline]
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    #[inline]
+    pub fn numel(&self) -> usize {
+        shape::numel(&self.shape)
+    }
+    /// The storage.
+    #[inline]
+    pub fn buffer(&self) -> &Buffer {
+        &self.buf
+    }
+    /// Row-major contiguous (offset may be non-zero).
+    #[inline]
+    pub fn is_contiguous(&self) -> bool {
+        shape::is_contiguous(&self.shape, &self.strides)
+    }
+
+    fn check_dtype<T: Element>(&self, op: &'static str) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: self.dtype,
+                rhs: T::DTYPE,
+            });
+        }
+        Ok(())
+    }
+
+    /// The elements of a contiguous view, in order.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        self.check_dtype::<T>("as_slice")?;
+        if !self.is_contiguous() {
+            return Err(Error::NotContiguous {
+                op: "as_slice",
+                shape: self.shape.to_vec(),
+            });
+        }
+        // SAFETY: dtype checked; the buffer is 64-byte aligned and holds
+        // offset + numel elements (checked when the view was made).
+        Ok(unsafe {
+            std::slice::from_raw_parts(
+                (self.buf.as_ptr() as *const T).add(self.offset),
+                self.numel(),
+            )
+        })
+    }
+
+    /// The whole buffer as `T`s (for strided kernels that index by offset).
+    pub fn storage<T: Element>(&self) -> Result<&[T]> {
+        self.check_dtype::<T>("storage")?;
+        let n = self.buf.capacity_bytes() / std::mem::size_of::<T>();
+        // SAFETY: aligned, in bounds, dtype checked.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const T, n) })
+    }
+
+    /// The elements of a contiguous view, mutably; only when this view holds
+    /// the sole reference to its buffer (a fresh output, or copy-on-write).
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T]> {
+        self.check_dtype::<T>("as_mut_slice")?;
+        if !self.is_contiguous() {
+            return Err(Error::NotContiguous {
+                op: "as_mut_slice",
+                shape: self.shape.to_vec(),
+            });
+        }
+        let n = self.numel();
+        let off = self.offset;
+        let bytes = self
+            .buf
+            .get_mut()
+            .ok_or(Error::SharedBuffer { op: "as_mut_slice" })?;
+        // SAFETY: unique, aligned, in bounds, dtype checked.
+        Ok(unsafe { std::slice::from_raw_parts_mut((bytes.as_mut_ptr() as *mut T).add(off), n) })
+    }
+
+    /// The bytes of the whole buffer, mutably; only when this view is the sole reference.
+    pub fn as_mut_bytes(&mut self) -> Result<&mut [u8]> {
+        self.buf
+            .get_mut()
+            .ok_or(Error::SharedBuffer { op: "as_mut_bytes" })
+    }
+
+    /// The same view read as another dtype of the same width (a bit cast).
+    pub fn reinterpret(&self, dtype: DType) -> Result<RawTensor> {
+        let mut v = self.clone();
+        v.set_dtype_same_width(dtype)?;
+        Ok(v)
+    }
+
+    /// Changes the dtype tag in place to another of the same width (a bit cast).
+    pub fn set_dtype_same_width(&mut self, dtype: DType) -> Result<()> {
+        if dtype.size_of() != self.dtype.size_of() {
+            return Err(Error::DTypeMismatch {
+                op: "reinterpret",
+                lhs: self.dtype,
+                rhs: dtype,
+            });
+        }
+        self.dtype = dtype;
+        Ok(())
+    }
+
+    /// Copies the elements out in row-major logical order (any strides).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if self.is_contiguous() {
+            return Ok(self.as_slice::<T>()?.to_vec());
+        }
+        let st = self.storage::<T>()?;
+        Ok(self.offsets().map(|o| st[o]).collect())
+    }
+
+    /// The scalar value of a one-element tensor.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidArgument {
+                op: "item",
+                msg: format!("tensor of shape {:?} is not a scalar", self.shape()),
+            });
+        }
+        Ok(self.storage::<T>()?[self.offset])
+    }
+
+    /// Element offsets in row-major logical order.
+    pub fn offsets(&self) -> StridedIter {
+        StridedIter::new(&self.shape, &self.strides, self.offset)
+    }
+
+    /// A new header over the same buffer (bumps the refcount).
+    #[inline]
+    pub fn clone_view(&self) -> RawTensor {
+        self.clone()
+    }
+
+    /// A view with explicit shape, strides and offset, checked against the buffer.
+    pub fn view_with_strides(
+        &self,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+    ) -> Result<RawTensor> {
+        if shape.len() != strides.len() {
+            return Err(Error::BadView {
+                op: "view_with_strides",
+                from: self.shape.to_vec(),
+                to: shape.to_vec(),
+            });
+        }
+        let cap = self.buf.capacity_bytes() / self.dtype.size_of();
+        let last = if shape.iter().any(|&d| d == 0) {
+            offset
+        } else {
+            offset
+                + shape
+                    .iter()
+                    .zip(strides)
+                    .map(|(&d, &s)| (d - 1) * s)
+                    .sum::<usize>()
+                + 1
+        };
+        if last > cap {
+            return Err(Error::BadView {
+                op: "view_with_strides",
+                from: self.shape.to_vec(),
+                to: shape.to_vec(),
+            });
+        }
+        Ok(RawTensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape: SmallVec::from_slice(shape),
+            strides: SmallVec::from_slice(strides),
+            offset,
+        })
+    }
+
+    fn with_layout(&self, shape: Dims, strides: Dims, offset: usize) -> RawTensor {
+        RawTensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape,
+            strides,
+            offset,
+        }
+    }
+
+    /// A view with a new shape of the same element count; fails with
+    /// [`Error::BadView`] when the strides cannot express it (copy first).
+    pub fn reshape(&self, shape: &[usize]) -> Result<RawTensor> {
+        match shape::view_strides(&self.shape, &self.strides, shape) {
+            Some(st) => Ok(self.with_layout(SmallVec::from_slice(shape), st, self.offset)),
+            None => Err(Error::BadView {
+                op: "reshape",
+                from: self.shape.to_vec(),
+                to: shape.to_vec(),
+            }),
+        }
+    }
+
+    /// A view broadcast to `shape` (stride 0 on expanded axes).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<RawTensor> {
+        let st = shape::broadcast_strides("broadcast_to", &self.shape, &self.strides, shape)?;
+        Ok(self.with_layout(SmallVec::from_slice(shape), st, self.offset))
+    }
+
+    /// The sub-range `start..start+len` of `axis`.
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<RawTensor> {
+        if axis >= self.rank() {
+            return Err(Error::OutOfRange {
+                op: "narrow",
+                what: "axis",
+                index: axis as i64,
+                bound: self.rank(),
+                shape: self.shape.to_vec(),
+            });
+        }
+        if start + len > self.shape[axis] {
+            return Err(Error::OutOfRange {
+                op: "narrow",
+                what: "end",
+                index: (start + len) as i64,
+                bound: self.shape[axis] + 1,
+                shape: self.shape.to_vec(),
+            });
+        }
+        let mut shape = self.shape.clone();
+        shape[axis] = len;
+        let off = if len == 0 {
+            self.offset
+        } else {
+            self.offset + start * self.strides[axis]
+        };
+        Ok(self.with_layout(shape, self.strides.clone(), off))
+    }
+
+    /// Index `index` of `axis`, removing the axis.
+    pub fn select(&self, axis: usize, index: usize) -> Result<RawTensor> {
+        let v = self.narrow(axis, index, 1)?;
+        v.squeeze(axis)
+    }
+
+    /// Reorders the axes: output axis `i` is input axis `perm[i]`.
+    pub fn permute(&self, perm: &[usize]) -> Result<RawTensor> {
+        let r = self.rank();
+        let mut seen = [false; 64];
+        if perm.len() != r
+            || r > 64
+            || perm
+                .iter()
+                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(Error::InvalidArgument {
+                op: "permute",
+                msg: format!("{perm:?} is not a permutation of {r} axes"),
+            });
+        }
+        let shape = perm.iter().map(|&p| self.shape[p]).collect();
+        let strides = perm.iter().map(|&p| self.strides[p]).collect();
+        Ok(self.with_layout(shape, strides, self.offset))
+    }
+
+    /// Swaps two axes.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<RawTensor> {
+        let r = self.rank();
+        if a >= r || b >= r {
+            return Err(Error::OutOfRange {
+                op: "transpose",
+                what: "axis",
+                index: a.max(b) as i64,
+                bound: r,
+                shape: self.shape.to_vec(),
+            });
+        }
+        let mut v = self.clone();
+        v.shape.swap(a, b);
+        v.strides.swap(a, b);
+        Ok(v)
+    }
+
+    /// Removes `axis`, which must have size 1.
+    pub fn squeeze(&self, axis: usize) -> Result<RawTensor> {
+        if axis >= self.rank() || self.shape[axis] != 1 {
+            return Err(Error::InvalidArgument {
+                op: "squeeze",
+                msg: format!("axis {axis} of shape {:?} is not of size 1", self.shape()),
+            });
+        }
+        let mut v = self.clone();
+        v.shape.remove(axis);
+        v.strides.remove(axis);
+        Ok(v)
+    }
+
+    /// Inserts a size-1 axis at `axis` (0..=rank).
+    pub fn unsqueeze(&self, axis: usize) -> Result<RawTensor> {
+        if axis > self.rank() {
+            return Err(Error::OutOfRange {
+                op: "unsqueeze",
+                what: "axis",
+                index: axis as i64,
+                bound: self.rank() + 1,
+                shape: self.shape.to_vec(),
+            });
+        }
+        let mut v = self.clone();
+        let st = if axis < self.rank() {
+            self.strides[axis] * self.shape[axis]
+        } else {
+            1
+        };
+        v.shape.insert(axis, 1);
+        v.strides.insert(axis, st);
+        Ok(v)
+    }
+}

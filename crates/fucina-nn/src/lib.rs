@@ -1,0 +1,1 @@
+//! fucina-nn: modules, layers, models, LoRA and safetensors state dicts.

@@ -1,0 +1,1 @@
+//! fucina-optim: optimizers, schedules, clipping and training checkpoints.

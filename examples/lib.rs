@@ -1,0 +1,1 @@
+//! Shared helpers for the fucina examples (data loading, printing).
