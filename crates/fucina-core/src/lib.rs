@@ -23,6 +23,7 @@ pub mod exec;
 pub mod interop;
 pub mod kernels;
 pub mod pool;
+pub mod rng;
 pub mod shape;
 pub mod storage;
 pub mod tensor;

@@ -1,0 +1,1 @@
+//! Scaled dot-product attention (causal and padding masks) and its backward.

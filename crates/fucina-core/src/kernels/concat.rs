@@ -1,0 +1,1 @@
+//! Concat along an axis (split and chunk are narrow views).

@@ -1,0 +1,1 @@
+//! Layer norm and RMS norm over the last axis, with their backward kernels.

@@ -1,0 +1,1 @@
+//! Dropout and random fills from the counter-based RNG.

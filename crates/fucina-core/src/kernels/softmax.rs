@@ -1,0 +1,1 @@
+//! Softmax, log-softmax and logsumexp along an axis, with their backward kernels.
