@@ -1,1 +1,47 @@
-//! fucina-autograd: the differentiable tensor, tape, backward engine, exec scopes, gradcheck.
+//! fucina-autograd: the differentiable [`Tensor`], the tape and its backward
+//! nodes, the backward engine, exec scopes, no-grad, checkpointing, custom
+//! ops and [`gradcheck`].
+//!
+//! Backward nodes `clone_view` exactly the inputs their formula needs, so
+//! buffer refcounts pin the activations until the node runs; exec scopes own
+//! a step's intermediates and return them to the pool when they close.
+//!
+//! ```
+//! use fucina_autograd::{ScopeExt, Tensor};
+//! use fucina_core::ExecContext;
+//! let ctx = ExecContext::with_threads(1)?;
+//! let w = Tensor::variable(&ctx, &[1.0f64, -2.0, 0.5, 3.0], &[2, 2])?;
+//! let x = Tensor::constant(&ctx, &[1.0f64, 1.0], &[1, 2])?;
+//! {
+//!     let _scope = ctx.scope();
+//!     let loss = x.matmul(&w)?.tanh()?.sum_all()?;
+//!     loss.backward()?;
+//! }
+//! assert_eq!(w.grad().unwrap().shape(), &[2, 2]);
+//! # Ok::<(), fucina_autograd::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod checkpoint;
+pub mod custom;
+pub mod engine;
+pub mod error;
+pub mod grad_mode;
+pub mod gradcheck;
+pub mod graph;
+pub mod ops;
+pub mod scope;
+pub mod tensor;
+
+pub use checkpoint::{checkpoint, Block};
+pub use custom::{custom_op, CustomOp};
+pub use engine::grad;
+pub use error::{Error, Result};
+pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
+pub use fucina_core::kernels::loss::{CrossEntropyOpts, Reduction};
+pub use fucina_core::{DType, ExecContext, RawTensor};
+pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
+pub use graph::{live_nodes, Backward, Grads};
+pub use scope::{scope_depth, ExecScope, ScopeExt};
+pub use tensor::Tensor;

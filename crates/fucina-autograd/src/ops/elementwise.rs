@@ -1,0 +1,375 @@
+//! Pointwise ops: the unary tier (one `UnaryOp` gives forward and derivative
+//! together), binary ops with broadcasting, where / masked_fill, dropout.
+
+use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
+use fucina_core::{ExecContext, RawTensor};
+
+use crate::error::{Error, Result};
+use crate::graph::{record, Backward, Grads};
+use crate::ops::same_dtype;
+use crate::tensor::Tensor;
+
+/// Backward of a pointwise unary op: gx = gy · f'(x), with f' evaluated by the
+/// kernel tier from the saved input or output (whichever the formula needs).
+struct UnaryBackward {
+    op: UnaryOp,
+    saved: RawTensor,
+}
+
+impl Backward for UnaryBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.unary_backward(&self.saved, gy, self.op)?)])
+    }
+}
+
+/// d(a ± b) = gy, ±gy (the engine reduces broadcast shapes).
+struct AddSubBackward {
+    sub: bool,
+}
+
+impl Backward for AddSubBackward {
+    fn name(&self) -> &'static str {
+        if self.sub {
+            "sub"
+        } else {
+            "add"
+        }
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let ga = if needs[0] { Some(gy.clone()) } else { None };
+        let gb = match (needs[1], self.sub) {
+            (false, _) => None,
+            (true, false) => Some(gy.clone()),
+            (true, true) => Some(ctx.unary(gy, UnaryOp::Neg)?),
+        };
+        Ok(smallvec::smallvec![ga, gb])
+    }
+}
+
+/// Mul: ga = gy·b, gb = gy·a. Div: ga = gy/b, gb = −gy·a/b². Pow: ga = gy·b·a^(b−1),
+/// gb = gy·out·ln a. Maximum/minimum: the gradient goes to the larger/smaller
+/// operand, split evenly on exact ties. All at the broadcast output shape.
+struct BinaryBackward {
+    op: BinaryOp,
+    a: RawTensor,
+    b: RawTensor,
+    out: Option<RawTensor>,
+}
+
+impl Backward for BinaryBackward {
+    fn name(&self) -> &'static str {
+        match self.op {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        // Only Pow reads `out`; the others are given gy in its place (unused).
+        let out = self.out.as_ref().unwrap_or(gy);
+        let (ga, gb) = ctx.binary_backward(&self.a, &self.b, out, gy, self.op, [needs[0], needs[1]])?;
+        Ok(smallvec::smallvec![ga, gb])
+    }
+}
+
+impl Tensor {
+    /// Applies a pointwise unary op from the kernel tier, recording its backward.
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let x = self.raw()?;
+        let ctx = self.ctx();
+        let y = ctx.unary(&x, op)?;
+        Ok(record(ctx, op.name(), y, &[self], |y| {
+            let saved = match op.saved() {
+                Saved::Input => x,
+                Saved::Output => y.clone(),
+            };
+            Box::new(UnaryBackward { op, saved })
+        }))
+    }
+
+    /// −x.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+    /// |x| (gradient 0 at 0).
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+    /// √x.
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+    /// 1/√x.
+    pub fn rsqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Rsqrt)
+    }
+    /// eˣ.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+    /// ln x.
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+    /// ln(1 + x).
+    pub fn log1p(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log1p)
+    }
+    /// sin x.
+    pub fn sin(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sin)
+    }
+    /// cos x.
+    pub fn cos(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Cos)
+    }
+    /// tanh x.
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+    /// 1 / (1 + e⁻ˣ).
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    /// max(x, 0) (relu'(0) = 0, as PyTorch).
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+    /// x for x > 0, else slope·x.
+    pub fn leaky_relu(&self, slope: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::LeakyRelu(slope))
+    }
+    /// x for x > 0, else α(eˣ − 1).
+    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Elu(alpha))
+    }
+    /// GELU, tanh approximation (PyTorch `approximate="tanh"`).
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluTanh)
+    }
+    /// GELU, exact erf form.
+    pub fn gelu_erf(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluErf)
+    }
+    /// x · sigmoid(x).
+    pub fn silu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu)
+    }
+    /// ln(1 + eˣ) (PyTorch: beta 1, threshold 20).
+    pub fn softplus(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Softplus)
+    }
+    /// x².
+    pub fn square(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Square)
+    }
+    /// 1/x.
+    pub fn recip(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Recip)
+    }
+    /// x + s.
+    pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::AddScalar(s))
+    }
+    /// x − s.
+    pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::AddScalar(-s))
+    }
+    /// s − x.
+    pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::RSubScalar(s))
+    }
+    /// x · s.
+    pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::MulScalar(s))
+    }
+    /// x / s.
+    pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::MulScalar(1.0 / s))
+    }
+    /// s / x.
+    pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::RDivScalar(s))
+    }
+    /// xᵖ for a scalar exponent.
+    pub fn pow_scalar(&self, p: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::PowScalar(p))
+    }
+    /// Clamps into [min, max]; the gradient passes where min ≤ x ≤ max.
+    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Clamp(min, max))
+    }
+
+    fn binary_op(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        same_dtype("binary", self, other)?;
+        let a = self.raw()?;
+        let b = other.raw()?;
+        let ctx = self.ctx();
+        let y = ctx.binary(&a, &b, op)?;
+        let name = match op {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        };
+        Ok(record(ctx, name, y, &[self, other], |y| -> Box<dyn Backward> {
+            match op {
+                BinaryOp::Add => Box::new(AddSubBackward { sub: false }),
+                BinaryOp::Sub => Box::new(AddSubBackward { sub: true }),
+                BinaryOp::Pow => Box::new(BinaryBackward { op, a, b, out: Some(y.clone()) }),
+                _ => Box::new(BinaryBackward { op, a, b, out: None }),
+            }
+        }))
+    }
+
+    /// a + b with broadcasting.
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Add)
+    }
+    /// a − b with broadcasting.
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Sub)
+    }
+    /// a · b with broadcasting.
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Mul)
+    }
+    /// a / b with broadcasting.
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Div)
+    }
+    /// aᵇ with broadcasting (tensor exponent).
+    pub fn pow(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Pow)
+    }
+    /// Elementwise maximum (gradient split evenly on ties).
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Maximum)
+    }
+    /// Elementwise minimum (gradient split evenly on ties).
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary_op(other, BinaryOp::Minimum)
+    }
+
+    /// A U8 mask constant: `self op other` elementwise (not differentiable).
+    pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let m = self.ctx().compare(&*self.value()?, &*other.value()?, op)?;
+        let t = Tensor::from_raw(self.ctx(), m, false);
+        crate::scope::adopt(&t);
+        Ok(t)
+    }
+
+    /// `cond ? self : other` with broadcasting; `cond` is a U8 mask.
+    pub fn where_cond(&self, cond: &Tensor, other: &Tensor) -> Result<Tensor> {
+        same_dtype("where", self, other)?;
+        let c = cond.raw()?;
+        let ctx = self.ctx();
+        let y = ctx.where_cond(&c, &*self.value()?, &*other.value()?)?;
+        Ok(record(ctx, "where", y, &[self, other], |_| Box::new(WhereBackward { cond: c })))
+    }
+
+    /// `x` with `value` written where the U8 `mask` (broadcast to x) is 1.
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let m = mask.raw()?;
+        let ctx = self.ctx();
+        let y = ctx.masked_fill(&*self.value()?, &m, value)?;
+        Ok(record(ctx, "masked_fill", y, &[self], |_| Box::new(MaskedFillBackward { mask: m })))
+    }
+
+    /// Inverted dropout with a counter-based mask: a pure function of
+    /// `(seed, element index)`, regenerated in backward and never stored.
+    pub fn dropout(&self, p: f64, seed: u64) -> Result<Tensor> {
+        let ctx = self.ctx();
+        let y = ctx.dropout(&*self.value()?, p, seed)?;
+        Ok(record(ctx, "dropout", y, &[self], |_| Box::new(DropoutBackward { p, seed })))
+    }
+}
+
+/// ga = cond ? gy : 0, gb = cond ? 0 : gy.
+struct WhereBackward {
+    cond: RawTensor,
+}
+
+impl Backward for WhereBackward {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let zero = ctx.zeros(gy.dtype(), &[])?;
+        let ga = if needs[0] { Some(ctx.where_cond(&self.cond, gy, &zero)?) } else { None };
+        let gb = if needs[1] { Some(ctx.where_cond(&self.cond, &zero, gy)?) } else { None };
+        Ok(smallvec::smallvec![ga, gb])
+    }
+}
+
+/// gx = mask ? 0 : gy.
+struct MaskedFillBackward {
+    mask: RawTensor,
+}
+
+impl Backward for MaskedFillBackward {
+    fn name(&self) -> &'static str {
+        "masked_fill"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.masked_fill(gy, &self.mask, 0.0)?)])
+    }
+}
+
+/// gx = gy · mask / (1 − p), the mask regenerated from (seed, index).
+struct DropoutBackward {
+    p: f64,
+    seed: u64,
+}
+
+impl Backward for DropoutBackward {
+    fn name(&self) -> &'static str {
+        "dropout"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.dropout_backward(gy, self.p, self.seed)?)])
+    }
+}
+
+macro_rules! impl_bin_operator {
+    ($tr:ident, $m:ident, $f:ident, $fs:ident) => {
+        impl std::ops::$tr<&Tensor> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $m(self, rhs: &Tensor) -> Result<Tensor> {
+                self.$f(rhs)
+            }
+        }
+        impl std::ops::$tr<f64> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $m(self, rhs: f64) -> Result<Tensor> {
+                self.$fs(rhs)
+            }
+        }
+    };
+}
+impl_bin_operator!(Add, add, add, add_scalar);
+impl_bin_operator!(Sub, sub, sub, sub_scalar);
+impl_bin_operator!(Mul, mul, mul, mul_scalar);
+impl_bin_operator!(Div, div, div, div_scalar);
+
+impl std::ops::Neg for &Tensor {
+    type Output = Result<Tensor>;
+    fn neg(self) -> Result<Tensor> {
+        Tensor::neg(self)
+    }
+}
+
+/// Raised by ops whose integer inputs cannot carry a gradient.
+pub(crate) fn not_differentiable(op: &'static str) -> Error {
+    Error::NotDifferentiable { op }
+}

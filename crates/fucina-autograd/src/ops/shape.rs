@@ -1,0 +1,217 @@
+//! Shape ops: reshape, transpose, permute, squeeze, unsqueeze, broadcast_to,
+//! narrow, select, flatten, contiguous. Forward results are views (no copy)
+//! when the strides allow; backward maps the gradient back the same way.
+
+use fucina_core::shape::Dims;
+use fucina_core::{Error as CoreError, ExecContext, RawTensor};
+
+use crate::error::Result;
+use crate::graph::{record, Backward, Grads};
+use crate::ops::axis_of;
+use crate::tensor::Tensor;
+
+/// Resolves a shape with at most one −1 against `numel`.
+pub(crate) fn resolve_shape(op: &'static str, from: &[usize], shape: &[isize]) -> Result<Vec<usize>> {
+    let numel: usize = from.iter().product();
+    let mut infer = None;
+    let mut known = 1usize;
+    for (i, &d) in shape.iter().enumerate() {
+        if d == -1 {
+            if infer.replace(i).is_some() {
+                return Err(CoreError::InvalidArgument { op, msg: "only one dimension can be -1".into() }.into());
+            }
+        } else if d < 0 {
+            return Err(CoreError::InvalidArgument { op, msg: format!("invalid dimension {d}") }.into());
+        } else {
+            known *= d as usize;
+        }
+    }
+    let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer {
+        if known == 0 || numel % known != 0 {
+            return Err(CoreError::BadView { op, from: from.to_vec(), to: out }.into());
+        }
+        out[i] = numel / known;
+    }
+    if out.iter().product::<usize>() != numel {
+        return Err(CoreError::BadView { op, from: from.to_vec(), to: out }.into());
+    }
+    Ok(out)
+}
+
+/// reshape/squeeze/unsqueeze/flatten: gx = reshape(gy, input shape).
+struct ReshapeBackward {
+    in_shape: Dims,
+}
+
+impl Backward for ReshapeBackward {
+    fn name(&self) -> &'static str {
+        "reshape"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.reshape(gy, &self.in_shape)?)])
+    }
+}
+
+/// permute(p): gx = permute(gy, p⁻¹) (transpose is its own inverse).
+struct PermuteBackward {
+    inverse: Vec<usize>,
+}
+
+impl Backward for PermuteBackward {
+    fn name(&self) -> &'static str {
+        "permute"
+    }
+    fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(gy.permute(&self.inverse)?)])
+    }
+}
+
+/// broadcast_to: gx = gy; the engine sums the broadcast axes away.
+struct BroadcastBackward;
+
+impl Backward for BroadcastBackward {
+    fn name(&self) -> &'static str {
+        "broadcast_to"
+    }
+    fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(gy.clone())])
+    }
+}
+
+/// narrow(axis, start, len): gx = gy zero-padded back to the input extent.
+struct NarrowBackward {
+    in_shape: Dims,
+    axis: usize,
+    start: usize,
+}
+
+impl Backward for NarrowBackward {
+    fn name(&self) -> &'static str {
+        "narrow"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        let mut pads = vec![(0usize, 0usize); self.in_shape.len()];
+        let len = gy.shape()[self.axis];
+        pads[self.axis] = (self.start, self.in_shape[self.axis] - self.start - len);
+        Ok(smallvec::smallvec![Some(ctx.pad(gy, &pads, 0.0)?)])
+    }
+}
+
+impl Tensor {
+    fn view_op(&self, name: &'static str, y: RawTensor, make: impl FnOnce() -> Box<dyn Backward>) -> Tensor {
+        record(self.ctx(), name, y, &[self], |_| make())
+    }
+
+    fn reshape_to(&self, name: &'static str, shape: &[usize]) -> Result<Tensor> {
+        let y = self.ctx().reshape(&*self.value()?, shape)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(self.view_op(name, y, || Box::new(ReshapeBackward { in_shape })))
+    }
+
+    /// A new shape with the same element count (one −1 is inferred); a view
+    /// when the strides allow, else a copy.
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let s = resolve_shape("reshape", self.shape(), shape)?;
+        self.reshape_to("reshape", &s)
+    }
+
+    /// Alias of [`Tensor::reshape`] (PyTorch's `view`, but copies instead of failing).
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        self.reshape(shape)
+    }
+
+    /// Flattens axes `start..=end` into one.
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape_to("flatten", &[1]);
+        }
+        let s = axis_of("flatten", self, start)?;
+        let e = axis_of("flatten", self, end)?;
+        if s > e {
+            return Err(CoreError::InvalidArgument { op: "flatten", msg: format!("start {start} after end {end}") }.into());
+        }
+        let mut shape: Vec<usize> = self.shape()[..s].to_vec();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend_from_slice(&self.shape()[e + 1..]);
+        self.reshape_to("flatten", &shape)
+    }
+
+    /// Swaps two axes (a view).
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        let a = axis_of("transpose", self, a)?;
+        let b = axis_of("transpose", self, b)?;
+        let y = self.value()?.transpose(a, b)?;
+        let mut inverse: Vec<usize> = (0..self.rank()).collect();
+        inverse.swap(a, b);
+        Ok(self.view_op("transpose", y, || Box::new(PermuteBackward { inverse })))
+    }
+
+    /// The matrix transpose of a 2-D tensor.
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() != 2 {
+            return Err(CoreError::InvalidArgument { op: "t", msg: format!("expects 2-D, got {:?}", self.shape()) }.into());
+        }
+        self.transpose(0, 1)
+    }
+
+    /// Reorders axes: output axis i is input axis `perm[i]` (a view).
+    pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
+        let p: Vec<usize> = perm.iter().map(|&a| axis_of("permute", self, a)).collect::<Result<_>>()?;
+        let y = self.value()?.permute(&p)?;
+        let mut inverse = vec![0; p.len()];
+        for (i, &pi) in p.iter().enumerate() {
+            inverse[pi] = i;
+        }
+        Ok(self.view_op("permute", y, || Box::new(PermuteBackward { inverse })))
+    }
+
+    /// Removes a size-1 axis.
+    pub fn squeeze(&self, axis: isize) -> Result<Tensor> {
+        let a = axis_of("squeeze", self, axis)?;
+        let y = self.value()?.squeeze(a)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(self.view_op("squeeze", y, || Box::new(ReshapeBackward { in_shape })))
+    }
+
+    /// Inserts a size-1 axis at `axis` (negative counts from rank + 1).
+    pub fn unsqueeze(&self, axis: isize) -> Result<Tensor> {
+        let r = self.rank() as isize + 1;
+        let a = if axis < 0 { axis + r } else { axis };
+        if a < 0 || a >= r {
+            return Err(CoreError::OutOfRange { op: "unsqueeze", what: "axis", index: axis as i64, bound: r as usize, shape: self.shape().to_vec() }.into());
+        }
+        let y = self.value()?.unsqueeze(a as usize)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(self.view_op("unsqueeze", y, || Box::new(ReshapeBackward { in_shape })))
+    }
+
+    /// Broadcasts to `shape` (a stride-0 view).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let y = self.value()?.broadcast_to(shape)?;
+        Ok(self.view_op("broadcast_to", y, || Box::new(BroadcastBackward)))
+    }
+
+    /// The range `start..start + len` of `axis` (a view).
+    pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Result<Tensor> {
+        let a = axis_of("narrow", self, axis)?;
+        let y = self.value()?.narrow(a, start, len)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(self.view_op("narrow", y, || Box::new(NarrowBackward { in_shape, axis: a, start })))
+    }
+
+    /// Index `index` of `axis`, removing the axis (a view).
+    pub fn select(&self, axis: isize, index: usize) -> Result<Tensor> {
+        let a = axis_of("select", self, axis)?;
+        self.narrow(a as isize, index, 1)?.squeeze(a as isize)
+    }
+
+    /// A contiguous copy when needed (identity otherwise).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.value()?.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let y = self.ctx().copy(&*self.value()?)?;
+        Ok(self.view_op("contiguous", y, || Box::new(BroadcastBackward)))
+    }
+}

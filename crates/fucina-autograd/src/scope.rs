@@ -1,0 +1,113 @@
+//! Exec scopes: RAII regions that own a training step's intermediates.
+//!
+//! While a scope is open, every op result (value and backward node) is
+//! adopted by the innermost scope of this thread; the user's handle is a
+//! shared reference whose drop frees nothing. Closing the scope releases its
+//! results newest first straight back into the pool, even if handles to them
+//! survive: using such a handle afterwards is [`crate::Error::TensorReleased`],
+//! never undefined behaviour. Nested scopes release only their own suffix.
+//! Not adopted: explicit constructors (variables, constants), gradients.
+//! Scopes are per thread (one `ExecContext` per thread of the program).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use fucina_core::ExecContext;
+
+use crate::tensor::{Tensor, TensorInner};
+
+thread_local! {
+    static FRAMES: RefCell<Vec<Vec<Rc<TensorInner>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An open exec scope; closes (releasing its results) when dropped.
+///
+/// ```
+/// use fucina_autograd::{ScopeExt, Tensor};
+/// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
+/// let w = Tensor::variable(&ctx, &[0.5f64, -1.0], &[2]).unwrap();
+/// for _ in 0..3 {
+///     let _scope = ctx.scope();
+///     let loss = w.mul(&w).unwrap().sum_all().unwrap();
+///     loss.backward().unwrap();
+/// } // every intermediate is back in the pool here
+/// assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, -6.0]);
+/// ```
+#[must_use = "a scope releases its results when dropped"]
+pub struct ExecScope {
+    depth: usize,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl ExecScope {
+    /// Opens a scope on this thread.
+    pub fn open() -> ExecScope {
+        let depth = FRAMES.with(|f| {
+            let mut f = f.borrow_mut();
+            f.push(Vec::new());
+            f.len() - 1
+        });
+        ExecScope { depth, _not_send: std::marker::PhantomData }
+    }
+
+    /// Number of results this scope has adopted so far.
+    pub fn len(&self) -> usize {
+        FRAMES.with(|f| f.borrow().get(self.depth).map(|v| v.len()).unwrap_or(0))
+    }
+
+    /// True when nothing has been adopted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Closes the scope now (same as dropping it).
+    pub fn close(self) {}
+}
+
+impl Drop for ExecScope {
+    fn drop(&mut self) {
+        loop {
+            // Take one frame at a time out of the stack, then release outside the borrow.
+            let frame = FRAMES.with(|f| {
+                let mut f = f.borrow_mut();
+                if f.len() > self.depth {
+                    f.pop()
+                } else {
+                    None
+                }
+            });
+            let Some(frame) = frame else { break };
+            for t in frame.into_iter().rev() {
+                t.release();
+            }
+        }
+    }
+}
+
+/// Opening scopes from the context, as DESIGN.md spells it: `let scope = ctx.scope();`.
+pub trait ScopeExt {
+    /// Opens an exec scope on this thread.
+    fn scope(&self) -> ExecScope;
+}
+
+impl ScopeExt for ExecContext {
+    fn scope(&self) -> ExecScope {
+        ExecScope::open()
+    }
+}
+
+/// Number of scopes open on this thread.
+pub fn scope_depth() -> usize {
+    FRAMES.with(|f| f.borrow().len())
+}
+
+/// Lets the innermost open scope adopt an op result.
+#[inline]
+pub(crate) fn adopt(t: &Tensor) {
+    FRAMES.with(|f| {
+        if let Some(top) = f.borrow_mut().last_mut() {
+            t.0.scoped.set(true);
+            top.push(t.0.clone());
+        }
+    });
+}
