@@ -9,6 +9,11 @@ pub mod matmul;
 pub mod reduce;
 pub mod shape;
 pub mod loss;
+pub mod softmax;
+pub mod norm;
+pub mod index;
+pub mod concat;
+pub mod attention;
 
 use fucina_core::shape::normalize_axis;
 

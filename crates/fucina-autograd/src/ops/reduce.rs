@@ -76,3 +76,141 @@ impl Tensor {
         self.sum_mean(&[], false, true)
     }
 }
+
+/// max/min along an axis: the gradient goes to the first extremum
+/// (gx = scatter_add(zeros, axis, argidx, gy)), documented as PyTorch's
+/// `max(dim)`; ties elsewhere get 0.
+struct ExtremumBackward {
+    in_shape: Dims,
+    axis: usize,
+    /// Computed in the forward whenever a node is recorded.
+    idx_keepdim: Option<RawTensor>,
+}
+
+impl Backward for ExtremumBackward {
+    fn name(&self) -> &'static str {
+        "max/min"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        let idx = self.idx_keepdim.as_ref().ok_or(crate::Error::MissingGradient { op: "max/min", input: 0 })?;
+        let g = ctx.reshape(gy, idx.shape())?;
+        Ok(smallvec::smallvec![Some(ctx.scatter_add(&self.in_shape, self.axis, idx, &g)?)])
+    }
+}
+
+/// cumsum: gx = reverse cumulative sum of gy along the axis.
+struct CumsumBackward {
+    axis: usize,
+}
+
+impl Backward for CumsumBackward {
+    fn name(&self) -> &'static str {
+        "cumsum"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.cumsum_reverse(gy, self.axis)?)])
+    }
+}
+
+/// ‖x‖₂ over axes: gx = gy · x / ‖x‖ (0 where ‖x‖ = 0, as PyTorch).
+struct NormBackward {
+    x: RawTensor,
+    y_keepdim: RawTensor,
+}
+
+impl Backward for NormBackward {
+    fn name(&self) -> &'static str {
+        "norm"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        use fucina_core::kernels::elementwise::{BinaryOp, CmpOp};
+        let gy = ctx.reshape(gy, self.y_keepdim.shape())?;
+        let zero = ctx.compare_scalar(&self.y_keepdim, 0.0, CmpOp::Eq)?;
+        let ratio = ctx.binary(&gy, &self.y_keepdim, BinaryOp::Div)?;
+        let ratio = ctx.masked_fill(&ratio, &zero, 0.0)?;
+        Ok(smallvec::smallvec![Some(ctx.binary(&self.x, &ratio, BinaryOp::Mul)?)])
+    }
+}
+
+impl Tensor {
+    fn extremum(&self, axis: isize, keepdim: bool, max: bool) -> Result<Tensor> {
+        let name = if max { "max" } else { "min" };
+        let a = crate::ops::axis_of(name, self, axis)?;
+        let ctx = self.ctx();
+        let x = self.value()?;
+        let y = ctx.reduce(&x, if max { ReduceOp::Max } else { ReduceOp::Min }, &[a], keepdim)?;
+        let record_needed = crate::graph::should_record(&[self]);
+        let idx = if record_needed {
+            Some(if max { ctx.argmax(&x, a, true)? } else { ctx.argmin(&x, a, true)? })
+        } else {
+            None
+        };
+        drop(x);
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(record(ctx, name, y, &[self], |_| Box::new(ExtremumBackward { in_shape, axis: a, idx_keepdim: idx })))
+    }
+
+    /// Maximum along `axis`; the gradient goes to the first maximum.
+    pub fn max(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        self.extremum(axis, keepdim, true)
+    }
+
+    /// Minimum along `axis`; the gradient goes to the first minimum.
+    pub fn min(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        self.extremum(axis, keepdim, false)
+    }
+
+    /// Maximum of all elements (gradient to the first maximum).
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.reshape(&[-1])?.max(0, false)
+    }
+
+    /// Minimum of all elements (gradient to the first minimum).
+    pub fn min_all(&self) -> Result<Tensor> {
+        self.reshape(&[-1])?.min(0, false)
+    }
+
+    /// Indices (I64 constant) of the first maximum along `axis`.
+    pub fn argmax(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        let a = crate::ops::axis_of("argmax", self, axis)?;
+        let t = Tensor::from_raw(self.ctx(), self.ctx().argmax(&*self.value()?, a, keepdim)?, false);
+        crate::scope::adopt(&t);
+        Ok(t)
+    }
+
+    /// Variance over `axes` with `ddof` (1 = unbiased, PyTorch's default):
+    /// Σ(x − mean)² / (n − ddof), composed from differentiable primitives.
+    pub fn var(&self, axes: &[isize], ddof: usize, keepdim: bool) -> Result<Tensor> {
+        let ax = axes_of("var", self, axes)?;
+        let n: usize = ax.iter().map(|&a| self.shape()[a]).product();
+        let axi: Vec<isize> = ax.iter().map(|&a| a as isize).collect();
+        let mu = self.mean(&axi, true)?;
+        let d = self.sub(&mu)?;
+        d.square()?.sum(&axi, keepdim)?.div_scalar((n as f64 - ddof as f64).max(0.0))
+    }
+
+    /// L2 norm over `axes` (empty = all); gradient 0 where the norm is 0.
+    pub fn norm(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        let ax = axes_of("norm", self, axes)?;
+        let ctx = self.ctx();
+        let x = self.raw()?;
+        let sq = ctx.unary(&x, UnaryOp::Square)?;
+        let y_kd = ctx.unary(&ctx.reduce(&sq, ReduceOp::Sum, &ax, true)?, UnaryOp::Sqrt)?;
+        drop(sq);
+        let y = if keepdim {
+            y_kd.clone()
+        } else {
+            let shape: Vec<usize> = self.shape().iter().enumerate().filter(|(i, _)| !ax.contains(i)).map(|(_, &d)| d).collect();
+            y_kd.reshape(&shape)?
+        };
+        Ok(record(ctx, "norm", y, &[self], |_| Box::new(NormBackward { x, y_keepdim: y_kd })))
+    }
+
+    /// Cumulative sum along `axis`.
+    pub fn cumsum(&self, axis: isize) -> Result<Tensor> {
+        let a = crate::ops::axis_of("cumsum", self, axis)?;
+        let ctx = self.ctx();
+        let y = ctx.cumsum(&*self.value()?, a)?;
+        Ok(record(ctx, "cumsum", y, &[self], |_| Box::new(CumsumBackward { axis: a })))
+    }
+}

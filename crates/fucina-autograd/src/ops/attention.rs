@@ -1,0 +1,50 @@
+//! Scaled dot-product attention with causal and padding masks. The node keeps
+//! q, k, v and the softmax probabilities (one `[T, S]` block per head), nothing else.
+
+pub use fucina_core::kernels::attention::AttentionOpts;
+use fucina_core::{ExecContext, RawTensor};
+
+use crate::error::Result;
+use crate::graph::{record, Backward, Grads};
+use crate::ops::elementwise::not_differentiable;
+use crate::tensor::Tensor;
+
+/// P = softmax(QKᵀ·s + M), O = P·V:
+/// gV = Pᵀ·gO; gP = gO·Vᵀ; gS = P ⊙ (gP − rowsum(gP ⊙ P)); gQ = s·gS·K; gK = s·gSᵀ·Q.
+struct AttentionBackward {
+    q: RawTensor,
+    k: RawTensor,
+    v: RawTensor,
+    probs: RawTensor,
+    opts: AttentionOpts,
+}
+
+impl Backward for AttentionBackward {
+    fn name(&self) -> &'static str {
+        "scaled_dot_product_attention"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let (gq, gk, gv) = ctx.attention_backward(&self.q, &self.k, &self.v, &self.probs, gy, self.opts, [needs[0], needs[1], needs[2]])?;
+        Ok(smallvec::smallvec![gq, gk, gv, None])
+    }
+}
+
+impl Tensor {
+    /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]`;
+    /// `mask`: an additive float bias or a U8 keep-mask broadcastable to
+    /// `[B,H,T,S]` (a constant); `opts`: causal flag and scale (default 1/√D).
+    pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, opts: AttentionOpts) -> Result<Tensor> {
+        if mask.is_some_and(|m| m.requires_grad()) {
+            return Err(not_differentiable("scaled_dot_product_attention (mask)"));
+        }
+        let ctx = q.ctx();
+        let (qr, kr, vr) = (q.raw()?, k.raw()?, v.raw()?);
+        let mr = mask.map(|m| m.raw()).transpose()?;
+        let (out, probs) = ctx.attention(&qr, &kr, &vr, mr.as_ref(), opts)?;
+        let mut inputs = vec![q, k, v];
+        inputs.extend(mask);
+        Ok(record(ctx, "scaled_dot_product_attention", out, &inputs, |_| {
+            Box::new(AttentionBackward { q: qr, k: kr, v: vr, probs, opts })
+        }))
+    }
+}

@@ -1,0 +1,142 @@
+//! Indexing: embedding / index_select, gather (take along axis), scatter_add,
+//! one_hot. Index tensors are integer constants and get no gradient.
+
+use fucina_core::shape::Dims;
+use fucina_core::{DType, ExecContext, RawTensor};
+
+use crate::error::Result;
+use crate::graph::{record, Backward, Grads};
+use crate::ops::axis_of;
+use crate::ops::elementwise::not_differentiable;
+use crate::tensor::Tensor;
+
+fn check_index(op: &'static str, idx: &Tensor) -> Result<()> {
+    if idx.requires_grad() {
+        return Err(not_differentiable(op));
+    }
+    Ok(())
+}
+
+/// embedding: gW = scatter-add of gy rows into the ids' rows (deterministic with duplicates).
+struct EmbeddingBackward {
+    vocab: usize,
+    ids: RawTensor,
+}
+
+impl Backward for EmbeddingBackward {
+    fn name(&self) -> &'static str {
+        "embedding"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?), None])
+    }
+}
+
+/// index_select: gx = index_add(zeros(x), axis, idx, gy).
+struct IndexSelectBackward {
+    in_shape: Dims,
+    axis: usize,
+    idx: RawTensor,
+}
+
+impl Backward for IndexSelectBackward {
+    fn name(&self) -> &'static str {
+        "index_select"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.index_add(&self.in_shape, self.axis, &self.idx, gy)?), None])
+    }
+}
+
+/// gather: gx = scatter_add(zeros(x), axis, idx, gy).
+struct GatherBackward {
+    in_shape: Dims,
+    axis: usize,
+    idx: RawTensor,
+}
+
+impl Backward for GatherBackward {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.scatter_add(&self.in_shape, self.axis, &self.idx, gy)?), None])
+    }
+}
+
+/// out = x + scatter(src): gx = gy, gsrc = gather(gy, axis, idx).
+struct ScatterAddBackward {
+    axis: usize,
+    idx: RawTensor,
+}
+
+impl Backward for ScatterAddBackward {
+    fn name(&self) -> &'static str {
+        "scatter_add"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let gx = if needs[0] { Some(gy.clone()) } else { None };
+        let gs = if needs[2] { Some(ctx.gather(gy, self.axis, &self.idx)?) } else { None };
+        Ok(smallvec::smallvec![gx, None, gs])
+    }
+}
+
+impl Tensor {
+    /// Rows of this `[V, D]` weight picked by integer `ids` of any shape: `[..ids, D]`.
+    pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        check_index("embedding (ids)", ids)?;
+        let ctx = self.ctx();
+        let idsr = ids.raw()?;
+        let y = ctx.embedding(&*self.value()?, &idsr)?;
+        let vocab = self.shape()[0];
+        Ok(record(ctx, "embedding", y, &[self, ids], |_| Box::new(EmbeddingBackward { vocab, ids: idsr })))
+    }
+
+    /// Entries of `axis` picked by a 1-D integer index.
+    pub fn index_select(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
+        check_index("index_select (index)", idx)?;
+        let a = axis_of("index_select", self, axis)?;
+        let ctx = self.ctx();
+        let ir = idx.raw()?;
+        let y = ctx.index_select(&*self.value()?, a, &ir)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(record(ctx, "index_select", y, &[self, idx], |_| Box::new(IndexSelectBackward { in_shape, axis: a, idx: ir })))
+    }
+
+    /// torch.gather / take_along_axis: `out[.., j, ..] = x[.., idx[.., j, ..], ..]`.
+    pub fn gather(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
+        check_index("gather (index)", idx)?;
+        let a = axis_of("gather", self, axis)?;
+        let ctx = self.ctx();
+        let ir = idx.raw()?;
+        let y = ctx.gather(&*self.value()?, a, &ir)?;
+        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
+        Ok(record(ctx, "gather", y, &[self, idx], |_| Box::new(GatherBackward { in_shape, axis: a, idx: ir })))
+    }
+
+    /// Alias of [`Tensor::gather`] (NumPy's name).
+    pub fn take_along_axis(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
+        self.gather(axis, idx)
+    }
+
+    /// `self + scatter(src)`: src entries added at `idx` along `axis` (torch.scatter_add).
+    pub fn scatter_add(&self, axis: isize, idx: &Tensor, src: &Tensor) -> Result<Tensor> {
+        check_index("scatter_add (index)", idx)?;
+        crate::ops::same_dtype("scatter_add", self, src)?;
+        let a = axis_of("scatter_add", self, axis)?;
+        let ctx = self.ctx();
+        let ir = idx.raw()?;
+        let s = ctx.scatter_add(self.shape(), a, &ir, &*src.value()?)?;
+        let y = ctx.binary(&*self.value()?, &s, fucina_core::kernels::elementwise::BinaryOp::Add)?;
+        drop(s);
+        Ok(record(ctx, "scatter_add", y, &[self, idx, src], |_| Box::new(ScatterAddBackward { axis: a, idx: ir })))
+    }
+
+    /// One-hot encoding of integer indices: `idx.shape + [classes]` (not differentiable).
+    pub fn one_hot(&self, classes: usize, dtype: DType) -> Result<Tensor> {
+        let y = self.ctx().one_hot(&*self.value()?, classes, dtype)?;
+        let t = Tensor::from_raw(self.ctx(), y, false);
+        crate::scope::adopt(&t);
+        Ok(t)
+    }
+}

@@ -1,0 +1,89 @@
+//! Normalisation over the last axis: layer_norm (affine) and rms_norm.
+//! Statistics (mean, rstd) are saved by the forward kernel.
+
+use fucina_core::{ExecContext, RawTensor};
+
+use crate::error::Result;
+use crate::graph::{record, Backward, Grads};
+use crate::tensor::Tensor;
+
+/// x̂ = (x − μ)·r, y = x̂·w + b:
+/// gx = r·(g̃ − mean(g̃) − x̂·mean(g̃ ⊙ x̂)) with g̃ = gy ⊙ w; gw = Σ gy ⊙ x̂; gb = Σ gy.
+struct LayerNormBackward {
+    x: RawTensor,
+    w: Option<RawTensor>,
+    mean: RawTensor,
+    rstd: RawTensor,
+    has_bias: bool,
+}
+
+impl Backward for LayerNormBackward {
+    fn name(&self) -> &'static str {
+        "layer_norm"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
+        let nb_idx = if self.w.is_some() { 2 } else { 1 };
+        let nb = self.has_bias && needs.get(nb_idx).copied().unwrap_or(false);
+        let (gx, gw, gb) = ctx.layer_norm_backward(&self.x, self.w.as_ref(), &self.mean, &self.rstd, gy, needs[0], nw, nb)?;
+        let mut out: Grads = smallvec::smallvec![gx];
+        if self.w.is_some() {
+            out.push(gw);
+        }
+        if self.has_bias {
+            out.push(gb);
+        }
+        Ok(out)
+    }
+}
+
+/// y = x·r·w with r = 1/√(mean(x²) + ε):
+/// gx = r·(g̃ − x·r²·mean(g̃ ⊙ x)) with g̃ = gy ⊙ w; gw = Σ gy ⊙ x·r.
+struct RmsNormBackward {
+    x: RawTensor,
+    w: Option<RawTensor>,
+    rstd: RawTensor,
+}
+
+impl Backward for RmsNormBackward {
+    fn name(&self) -> &'static str {
+        "rms_norm"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
+        let (gx, gw) = ctx.rms_norm_backward(&self.x, self.w.as_ref(), &self.rstd, gy, needs[0], nw)?;
+        let mut out: Grads = smallvec::smallvec![gx];
+        if self.w.is_some() {
+            out.push(gw);
+        }
+        Ok(out)
+    }
+}
+
+impl Tensor {
+    /// Layer norm over the last axis (biased variance), with optional affine
+    /// weight and bias of shape `[D]`.
+    pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        let ctx = self.ctx();
+        let x = self.raw()?;
+        let w = weight.map(|w| w.raw()).transpose()?;
+        let b = bias.map(|b| b.raw()).transpose()?;
+        let (y, mean, rstd) = ctx.layer_norm(&x, w.as_ref(), b.as_ref(), eps)?;
+        let mut inputs: Vec<&Tensor> = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let has_bias = bias.is_some();
+        Ok(record(ctx, "layer_norm", y, &inputs, |_| Box::new(LayerNormBackward { x, w, mean, rstd, has_bias })))
+    }
+
+    /// RMS norm over the last axis: x / √(mean(x²) + ε) · w.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        let ctx = self.ctx();
+        let x = self.raw()?;
+        let w = weight.map(|w| w.raw()).transpose()?;
+        let (y, rstd) = ctx.rms_norm(&x, w.as_ref(), eps)?;
+        let mut inputs: Vec<&Tensor> = vec![self];
+        inputs.extend(weight);
+        Ok(record(ctx, "rms_norm", y, &inputs, |_| Box::new(RmsNormBackward { x, w, rstd })))
+    }
+}

@@ -1,0 +1,166 @@
+//! The backward engine: accumulation, diamonds, re-runs, seeds, no-grad.
+
+use fucina_autograd::{live_nodes, no_grad, CrossEntropyOpts, Error, Tensor};
+use fucina_core::{DType, ExecContext};
+
+fn ctx() -> ExecContext {
+    ExecContext::with_threads(1).unwrap()
+}
+
+#[test]
+fn a_plus_a_accumulates_both_paths() {
+    let ctx = ctx();
+    let a = Tensor::variable(&ctx, &[1.0f64, -2.0, 3.0], &[3]).unwrap();
+    a.add(&a).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![2.0, 2.0, 2.0]);
+    drop(a);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn x_times_x_is_two_x() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.5f64, -2.0, 0.0], &[3]).unwrap();
+    x.mul(&x).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, -4.0, 0.0]);
+}
+
+#[test]
+fn diamond_graph() {
+    // y = exp(x); z = y*y + tanh(y)  => dz/dx = (2y + 1 - tanh(y)^2) * y
+    let ctx = ctx();
+    let xs = [0.1f64, -0.4, 0.7];
+    let x = Tensor::variable(&ctx, &xs, &[3]).unwrap();
+    let y = x.exp().unwrap();
+    let z = y.mul(&y).unwrap().add(&y.tanh().unwrap()).unwrap();
+    z.sum_all().unwrap().backward().unwrap();
+    let g = x.grad().unwrap().to_vec::<f64>().unwrap();
+    for (i, &xv) in xs.iter().enumerate() {
+        let y = xv.exp();
+        let want = (2.0 * y + 1.0 - y.tanh().powi(2)) * y;
+        assert!((g[i] - want).abs() < 1e-12, "{} vs {}", g[i], want);
+    }
+}
+
+#[test]
+fn broadcast_gradients_are_reduced_by_the_engine() {
+    let ctx = ctx();
+    let a = Tensor::variable(&ctx, &[1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let b = Tensor::variable(&ctx, &[10.0f64, 20.0, 30.0], &[3]).unwrap();
+    a.mul(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(b.grad().unwrap().to_vec::<f64>().unwrap(), vec![5.0, 7.0, 9.0]);
+    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![10.0, 20.0, 30.0, 10.0, 20.0, 30.0]);
+}
+
+#[test]
+fn gradients_accumulate_over_two_backward_calls_until_zero_grad() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
+    for _ in 0..2 {
+        x.mul_scalar(3.0).unwrap().sum_all().unwrap().backward().unwrap();
+    }
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![6.0, 6.0]);
+    x.zero_grad();
+    assert!(x.grad().is_none());
+    x.mul_scalar(3.0).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, 3.0]);
+}
+
+#[test]
+fn second_backward_over_same_graph_is_an_error_and_changes_nothing() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
+    let loss = x.tanh().unwrap().sum_all().unwrap();
+    loss.backward().unwrap();
+    let before = x.grad().unwrap().to_vec::<f64>().unwrap();
+    match loss.backward() {
+        Err(Error::BackwardAlreadyRun { .. }) => {}
+        other => panic!("expected BackwardAlreadyRun, got {other:?}"),
+    }
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), before);
+}
+
+#[test]
+fn non_scalar_backward_needs_a_seed() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
+    let y = x.mul_scalar(2.0).unwrap();
+    assert!(matches!(y.backward(), Err(Error::MissingOutputGradient { .. })));
+    let seed = ctx.from_slice(&[1.0f64, 10.0], &[2]).unwrap();
+    y.backward_with(&seed).unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![2.0, 20.0]);
+}
+
+#[test]
+fn backward_on_constant_is_an_error() {
+    let ctx = ctx();
+    let c = Tensor::constant(&ctx, &[1.0f64], &[1]).unwrap();
+    assert!(matches!(c.exp().unwrap().backward(), Err(Error::NoGradient)));
+}
+
+#[test]
+fn no_grad_forward_records_no_node_and_allocates_no_node_memory() {
+    let ctx = ctx();
+    let w = Tensor::variable(&ctx, &[0.5f64; 6], &[2, 3]).unwrap();
+    let x = Tensor::constant(&ctx, &[1.0f64; 6], &[3, 2]).unwrap();
+    let nodes_before = live_nodes();
+    let y = {
+        let _g = no_grad();
+        w.matmul(&x).unwrap().tanh().unwrap().sum_all().unwrap()
+    };
+    assert_eq!(live_nodes(), nodes_before);
+    assert!(!y.requires_grad());
+    assert!(y.grad_fn_name().is_none());
+    // With grad mode on, nodes exist, and go away with the graph.
+    let z = w.matmul(&x).unwrap().tanh().unwrap().sum_all().unwrap();
+    assert_eq!(live_nodes(), nodes_before + 3);
+    drop(z);
+    assert_eq!(live_nodes(), nodes_before);
+}
+
+#[test]
+fn constants_only_record_nothing() {
+    let ctx = ctx();
+    let a = Tensor::constant(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let n = live_nodes();
+    let b = a.exp().unwrap().mul(&a).unwrap();
+    assert_eq!(live_nodes(), n);
+    assert!(!b.requires_grad());
+}
+
+#[test]
+fn detach_cuts_the_graph() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
+    let y = x.mul(&x).unwrap();
+    let z = y.detach().unwrap().mul(&x).unwrap().sum_all().unwrap(); // d/dx = y (held constant) = 4
+    z.backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![4.0]);
+}
+
+#[test]
+fn matmul_linear_and_cross_entropy_backward_shapes() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[0.1f64, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3]).unwrap();
+    let w = Tensor::variable(&ctx, &[0.1f64; 12], &[4, 3]).unwrap();
+    let b = Tensor::variable(&ctx, &[0.0f64; 4], &[4]).unwrap();
+    let t = Tensor::from_raw(&ctx, ctx.from_slice(&[1i64, 3], &[2]).unwrap(), false);
+    let loss = x.linear(&w, Some(&b)).unwrap().cross_entropy(&t, CrossEntropyOpts::default()).unwrap();
+    loss.backward().unwrap();
+    assert_eq!(w.grad().unwrap().shape(), &[4, 3]);
+    assert_eq!(b.grad().unwrap().shape(), &[4]);
+    assert_eq!(x.grad().unwrap().shape(), &[2, 3]);
+    // The bias gradient of mean CE is mean(softmax - onehot) over rows: sums to 0.
+    let gb: f64 = b.grad().unwrap().to_vec::<f64>().unwrap().iter().sum();
+    assert!(gb.abs() < 1e-12);
+}
+
+#[test]
+fn dtype_mismatch_is_a_structured_error() {
+    let ctx = ctx();
+    let a = Tensor::variable(&ctx, &[1.0f64], &[1]).unwrap();
+    let b = Tensor::variable(&ctx, &[1.0f32], &[1]).unwrap();
+    assert!(matches!(a.add(&b), Err(Error::Core(fucina_core::Error::DTypeMismatch { .. }))));
+    let z = Tensor::zeros(&ctx, DType::F64, &[2]).unwrap();
+    assert!(matches!(a.matmul(&z), Err(Error::Core(_))));
+}
