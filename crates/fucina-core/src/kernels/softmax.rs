@@ -214,13 +214,26 @@ fn check_pair(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     Ok(())
 }
 
-/// `t` with `axis` swapped to the last place and made contiguous.
+/// The permutation moving `axis` to the last place, the others keeping their order.
+fn axis_to_last(rank: usize, axis: usize) -> Vec<usize> {
+    (0..rank).filter(|&a| a != axis).chain([axis]).collect()
+}
+
+/// The inverse of [`axis_to_last`]: moves the last axis back to `axis`.
+fn last_to_axis(rank: usize, axis: usize) -> Vec<usize> {
+    (0..rank - 1)
+        .take(axis)
+        .chain([rank - 1])
+        .chain(axis..rank - 1)
+        .collect()
+}
+
+/// `t` with `axis` moved to the last place (the others in order), made contiguous.
 fn axis_last_contiguous(ctx: &ExecContext, t: &RawTensor, axis: usize) -> Result<RawTensor> {
-    let last = t.rank() - 1;
-    if axis == last {
+    if axis == t.rank() - 1 {
         ctx.contiguous(t)
     } else {
-        ctx.copy(&t.transpose(axis, last)?)
+        ctx.copy(&t.permute(&axis_to_last(t.rank(), axis))?)
     }
 }
 
@@ -272,7 +285,7 @@ fn map_rows<T: Float>(
     if axis == last {
         Ok(out)
     } else {
-        ctx.copy(&out.transpose(axis, last)?)
+        ctx.copy(&out.permute(&last_to_axis(a.rank(), axis))?)
     }
 }
 
