@@ -111,7 +111,14 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
         let dd = SIZES[(n + 2) % SIZES.len()].min(65);
         let dv = SIZES[(n + 7) % SIZES.len()].min(33);
         let (b, h) = if t >= 127 { (1, 2) } else { (2, 3) };
-        let dims = AttnDims { b, h, t, s, d: dd, dv };
+        let dims = AttnDims {
+            b,
+            h,
+            t,
+            s,
+            d: dd,
+            dv,
+        };
         let kind = kinds[n % kinds.len()];
         let q = heads_view::<T>(&c1, &mut rng, [b, h, t, dd]);
         let k = if n % 2 == 0 {
@@ -136,17 +143,32 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
             MaskKind::Keep => RefMask::Keep(&fkeep),
             _ => RefMask::None,
         };
-        let (want_o, want_p) =
-            reference::attention(&qv, &kv, &vv, dims, rmask, opts.causal, scale);
+        let (want_o, want_p) = reference::attention(&qv, &kv, &vv, dims, rmask, opts.causal, scale);
         let (o1, p1) = c1.attention(&q, &k, &v, mask.as_ref(), opts).unwrap();
         let (o2, p2) = c2.attention(&q, &k, &v, mask.as_ref(), opts).unwrap();
         let ctx_case = format!("case {n} {kind:?} t={t} s={s} d={dd} dv={dv}");
         assert_eq!(o1.shape(), &[b, h, t, dv]);
         assert_eq!(p1.shape(), &[b, h, t, s]);
-        close(&o1.to_vec::<T>().unwrap(), &want_o, tol, &format!("out {ctx_case}"));
-        close(&p1.to_vec::<T>().unwrap(), &want_p, tol, &format!("probs {ctx_case}"));
-        assert_eq!(bits(&o1.to_vec::<T>().unwrap()), bits(&o2.to_vec::<T>().unwrap()));
-        assert_eq!(bits(&p1.to_vec::<T>().unwrap()), bits(&p2.to_vec::<T>().unwrap()));
+        close(
+            &o1.to_vec::<T>().unwrap(),
+            &want_o,
+            tol,
+            &format!("out {ctx_case}"),
+        );
+        close(
+            &p1.to_vec::<T>().unwrap(),
+            &want_p,
+            tol,
+            &format!("probs {ctx_case}"),
+        );
+        assert_eq!(
+            bits(&o1.to_vec::<T>().unwrap()),
+            bits(&o2.to_vec::<T>().unwrap())
+        );
+        assert_eq!(
+            bits(&p1.to_vec::<T>().unwrap()),
+            bits(&p2.to_vec::<T>().unwrap())
+        );
         // Backward from a random upstream gradient given as a non-contiguous view.
         let g = heads_view::<T>(&c1, &mut rng, [b, h, t, dv]);
         let gvv = g.to_vec::<T>().unwrap();
@@ -166,7 +188,11 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
             let (a, bb) = (a.as_ref().unwrap(), bb.as_ref().unwrap());
             let av = a.to_vec::<T>().unwrap();
             close(&av, want, tol, &format!("{name} {ctx_case}"));
-            assert_eq!(bits(&av), bits(&bb.to_vec::<T>().unwrap()), "{name} threads");
+            assert_eq!(
+                bits(&av),
+                bits(&bb.to_vec::<T>().unwrap()),
+                "{name} threads"
+            );
         }
         assert_eq!(r1.0.as_ref().unwrap().shape(), q.shape());
         assert_eq!(r1.1.as_ref().unwrap().shape(), k.shape());
@@ -406,6 +432,8 @@ fn argument_errors() {
         ctx.attention_backward(&q, &k, &v, &p, &bad_p, o, [true; 3]),
         Err(Error::ShapeMismatch { .. })
     ));
-    drop((q, k, v, bad_k, bad_v, k64, r3, bad_mask, int_mask, qi, ki, vi, m64, p, g, bad_p));
+    drop((
+        q, k, v, bad_k, bad_v, k64, r3, bad_mask, int_mask, qi, ki, vi, m64, p, g, bad_p,
+    ));
     assert_eq!(ctx.stats().outstanding, 0);
 }

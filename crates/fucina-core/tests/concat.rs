@@ -201,7 +201,11 @@ fn pad_large_and_integer() {
 #[test]
 fn split_and_chunk_are_views_with_torch_semantics() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    let x = ctx.arange::<f32>(0.0, 20.0, 1.0).unwrap().reshape(&[2, 10]).unwrap();
+    let x = ctx
+        .arange::<f32>(0.0, 20.0, 1.0)
+        .unwrap()
+        .reshape(&[2, 10])
+        .unwrap();
     let parts = chunk(&x, 1, 3).unwrap();
     let sizes: Vec<usize> = parts.iter().map(|p| p.shape()[1]).collect();
     assert_eq!(sizes, vec![4, 4, 2]);

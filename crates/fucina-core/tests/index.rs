@@ -105,13 +105,8 @@ fn index_select_any_dtype_and_strided_index() {
         .unwrap();
     let y = ctx.index_select(&xh, 0, &idx).unwrap();
     assert_eq!(y.dtype(), DType::BF16);
-    let want = reference::index_select(
-        &xh.to_vec::<fucina_core::bf16>().unwrap(),
-        &shape,
-        0,
-        &ids,
-    )
-    .unwrap();
+    let want = reference::index_select(&xh.to_vec::<fucina_core::bf16>().unwrap(), &shape, 0, &ids)
+        .unwrap();
     assert_eq!(y.to_vec::<fucina_core::bf16>().unwrap(), want);
     drop((idx_full, idx, xi, xu, xh, y, yi, yu));
     assert_eq!(ctx.stats().outstanding, 0);
@@ -127,7 +122,8 @@ fn embedding_case<T: Float>() {
             let idx = ctx.from_slice(&ids, &[2, 3]).unwrap();
             let y = ctx.embedding(&w, &idx).unwrap();
             assert_eq!(y.shape(), &[2, 3, d]);
-            let want = reference::index_select(&w.to_vec::<T>().unwrap(), &[v, d], 0, &ids).unwrap();
+            let want =
+                reference::index_select(&w.to_vec::<T>().unwrap(), &[v, d], 0, &ids).unwrap();
             assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
             // Transposed weight view: [D, V] storage read as [V, D].
             let wt = transposed::<T>(&ctx, &mut rng, &[v, d], 0, 1);
@@ -165,8 +161,8 @@ fn index_add_case<T: Float>() {
                 let ids = rand_ids(&mut rng, n, a.min(3));
                 let idx = c1.from_slice(&ids, &[n]).unwrap();
                 let src = transposed::<T>(&c1, &mut rng, &sshape, 1, 2);
-                let want = reference::index_add(&shape, axis, &ids, &src.to_vec::<T>().unwrap())
-                    .unwrap();
+                let want =
+                    reference::index_add(&shape, axis, &ids, &src.to_vec::<T>().unwrap()).unwrap();
                 let y1 = c1.index_add(&shape, axis, &idx, &src).unwrap();
                 let y2 = c2.index_add(&shape, axis, &idx, &src).unwrap();
                 assert_eq!(y1.shape(), shape.as_slice());
@@ -275,8 +271,8 @@ fn gather_scatter_case<T: Float>() {
             let ids = rand_ids(&mut rng, n, a);
             let idx = c1.from_slice(&ids, &ishape).unwrap();
             let x = transposed::<T>(&c1, &mut rng, &shape, 0, 2);
-            let want = reference::gather(&x.to_vec::<T>().unwrap(), &shape, axis, &ids, &ishape)
-                .unwrap();
+            let want =
+                reference::gather(&x.to_vec::<T>().unwrap(), &shape, axis, &ids, &ishape).unwrap();
             let y = c2.gather(&x, axis, &idx).unwrap();
             assert_eq!(y.shape(), ishape.as_slice());
             assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
@@ -326,8 +322,9 @@ fn scatter_add_large_parallel_paths_are_thread_invariant() {
         let ids = rand_ids(&mut rng, n, shape[axis]);
         let idx = c1.from_slice(&ids, &ishape).unwrap();
         let src = rand_t::<f32>(&c1, &mut rng, &ishape);
-        let want = reference::scatter_add(&shape, axis, &ids, &ishape, &src.to_vec::<f32>().unwrap())
-            .unwrap();
+        let want =
+            reference::scatter_add(&shape, axis, &ids, &ishape, &src.to_vec::<f32>().unwrap())
+                .unwrap();
         let y1 = c1.scatter_add(&shape, axis, &idx, &src).unwrap();
         let y2 = c2.scatter_add(&shape, axis, &idx, &src).unwrap();
         assert_eq!(bits(&y1.to_vec::<f32>().unwrap()), bits(&want));
@@ -344,7 +341,9 @@ fn scatter_add_large_parallel_paths_are_thread_invariant() {
 #[test]
 fn gather_any_dtype() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    let x = ctx.from_slice(&[10i32, 11, 12, 20, 21, 22], &[2, 3]).unwrap();
+    let x = ctx
+        .from_slice(&[10i32, 11, 12, 20, 21, 22], &[2, 3])
+        .unwrap();
     let idx = ctx.from_slice(&[2i64, 2, 0, 1], &[2, 2]).unwrap();
     let y = ctx.gather(&x, 1, &idx).unwrap();
     assert_eq!(y.to_vec::<i32>().unwrap(), vec![12, 12, 20, 21]);

@@ -202,14 +202,18 @@ fn attention_fwd<T: Float>(
 ) -> Result<()> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     let (nb, nh, nt, ns, dv) = (qs[0], qs[1], qs[2], ks[2], vs[3]);
-    let (qh, kh, vh) = (Heads::<T>::new(q)?, Heads::<T>::new(k)?, Heads::<T>::new(v)?);
-    let op = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
-    let pp = SendPtr(probs.as_mut_slice::<T>()?.as_mut_ptr());
+    let (qh, kh, vh) = (
+        Heads::<T>::new(q)?,
+        Heads::<T>::new(k)?,
+        Heads::<T>::new(v)?,
+    );
+    let out_ptr = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
+    let probs_ptr = SendPtr(probs.as_mut_slice::<T>()?.as_mut_ptr());
     let n_tb = nt.div_ceil(ROW_BLOCK);
     let n_chunks = nb * nh * n_tb;
     let work = nb * nh * nt * ns * (qs[3] + dv);
     ctx.for_chunks(n_chunks, work >= 1 << 15, |c| {
-        let (op, pp) = (op, pp);
+        let (op, pp) = (out_ptr, probs_ptr);
         let (bh, tb) = (c / n_tb, c % n_tb);
         let (b, h) = (bh / nh, bh % nh);
         for i in tb * ROW_BLOCK..((tb + 1) * ROW_BLOCK).min(nt) {
@@ -272,7 +276,11 @@ fn attention_bwd<T: Float>(
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     let (nb, nh, nt, ns, d, dv) = (qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]);
-    let (qh, kh, vh) = (Heads::<T>::new(q)?, Heads::<T>::new(k)?, Heads::<T>::new(v)?);
+    let (qh, kh, vh) = (
+        Heads::<T>::new(q)?,
+        Heads::<T>::new(k)?,
+        Heads::<T>::new(v)?,
+    );
     let pr = probs.as_slice::<T>()?;
     let gr = g_out.as_slice::<T>()?;
     let need_s = needs[0] || needs[1];
@@ -302,16 +310,18 @@ fn attention_bwd<T: Float>(
             None => None,
         })
     };
-    let (gqp, gkp, gvp) = (ptr(&mut gq)?, ptr(&mut gk)?, ptr(&mut gv)?);
-    let gsp = SendPtr(gs_buf.as_mut_ptr());
+    let (gq_ptr, gk_ptr, gv_ptr) = (ptr(&mut gq)?, ptr(&mut gk)?, ptr(&mut gv)?);
+    let gs_ptr = SendPtr(gs_buf.as_mut_ptr());
     let work = n_heads * nt * ns * (d + dv);
     ctx.for_chunks(n_heads, work >= 1 << 15, |bh| {
-        let (gqp, gkp, gvp, gsp) = (gqp, gkp, gvp, gsp);
+        let (gqp, gkp, gvp, gsp) = (gq_ptr, gk_ptr, gv_ptr, gs_ptr);
         let (b, h) = (bh / nh, bh % nh);
         // SAFETY (all slices below): head bh's rows of gq/gk/gv and its gs row are
         // owned by this chunk only; the buffers hold n_heads such blocks.
-        let gk_h = gkp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * d), ns * d) });
-        let gv_h = gvp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * dv), ns * dv) });
+        let gk_h =
+            gkp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * d), ns * d) });
+        let gv_h =
+            gvp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * dv), ns * dv) });
         let (mut gk_h, mut gv_h) = (gk_h, gv_h);
         let gs = if need_s {
             unsafe { std::slice::from_raw_parts_mut(gsp.0.add(bh * ns), ns) }

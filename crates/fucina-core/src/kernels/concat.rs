@@ -38,7 +38,7 @@ fn concat_typed<T: Element>(
     let total = oshape[axis];
     let inner = shape::numel(&oshape[axis + 1..]);
     let dst = out.as_mut_slice::<T>()?;
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     let mut start = 0usize;
     for x in xs {
         let a = x.shape()[axis];
@@ -58,7 +58,7 @@ fn concat_typed<T: Element>(
         let n_chunks = outer.div_ceil(rows_per_chunk);
         let col0 = start * inner;
         ctx.for_chunks(n_chunks, outer * blk >= CHUNK, |c| {
-            let dp = dp;
+            let dp = dptr;
             let r0 = c * rows_per_chunk;
             let r1 = (r0 + rows_per_chunk).min(outer);
             for o in r0..r1 {
@@ -71,7 +71,9 @@ fn concat_typed<T: Element>(
                 if sub_contig {
                     d.copy_from_slice(&s[base..base + blk]);
                 } else {
-                    for (v, off) in d.iter_mut().zip(StridedIter::new(sub_shape, sub_strides, base))
+                    for (v, off) in d
+                        .iter_mut()
+                        .zip(StridedIter::new(sub_shape, sub_strides, base))
                     {
                         *v = s[off];
                     }
@@ -113,9 +115,9 @@ fn pad_typed<T: Element>(
     let corner: usize = pads.iter().zip(&ostrides).map(|(p, s)| p.0 * s).sum();
     let xoff = x.offset();
     let rows_per_chunk = (CHUNK / last).max(1);
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     ctx.for_chunks(rows.div_ceil(rows_per_chunk), n >= CHUNK, |c| {
-        let dp = dp;
+        let dp = dptr;
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);
         for row in r0..r1 {

@@ -73,12 +73,13 @@ pub(crate) fn read_indices(
 }
 
 /// Row-major offsets of `shape` under `strides`, into pool scratch (for strided inner loops).
-fn offset_table(ctx: &ExecContext, shape: &[usize], strides: &[usize]) -> Result<ScratchLease<i64>> {
+fn offset_table(
+    ctx: &ExecContext,
+    shape: &[usize],
+    strides: &[usize],
+) -> Result<ScratchLease<i64>> {
     let mut t = ctx.pool().scratch::<i64>(shape::numel(shape))?;
-    for (d, off) in t
-        .iter_mut()
-        .zip(shape::StridedIter::new(shape, strides, 0))
-    {
+    for (d, off) in t.iter_mut().zip(shape::StridedIter::new(shape, strides, 0)) {
         *d = off as i64;
     }
     Ok(t)
@@ -115,10 +116,10 @@ fn select_rows<T: Element>(
     if rows == 0 || inner == 0 {
         return Ok(());
     }
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
     ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dp;
+        let dp = dptr;
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);
         for r in r0..r1 {
@@ -194,11 +195,11 @@ fn index_add_rows<T: Float>(
     if rows == 0 || inner == 0 {
         return Ok(out);
     }
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
     let (starts, order) = (&starts[..], &order[..]);
     ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dp;
+        let dp = dptr;
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);
         for r in r0..r1 {
@@ -276,11 +277,11 @@ fn gather_typed<T: Element>(
     if rows == 0 || inner == 0 {
         return Ok(());
     }
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
     let table = &table[..];
     ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dp;
+        let dp = dptr;
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);
         for r in r0..r1 {
@@ -334,11 +335,11 @@ fn scatter_add_typed<T: Float>(
     };
     let n_jb = inner.div_ceil(jb);
     let n_og = outer.div_ceil(o_per);
-    let dp = SendPtr(dst.as_mut_ptr());
+    let dptr = SendPtr(dst.as_mut_ptr());
     let (otab, stab) = (&otab[..], &stab[..]);
     let (o_axis, s_axis) = (ostrides[axis], ss[axis]);
     ctx.for_chunks(n_og * n_jb, outer * row_work >= CHUNK, |c| {
-        let dp = dp;
+        let dp = dptr;
         let (og, b) = (c / n_jb, c % n_jb);
         let (j0, j1) = (b * jb, ((b + 1) * jb).min(inner));
         for o in og * o_per..((og + 1) * o_per).min(outer) {
