@@ -21,7 +21,7 @@ const TILE_ALIGN: usize = 16;
 /// A tile is never split below this many rows or columns.
 const MIN_TILE_DIM: usize = 64;
 /// A tile is never split below this many FLOPs (keeps packing overhead small).
-const MIN_TILE_FLOPS: usize = 1 << 23;
+const MIN_TILE_FLOPS: usize = 1 << 22;
 /// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
 const TARGET_CHUNKS: usize = 8;
 /// Below this many FLOPs in total a GEMM runs on the calling thread only.
@@ -74,9 +74,7 @@ impl GemmKernel for f32 {
     ) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            matrixmultiply::sgemm(
-                m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
+            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
     }
 }
@@ -101,9 +99,7 @@ impl GemmKernel for f64 {
     ) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            matrixmultiply::dgemm(
-                m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
+            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
     }
 }
@@ -150,7 +146,7 @@ fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
         if s < extent {
             return false;
         }
-        extent = s * (d - 1) + extent;
+        extent += s * (d - 1);
     }
     true
 }
@@ -286,9 +282,7 @@ unsafe fn run<T: GemmKernel>(
     let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
     let per = gm * gn;
     let n_chunks = nb * per;
-    let total_flops = (2 * m * n)
-        .saturating_mul(k.max(1))
-        .saturating_mul(nb);
+    let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
     let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
     let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
     let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
@@ -391,8 +385,16 @@ fn matmul_shapes(
             ),
         });
     }
-    let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone_view() };
-    let b2 = if b.rank() == 1 { b.unsqueeze(1)? } else { b.clone_view() };
+    let a2 = if a.rank() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone_view()
+    };
+    let b2 = if b.rank() == 1 {
+        b.unsqueeze(1)?
+    } else {
+        b.clone_view()
+    };
     let (ar, br) = (a2.rank(), b2.rank());
     if a2.shape()[ar - 1] != b2.shape()[br - 2] {
         return Err(Error::ShapeMismatch {
@@ -484,7 +486,12 @@ impl ExecContext {
     /// assert_eq!(ctx.linear(&x, &w, Some(&b))?.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
     /// # Ok::<(), fucina_core::Error>(())
     /// ```
-    pub fn linear(&self, x: &RawTensor, w: &RawTensor, bias: Option<&RawTensor>) -> Result<RawTensor> {
+    pub fn linear(
+        &self,
+        x: &RawTensor,
+        w: &RawTensor,
+        bias: Option<&RawTensor>,
+    ) -> Result<RawTensor> {
         let op = "linear";
         if x.rank() == 0 || w.rank() != 2 {
             return Err(Error::InvalidArgument {
@@ -579,7 +586,8 @@ pub mod reference {
                 for j in 0..p.n {
                     let mut acc = T::ZERO;
                     for kk in 0..p.k {
-                        acc += sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
+                        acc +=
+                            sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
                     }
                     let dst = &mut sc[co + i * p.c.rs + j * p.c.cs];
                     *dst = if beta == T::ZERO {
