@@ -141,6 +141,15 @@ fn batched_broadcast<T: Float>() {
         let fast = ctx.matmul(&a3, &b2).unwrap();
         let refr = reference::matmul::<T>(&ctx, &a3, &b2).unwrap();
         assert_close::<T>(&fast, &refr, k, 1.0, &format!("batched-t {m}x{k}x{n}"));
+        // A shared b with a contiguous batched a: the batch folds into M (one larger GEMM).
+        let a4 = rand_tensor::<T>(&ctx, &mut rng, &[2, 3, m, k]);
+        let b1 = rand_tensor::<T>(&ctx, &mut rng, &[1, k, n]);
+        for bb in [&b2, &b1] {
+            let fast = ctx.matmul(&a4, bb).unwrap();
+            assert_eq!(fast.shape(), &[2, 3, m, n]);
+            let refr = reference::matmul::<T>(&ctx, &a4, bb).unwrap();
+            assert_close::<T>(&fast, &refr, k, 1.0, &format!("folded {m}x{k}x{n}"));
+        }
         // Explicit stride-0 batch on b via broadcast_to.
         let bb = b2.broadcast_to(&[4, k, n]).unwrap();
         let fast2 = ctx.matmul(&a3, &bb).unwrap();

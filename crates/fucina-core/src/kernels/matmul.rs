@@ -21,7 +21,7 @@ const TILE_ALIGN: usize = 16;
 /// A tile is never split below this many rows or columns.
 const MIN_TILE_DIM: usize = 64;
 /// A tile is never split below this many FLOPs (keeps packing overhead small).
-const MIN_TILE_FLOPS: usize = 1 << 22;
+const MIN_TILE_FLOPS: usize = 1 << 21;
 /// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
 const TARGET_CHUNKS: usize = 8;
 /// Below this many FLOPs in total a GEMM runs on the calling thread only.
@@ -151,8 +151,13 @@ fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
     true
 }
 
-/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out.
+/// Validates `c = alpha·a·b + beta·c` and lays it out for the fast kernel (batch folded).
 fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
+    plan_unfolded(op, a, b, c).map(fold_batch)
+}
+
+/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out as given.
+fn plan_unfolded(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
     for t in [b, c] {
         if t.dtype() != a.dtype() {
             return Err(Error::DTypeMismatch {
@@ -227,6 +232,48 @@ fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result
         c: operand(c, SmallVec::from_slice(&c.strides()[..cr - 2])),
         batch,
     })
+}
+
+/// When B is shared by every batch item (stride-0 batch) and the batch axes of A and C
+/// merge with their row axis, the batch is folded into M: one larger GEMM, B packed once
+/// per tile instead of once per item. Each element's K-reduction is unchanged.
+fn fold_batch(p: Problem) -> Problem {
+    if p.batch.is_empty() || p.b.batch_strides.iter().any(|&s| s != 0) {
+        return p;
+    }
+    if p.m <= 1 {
+        return p;
+    }
+    // Row axis then batch axes, innermost first: each must step over the one inside it.
+    let merges = |bs: &[usize], rs: usize| {
+        let mut inner = (p.m, rs);
+        for (&d, &s) in p.batch.iter().zip(bs).rev() {
+            if d == 1 {
+                continue;
+            }
+            if s != inner.0 * inner.1 {
+                return false;
+            }
+            inner = (d, s);
+        }
+        true
+    };
+    if !(merges(&p.a.batch_strides, p.a.rs) && merges(&p.c.batch_strides, p.c.rs)) {
+        return p;
+    }
+    let m = p.m * p.batch_len();
+    let strip = |o: Operand| Operand {
+        batch_strides: SmallVec::new(),
+        ..o
+    };
+    Problem {
+        m,
+        batch: SmallVec::new(),
+        a: strip(p.a),
+        b: strip(p.b),
+        c: strip(p.c),
+        ..p
+    }
 }
 
 /// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
@@ -561,7 +608,7 @@ pub mod reference {
         beta: f64,
         c: &mut RawTensor,
     ) -> Result<()> {
-        let p = plan("gemm", a, b, c)?;
+        let p = plan_unfolded("gemm", a, b, c)?;
         if T::DTYPE != c.dtype() {
             return Err(Error::DTypeMismatch {
                 op: "gemm",
