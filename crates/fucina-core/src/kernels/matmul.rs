@@ -25,7 +25,7 @@ const MIN_TILE_FLOPS: usize = 1 << 21;
 /// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
 const TARGET_CHUNKS: usize = 8;
 /// Below this many FLOPs in total a GEMM runs on the calling thread only.
-const PAR_MIN_FLOPS: usize = 1 << 22;
+const PAR_MIN_FLOPS: usize = 1 << 23;
 
 /// Element types with a fast GEMM kernel (f32, f64).
 trait GemmKernel: Float {
