@@ -54,7 +54,9 @@ fn parse_args() -> Args {
                 .unwrap_or_else(|| fail(&format!("{flag} expects a value")))
         };
         match flag.as_str() {
-            "--workload" => a.workloads = value().split(',').map(|s| s.trim().to_string()).collect(),
+            "--workload" => {
+                a.workloads = value().split(',').map(|s| s.trim().to_string()).collect()
+            }
             "--steps" => a.steps = parse_usize("--steps", &value()),
             "--warmup" => a.warmup = parse_usize("--warmup", &value()),
             "--threads" => a.threads = parse_usize("--threads", &value()).max(1),
@@ -68,8 +70,8 @@ fn parse_args() -> Args {
             }
             "--layout" => {
                 let v = value();
-                a.opts.gemm_layout =
-                    Layout::parse(&v).unwrap_or_else(|| fail(&format!("--layout expects nn, tn or nt, got {v:?}")));
+                a.opts.gemm_layout = Layout::parse(&v)
+                    .unwrap_or_else(|| fail(&format!("--layout expects nn, tn or nt, got {v:?}")));
             }
             "--minilm-dir" => {
                 let _ = value(); // accepted for CLI compatibility; used by the minilm workload
@@ -85,10 +87,16 @@ fn parse_args() -> Args {
     }
     for w in &a.workloads {
         if workloads::PLANNED.contains(&w.as_str()) {
-            fail(&format!("workload {w:?} is not implemented yet (available: {:?})", workloads::AVAILABLE));
+            fail(&format!(
+                "workload {w:?} is not implemented yet (available: {:?})",
+                workloads::AVAILABLE
+            ));
         }
         if !workloads::AVAILABLE.contains(&w.as_str()) {
-            fail(&format!("unknown workload {w:?} (available: {:?})", workloads::AVAILABLE));
+            fail(&format!(
+                "unknown workload {w:?} (available: {:?})",
+                workloads::AVAILABLE
+            ));
         }
     }
     a

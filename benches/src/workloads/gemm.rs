@@ -42,10 +42,18 @@ pub struct Gemm {
 
 impl Gemm {
     /// Builds `A [M, K]`, `B [K, N]` (as views of the stored layout) with fixed seeds.
-    pub fn new(ctx: &ExecContext, shape: Option<(usize, usize, usize)>, layout: Layout) -> Result<Gemm> {
+    pub fn new(
+        ctx: &ExecContext,
+        shape: Option<(usize, usize, usize)>,
+        layout: Layout,
+    ) -> Result<Gemm> {
         let (m, k, n) = shape.unwrap_or((1024, 1024, 1024));
         let mut rng = SplitMix64::new(0);
-        let mut randn = |len: usize| (0..len).map(|_| rng.next_normal() as f32).collect::<Vec<f32>>();
+        let mut randn = |len: usize| {
+            (0..len)
+                .map(|_| rng.next_normal() as f32)
+                .collect::<Vec<f32>>()
+        };
         let (a, b) = match layout {
             Layout::NN => (
                 ctx.from_slice(&randn(m * k), &[m, k])?,

@@ -78,8 +78,12 @@ fn transposed_and_narrowed<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(12);
     for (m, k, n) in triples().into_iter().step_by(2) {
-        let at = rand_tensor::<T>(&ctx, &mut rng, &[k, m]).transpose(0, 1).unwrap();
-        let bt = rand_tensor::<T>(&ctx, &mut rng, &[n, k]).transpose(0, 1).unwrap();
+        let at = rand_tensor::<T>(&ctx, &mut rng, &[k, m])
+            .transpose(0, 1)
+            .unwrap();
+        let bt = rand_tensor::<T>(&ctx, &mut rng, &[n, k])
+            .transpose(0, 1)
+            .unwrap();
         let a = rand_tensor::<T>(&ctx, &mut rng, &[m, k]);
         let b = rand_tensor::<T>(&ctx, &mut rng, &[k, n]);
         // Narrowed: a window inside a larger matrix (row stride > cols, non-zero offset).
@@ -130,11 +134,22 @@ fn batched_broadcast<T: Float>() {
         let refr = reference::matmul::<T>(&ctx, &a, &b).unwrap();
         assert_close::<T>(&fast, &refr, k, 1.0, &format!("batched {m}x{k}x{n}"));
         // A 2-D b broadcast across a batched, transposed a (attention-like Qᵀ layouts).
-        let a3 = rand_tensor::<T>(&ctx, &mut rng, &[4, k, m]).transpose(1, 2).unwrap();
+        let a3 = rand_tensor::<T>(&ctx, &mut rng, &[4, k, m])
+            .transpose(1, 2)
+            .unwrap();
         let b2 = rand_tensor::<T>(&ctx, &mut rng, &[k, n]);
         let fast = ctx.matmul(&a3, &b2).unwrap();
         let refr = reference::matmul::<T>(&ctx, &a3, &b2).unwrap();
         assert_close::<T>(&fast, &refr, k, 1.0, &format!("batched-t {m}x{k}x{n}"));
+        // A shared b with a contiguous batched a: the batch folds into M (one larger GEMM).
+        let a4 = rand_tensor::<T>(&ctx, &mut rng, &[2, 3, m, k]);
+        let b1 = rand_tensor::<T>(&ctx, &mut rng, &[1, k, n]);
+        for bb in [&b2, &b1] {
+            let fast = ctx.matmul(&a4, bb).unwrap();
+            assert_eq!(fast.shape(), &[2, 3, m, n]);
+            let refr = reference::matmul::<T>(&ctx, &a4, bb).unwrap();
+            assert_close::<T>(&fast, &refr, k, 1.0, &format!("folded {m}x{k}x{n}"));
+        }
         // Explicit stride-0 batch on b via broadcast_to.
         let bb = b2.broadcast_to(&[4, k, n]).unwrap();
         let fast2 = ctx.matmul(&a3, &bb).unwrap();
@@ -161,7 +176,13 @@ fn batched_broadcast_f64() {
 fn alpha_beta<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(14);
-    for &(m, k, n) in &[(7, 15, 33), (65, 17, 31), (127, 63, 16), (257, 3, 65), (16, 0, 7)] {
+    for &(m, k, n) in &[
+        (7, 15, 33),
+        (65, 17, 31),
+        (127, 63, 16),
+        (257, 3, 65),
+        (16, 0, 7),
+    ] {
         let a = rand_tensor::<T>(&ctx, &mut rng, &[m, k]);
         let b = rand_tensor::<T>(&ctx, &mut rng, &[k, n]);
         let c0 = rand_tensor::<T>(&ctx, &mut rng, &[m, n]);
@@ -170,14 +191,24 @@ fn alpha_beta<T: Float>() {
             let mut refr = ctx.copy(&c0).unwrap();
             ctx.gemm(alpha, &a, &b, beta, &mut fast).unwrap();
             reference::gemm::<T>(alpha, &a, &b, beta, &mut refr).unwrap();
-            assert_close::<T>(&fast, &refr, k, 4.0, &format!("a={alpha} b={beta} {m}x{k}x{n}"));
+            assert_close::<T>(
+                &fast,
+                &refr,
+                k,
+                4.0,
+                &format!("a={alpha} b={beta} {m}x{k}x{n}"),
+            );
         }
         // beta == 0 must not read C: a NaN-filled C gives finite results.
         let mut nan_c = ctx.full::<T>(&[m, n], T::from_f64(f64::NAN)).unwrap();
         ctx.gemm(1.0, &a, &b, 0.0, &mut nan_c).unwrap();
         assert!(nan_c.to_vec::<T>().unwrap().iter().all(|v| !v.is_nan()));
         // A column-major (transposed) output view of a uniquely owned buffer.
-        let mut ct = ctx.copy(&c0.transpose(0, 1).unwrap()).unwrap().transpose(0, 1).unwrap();
+        let mut ct = ctx
+            .copy(&c0.transpose(0, 1).unwrap())
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
         let mut refr = ctx.copy(&c0).unwrap();
         ctx.gemm(1.5, &a, &b, -1.0, &mut ct).unwrap();
         reference::gemm::<T>(1.5, &a, &b, -1.0, &mut refr).unwrap();
@@ -199,7 +230,13 @@ fn alpha_beta_f64() {
 fn linear_vs_reference<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(15);
-    for &(rows, k, n) in &[(1, 3, 7), (64, 2, 64), (33, 65, 17), (128, 257, 31), (7, 16, 257)] {
+    for &(rows, k, n) in &[
+        (1, 3, 7),
+        (64, 2, 64),
+        (33, 65, 17),
+        (128, 257, 31),
+        (7, 16, 257),
+    ] {
         let x = rand_tensor::<T>(&ctx, &mut rng, &[2, rows, k]);
         let w = rand_tensor::<T>(&ctx, &mut rng, &[n, k]);
         let bias = rand_tensor::<T>(&ctx, &mut rng, &[n]);
@@ -209,9 +246,17 @@ fn linear_vs_reference<T: Float>() {
         assert_close::<T>(&fast, &refr, k, 2.0, &format!("linear {rows}x{k}x{n}"));
         let fast = ctx.linear(&x, &w, None).unwrap();
         let refr = reference::linear::<T>(&ctx, &x, &w, None).unwrap();
-        assert_close::<T>(&fast, &refr, k, 1.0, &format!("linear nobias {rows}x{k}x{n}"));
+        assert_close::<T>(
+            &fast,
+            &refr,
+            k,
+            1.0,
+            &format!("linear nobias {rows}x{k}x{n}"),
+        );
         // A non-contiguous x (transposed batch/rows) that cannot be flattened as a view.
-        let xt = rand_tensor::<T>(&ctx, &mut rng, &[rows, 2, k]).transpose(0, 1).unwrap();
+        let xt = rand_tensor::<T>(&ctx, &mut rng, &[rows, 2, k])
+            .transpose(0, 1)
+            .unwrap();
         let fast = ctx.linear(&xt, &w, Some(&bias)).unwrap();
         let refr = reference::linear::<T>(&ctx, &xt, &w, Some(&bias)).unwrap();
         assert_close::<T>(&fast, &refr, k, 2.0, &format!("linear xt {rows}x{k}x{n}"));
@@ -232,7 +277,11 @@ fn linear_matches_reference_f64() {
 #[test]
 fn matmul_vectors_like_torch() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    let a = ctx.arange::<f32>(0.0, 6.0, 1.0).unwrap().reshape(&[2, 3]).unwrap();
+    let a = ctx
+        .arange::<f32>(0.0, 6.0, 1.0)
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
     let v = ctx.from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
     let w = ctx.from_slice(&[1.0f32, -1.0], &[2]).unwrap();
     let mv = ctx.matmul(&a, &v).unwrap();
@@ -269,7 +318,11 @@ fn thread_determinism<T: Float>() {
             .into_iter()
             .map(T::from_f64)
             .collect();
-        let bias: Vec<T> = rng.vec_uniform(n, -1.0, 1.0).into_iter().map(T::from_f64).collect();
+        let bias: Vec<T> = rng
+            .vec_uniform(n, -1.0, 1.0)
+            .into_iter()
+            .map(T::from_f64)
+            .collect();
         let mut outs = Vec::new();
         for ctx in [&c1, &c2] {
             let a = ctx.from_slice(&av, &[batch, m, k]).unwrap();
@@ -277,7 +330,11 @@ fn thread_determinism<T: Float>() {
             let bt = ctx.from_slice(&bv, &[n, k]).unwrap();
             let bb = ctx.from_slice(&bias, &[n]).unwrap();
             let mm = ctx.matmul(&a, &b).unwrap().to_vec::<T>().unwrap();
-            let lin = ctx.linear(&a, &bt, Some(&bb)).unwrap().to_vec::<T>().unwrap();
+            let lin = ctx
+                .linear(&a, &bt, Some(&bb))
+                .unwrap()
+                .to_vec::<T>()
+                .unwrap();
             let mut c = ctx.ones(T::DTYPE, &[batch, m, n]).unwrap();
             ctx.gemm(0.75, &a, &b, -0.5, &mut c).unwrap();
             outs.push((mm, lin, c.to_vec::<T>().unwrap()));
@@ -322,16 +379,28 @@ fn errors_are_structured() {
         other => panic!("expected ShapeMismatch, got {other:?}"),
     }
     let bd = ctx.zeros(DType::F64, &[4, 6]).unwrap();
-    assert!(matches!(ctx.matmul(&a, &bd), Err(Error::DTypeMismatch { op: "matmul", .. })));
+    assert!(matches!(
+        ctx.matmul(&a, &bd),
+        Err(Error::DTypeMismatch { op: "matmul", .. })
+    ));
     let ai = ctx.zeros(DType::I32, &[3, 4]).unwrap();
     let bi = ctx.zeros(DType::I32, &[4, 2]).unwrap();
-    assert!(matches!(ctx.matmul(&ai, &bi), Err(Error::UnsupportedDType { op: "matmul", .. })));
+    assert!(matches!(
+        ctx.matmul(&ai, &bi),
+        Err(Error::UnsupportedDType { op: "matmul", .. })
+    ));
     let s = ctx.scalar(1.0f32).unwrap();
-    assert!(matches!(ctx.matmul(&s, &a), Err(Error::InvalidArgument { op: "matmul", .. })));
+    assert!(matches!(
+        ctx.matmul(&s, &a),
+        Err(Error::InvalidArgument { op: "matmul", .. })
+    ));
     // Batch dims that do not broadcast.
     let ab = ctx.zeros(DType::F32, &[2, 3, 4]).unwrap();
     let bb = ctx.zeros(DType::F32, &[3, 4, 2]).unwrap();
-    assert!(matches!(ctx.matmul(&ab, &bb), Err(Error::Broadcast { op: "matmul", .. })));
+    assert!(matches!(
+        ctx.matmul(&ab, &bb),
+        Err(Error::Broadcast { op: "matmul", .. })
+    ));
     // gemm: wrong C shape, shared C, overlapping C, 1-D operand.
     let b2 = ctx.zeros(DType::F32, &[4, 2]).unwrap();
     let mut c_bad = ctx.zeros(DType::F32, &[3, 3]).unwrap();
@@ -362,15 +431,23 @@ fn errors_are_structured() {
     ));
     // linear: wrong K, wrong bias shape, wrong w rank.
     let w = ctx.zeros(DType::F32, &[5, 3]).unwrap();
-    assert!(matches!(ctx.linear(&a, &w, None), Err(Error::ShapeMismatch { op: "linear", .. })));
+    assert!(matches!(
+        ctx.linear(&a, &w, None),
+        Err(Error::ShapeMismatch { op: "linear", .. })
+    ));
     let w4 = ctx.zeros(DType::F32, &[5, 4]).unwrap();
     let bias = ctx.zeros(DType::F32, &[4]).unwrap();
     assert!(matches!(
         ctx.linear(&a, &w4, Some(&bias)),
         Err(Error::ShapeMismatch { op: "linear", .. })
     ));
-    assert!(matches!(ctx.linear(&a, &v, None), Err(Error::InvalidArgument { op: "linear", .. })));
-    drop((a, b, bd, ai, bi, s, ab, bb, b2, c_bad, c_owner, c_shared, c_overlap, v, c2, w, w4, bias));
+    assert!(matches!(
+        ctx.linear(&a, &v, None),
+        Err(Error::InvalidArgument { op: "linear", .. })
+    ));
+    drop((
+        a, b, bd, ai, bi, s, ab, bb, b2, c_bad, c_owner, c_shared, c_overlap, v, c2, w, w4, bias,
+    ));
     assert_eq!(ctx.stats().outstanding, 0);
 }
 

@@ -21,11 +21,11 @@ const TILE_ALIGN: usize = 16;
 /// A tile is never split below this many rows or columns.
 const MIN_TILE_DIM: usize = 64;
 /// A tile is never split below this many FLOPs (keeps packing overhead small).
-const MIN_TILE_FLOPS: usize = 1 << 23;
+const MIN_TILE_FLOPS: usize = 1 << 21;
 /// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
 const TARGET_CHUNKS: usize = 8;
 /// Below this many FLOPs in total a GEMM runs on the calling thread only.
-const PAR_MIN_FLOPS: usize = 1 << 22;
+const PAR_MIN_FLOPS: usize = 1 << 23;
 
 /// Element types with a fast GEMM kernel (f32, f64).
 trait GemmKernel: Float {
@@ -74,9 +74,7 @@ impl GemmKernel for f32 {
     ) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            matrixmultiply::sgemm(
-                m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
+            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
     }
 }
@@ -101,9 +99,7 @@ impl GemmKernel for f64 {
     ) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            matrixmultiply::dgemm(
-                m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-            )
+            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
     }
 }
@@ -150,13 +146,18 @@ fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
         if s < extent {
             return false;
         }
-        extent = s * (d - 1) + extent;
+        extent += s * (d - 1);
     }
     true
 }
 
-/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out.
+/// Validates `c = alpha·a·b + beta·c` and lays it out for the fast kernel (batch folded).
 fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
+    plan_unfolded(op, a, b, c).map(fold_batch)
+}
+
+/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out as given.
+fn plan_unfolded(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
     for t in [b, c] {
         if t.dtype() != a.dtype() {
             return Err(Error::DTypeMismatch {
@@ -233,6 +234,48 @@ fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result
     })
 }
 
+/// When B is shared by every batch item (stride-0 batch) and the batch axes of A and C
+/// merge with their row axis, the batch is folded into M: one larger GEMM, B packed once
+/// per tile instead of once per item. Each element's K-reduction is unchanged.
+fn fold_batch(p: Problem) -> Problem {
+    if p.batch.is_empty() || p.b.batch_strides.iter().any(|&s| s != 0) {
+        return p;
+    }
+    if p.m <= 1 {
+        return p;
+    }
+    // Row axis then batch axes, innermost first: each must step over the one inside it.
+    let merges = |bs: &[usize], rs: usize| {
+        let mut inner = (p.m, rs);
+        for (&d, &s) in p.batch.iter().zip(bs).rev() {
+            if d == 1 {
+                continue;
+            }
+            if s != inner.0 * inner.1 {
+                return false;
+            }
+            inner = (d, s);
+        }
+        true
+    };
+    if !(merges(&p.a.batch_strides, p.a.rs) && merges(&p.c.batch_strides, p.c.rs)) {
+        return p;
+    }
+    let m = p.m * p.batch_len();
+    let strip = |o: Operand| Operand {
+        batch_strides: SmallVec::new(),
+        ..o
+    };
+    Problem {
+        m,
+        batch: SmallVec::new(),
+        a: strip(p.a),
+        b: strip(p.b),
+        c: strip(p.c),
+        ..p
+    }
+}
+
 /// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
 fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
     let flops = m.saturating_mul(n).saturating_mul(k).saturating_mul(2);
@@ -286,9 +329,7 @@ unsafe fn run<T: GemmKernel>(
     let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
     let per = gm * gn;
     let n_chunks = nb * per;
-    let total_flops = (2 * m * n)
-        .saturating_mul(k.max(1))
-        .saturating_mul(nb);
+    let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
     let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
     let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
     let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
@@ -391,8 +432,16 @@ fn matmul_shapes(
             ),
         });
     }
-    let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone_view() };
-    let b2 = if b.rank() == 1 { b.unsqueeze(1)? } else { b.clone_view() };
+    let a2 = if a.rank() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone_view()
+    };
+    let b2 = if b.rank() == 1 {
+        b.unsqueeze(1)?
+    } else {
+        b.clone_view()
+    };
     let (ar, br) = (a2.rank(), b2.rank());
     if a2.shape()[ar - 1] != b2.shape()[br - 2] {
         return Err(Error::ShapeMismatch {
@@ -484,7 +533,12 @@ impl ExecContext {
     /// assert_eq!(ctx.linear(&x, &w, Some(&b))?.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
     /// # Ok::<(), fucina_core::Error>(())
     /// ```
-    pub fn linear(&self, x: &RawTensor, w: &RawTensor, bias: Option<&RawTensor>) -> Result<RawTensor> {
+    pub fn linear(
+        &self,
+        x: &RawTensor,
+        w: &RawTensor,
+        bias: Option<&RawTensor>,
+    ) -> Result<RawTensor> {
         let op = "linear";
         if x.rank() == 0 || w.rank() != 2 {
             return Err(Error::InvalidArgument {
@@ -554,7 +608,7 @@ pub mod reference {
         beta: f64,
         c: &mut RawTensor,
     ) -> Result<()> {
-        let p = plan("gemm", a, b, c)?;
+        let p = plan_unfolded("gemm", a, b, c)?;
         if T::DTYPE != c.dtype() {
             return Err(Error::DTypeMismatch {
                 op: "gemm",
@@ -579,7 +633,8 @@ pub mod reference {
                 for j in 0..p.n {
                     let mut acc = T::ZERO;
                     for kk in 0..p.k {
-                        acc += sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
+                        acc +=
+                            sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
                     }
                     let dst = &mut sc[co + i * p.c.rs + j * p.c.cs];
                     *dst = if beta == T::ZERO {
