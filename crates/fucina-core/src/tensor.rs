@@ -229,7 +229,7 @@ impl RawTensor {
         let cap = self.buf.capacity_bytes() / self.dtype.size_of();
         // One past the last element addressed; None when the arithmetic overflows
         // (such a view could never fit, and wrapping would defeat the bound check).
-        let last = if shape.iter().any(|&d| d == 0) {
+        let last = if shape.contains(&0) {
             Some(offset)
         } else {
             shape

@@ -39,7 +39,11 @@ fn layer_table() -> Vec<(u32, String, String)> {
         let (Some(name), Some(path)) = (unquote(cells[2]), unquote(cells[3])) else {
             panic!("layer row without `crate` and `path` cells: {line}");
         };
-        rows.push((layer, name.to_string(), path.trim_end_matches('/').to_string()));
+        rows.push((
+            layer,
+            name.to_string(),
+            path.trim_end_matches('/').to_string(),
+        ));
     }
     assert!(!rows.is_empty(), "no layer table found in ARCHITECTURE.md");
     rows
@@ -148,7 +152,13 @@ path = "../b"
 "#,
     );
     assert_eq!(name, "x");
-    for want in ["fucina-nn", "fucina-optim", "fucina-autograd", "fucina-core", "fucina-benches"] {
+    for want in [
+        "fucina-nn",
+        "fucina-optim",
+        "fucina-autograd",
+        "fucina-core",
+        "fucina-benches",
+    ] {
         assert!(deps.iter().any(|d| d == want), "missed {want} in {deps:?}");
     }
 }
@@ -166,8 +176,21 @@ fn code_lines(rel: &str) -> Vec<String> {
 #[test]
 fn core_modules_respect_their_layering() {
     let src = "crates/fucina-core/src";
-    let upper = ["crate::tensor", "crate::kernels", "crate::exec", "crate::RawTensor", "crate::ExecContext"];
-    let leaves = ["dtype.rs", "error.rs", "storage.rs", "pool.rs", "shape.rs", "rng.rs"];
+    let upper = [
+        "crate::tensor",
+        "crate::kernels",
+        "crate::exec",
+        "crate::RawTensor",
+        "crate::ExecContext",
+    ];
+    let leaves = [
+        "dtype.rs",
+        "error.rs",
+        "storage.rs",
+        "pool.rs",
+        "shape.rs",
+        "rng.rs",
+    ];
     let mut violations = Vec::new();
     for leaf in leaves {
         for line in code_lines(&format!("{src}/{leaf}")) {
@@ -185,14 +208,30 @@ fn core_modules_respect_their_layering() {
             }
         }
     }
-    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "layering violations:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]
 fn paths_named_in_architecture_md_exist() {
     let doc = read("ARCHITECTURE.md");
-    let roots = ["crates/", "examples/", "benches/", "docs/", "tools/", ".ci/"];
-    let files = ["README.md", "ARCHITECTURE.md", "CONTRIBUTING.md", "Cargo.toml"];
+    let roots = [
+        "crates/",
+        "examples/",
+        "benches/",
+        "docs/",
+        "tools/",
+        ".ci/",
+    ];
+    let files = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
+        "Cargo.toml",
+    ];
     let mut checked = 0;
     let mut missing = Vec::new();
     for (i, token) in doc.split('`').enumerate() {
@@ -212,6 +251,12 @@ fn paths_named_in_architecture_md_exist() {
             missing.push(token.to_string());
         }
     }
-    assert!(checked >= 10, "expected ARCHITECTURE.md to name paths, found {checked}");
-    assert!(missing.is_empty(), "ARCHITECTURE.md names missing paths: {missing:?}");
+    assert!(
+        checked >= 10,
+        "expected ARCHITECTURE.md to name paths, found {checked}"
+    );
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names missing paths: {missing:?}"
+    );
 }
