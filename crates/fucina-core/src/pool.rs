@@ -271,10 +271,12 @@ impl BufferPool {
     }
 
     /// Sets (or with `None` clears) the limit on live plus cached bytes.
+    /// `Some(0)` is stored as a 1-byte limit (0 internally means "none"), so
+    /// it refuses every fresh allocation rather than lifting the limit.
     pub fn set_memory_limit(&self, limit: Option<usize>) {
         self.shared
             .memory_limit
-            .store(limit.unwrap_or(0), Ordering::Relaxed);
+            .store(limit.map_or(0, |l| l.max(1)), Ordering::Relaxed);
     }
 
     /// The limit on live plus cached bytes, if any.

@@ -406,7 +406,19 @@ fn memory_limit_evicts_cache_then_fails_cleanly() {
             ..
         }
     ));
+    // A zero limit refuses fresh memory; it does not mean "no limit".
+    pool.trim();
+    pool.set_memory_limit(Some(0));
+    assert!(matches!(
+        ctx.empty(DType::F32, &[1]),
+        Err(Error::OutOfMemory {
+            requested_bytes: 4,
+            live_bytes: 0,
+            ..
+        })
+    ));
     pool.set_memory_limit(None);
+    assert_eq!(pool.memory_limit(), None);
     let t = ctx.zeros(DType::F64, &[1 << 20]).unwrap();
     drop(t);
     assert_eq!(ctx.stats().outstanding, 0);
