@@ -149,6 +149,7 @@ fn for_chunks_runs_each_chunk_once() {
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
         ctx.for_chunks(0, true, |_| panic!("no chunks to run"));
+        assert_eq!(ctx.stats().outstanding, 0);
     }
 }
 
