@@ -154,7 +154,7 @@ fn run(
         }
         nodes.push(n);
     }
-    nodes.sort_unstable_by(|a, b| b.seq.cmp(&a.seq));
+    nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
 
     // 2. Newest first.
     let mut pending: HashMap<*const Node, Option<RawTensor>> = HashMap::with_capacity(nodes.len());
