@@ -97,7 +97,11 @@ fn assert_close(got: &[f64], want: &[f64], rtol: f64, atol: f64, what: &str) {
 }
 
 fn f64s<T: Element>(t: &RawTensor) -> Vec<f64> {
-    t.to_vec::<T>().unwrap().iter().map(|v| v.to_f64()).collect()
+    t.to_vec::<T>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64())
+        .collect()
 }
 
 fn all_unary() -> Vec<UnaryOp> {
@@ -163,7 +167,11 @@ fn unary_vs_reference<T: Float>() {
                     let y = ctx.unary(&x, op).unwrap();
                     assert_eq!(y.shape(), &shape[..]);
                     let want = r::unary::<T>(&x, op).unwrap();
-                    assert_bits(&y.to_vec::<T>().unwrap(), &want, &format!("{op:?} {shape:?} {lay:?}"));
+                    assert_bits(
+                        &y.to_vec::<T>().unwrap(),
+                        &want,
+                        &format!("{op:?} {shape:?} {lay:?}"),
+                    );
                 }
             }
         }
@@ -172,7 +180,11 @@ fn unary_vs_reference<T: Float>() {
         let d = data(300 * 257, 9, lo, hi);
         let x = make::<T>(&ctx, &d, &shape, Layout::Reversed);
         let y = ctx.unary(&x, op).unwrap();
-        assert_bits(&y.to_vec::<T>().unwrap(), &r::unary::<T>(&x, op).unwrap(), &format!("{op:?} large"));
+        assert_bits(
+            &y.to_vec::<T>().unwrap(),
+            &r::unary::<T>(&x, op).unwrap(),
+            &format!("{op:?} large"),
+        );
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -212,7 +224,13 @@ fn unary_backward_vs_reference<T: Float>(rtol: f64) {
                     .map(|(&x, &g)| g.to_f64() * r::unary_df(op, x).to_f64())
                     .collect();
                 let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                assert_close(&f64s::<T>(&gx), &want, rtol, rtol * scale, &format!("{op:?} bwd {lay:?}"));
+                assert_close(
+                    &f64s::<T>(&gx),
+                    &want,
+                    rtol,
+                    rtol * scale,
+                    &format!("{op:?} bwd {lay:?}"),
+                );
             }
         }
     }
@@ -265,20 +283,39 @@ fn unary_backward_kink_conventions() {
             Saved::Output => ctx.unary(&xt, op).unwrap(),
         };
         let g = ctx.scalar(1.0f64).unwrap();
-        ctx.unary_backward(&saved, &g, op).unwrap().item::<f64>().unwrap()
+        ctx.unary_backward(&saved, &g, op)
+            .unwrap()
+            .item::<f64>()
+            .unwrap()
     };
     assert_eq!(at(UnaryOp::Relu, 0.0), 0.0, "relu'(0) = 0");
     assert_eq!(at(UnaryOp::Relu, 1e-30), 1.0);
-    assert_eq!(at(UnaryOp::LeakyRelu(0.2), 0.0), 0.2, "leaky_relu'(0) = slope");
+    assert_eq!(
+        at(UnaryOp::LeakyRelu(0.2), 0.0),
+        0.2,
+        "leaky_relu'(0) = slope"
+    );
     assert_eq!(at(UnaryOp::LeakyRelu(0.2), -1.0), 0.2);
     assert_eq!(at(UnaryOp::Abs, 0.0), 0.0, "abs'(0) = 0");
     assert_eq!(at(UnaryOp::Abs, -2.0), -1.0);
-    assert_eq!(at(UnaryOp::Clamp(-1.0, 2.0), -1.0), 1.0, "clamp lo inclusive");
-    assert_eq!(at(UnaryOp::Clamp(-1.0, 2.0), 2.0), 1.0, "clamp hi inclusive");
+    assert_eq!(
+        at(UnaryOp::Clamp(-1.0, 2.0), -1.0),
+        1.0,
+        "clamp lo inclusive"
+    );
+    assert_eq!(
+        at(UnaryOp::Clamp(-1.0, 2.0), 2.0),
+        1.0,
+        "clamp hi inclusive"
+    );
     assert_eq!(at(UnaryOp::Clamp(-1.0, 2.0), 2.5), 0.0);
     assert_eq!(at(UnaryOp::Clamp(-1.0, 2.0), -1.5), 0.0);
     assert_eq!(at(UnaryOp::Sign, 0.7), 0.0, "sign has zero gradient");
-    assert_eq!(at(UnaryOp::Elu(1.5), 0.0), 1.5, "elu'(0) = alpha (left branch)");
+    assert_eq!(
+        at(UnaryOp::Elu(1.5), 0.0),
+        1.5,
+        "elu'(0) = alpha (left branch)"
+    );
     assert_eq!(at(UnaryOp::PowScalar(0.0), 0.0), 0.0, "d/dx x^0 = 0");
     assert_eq!(at(UnaryOp::PowScalar(3.0), 2.0), 12.0);
     assert_eq!(at(UnaryOp::Softplus, 25.0), 1.0, "softplus threshold");
@@ -287,13 +324,21 @@ fn unary_backward_kink_conventions() {
     assert_eq!(at(UnaryOp::Tanh, 0.0), 1.0);
     assert_eq!(at(UnaryOp::Sigmoid, 0.0), 0.25);
     // Forward conventions.
-    let f = |op: UnaryOp, x: f64| ctx.unary(&ctx.scalar(x).unwrap(), op).unwrap().item::<f64>().unwrap();
+    let f = |op: UnaryOp, x: f64| {
+        ctx.unary(&ctx.scalar(x).unwrap(), op)
+            .unwrap()
+            .item::<f64>()
+            .unwrap()
+    };
     assert_eq!(f(UnaryOp::Softplus, 30.0), 30.0);
     assert_eq!(f(UnaryOp::Sigmoid, -800.0), 0.0);
     assert_eq!(f(UnaryOp::Sigmoid, 800.0), 1.0);
     assert_eq!(f(UnaryOp::Elu(2.0), -1.0), 2.0 * ((-1.0f64).exp() - 1.0));
     assert!(f(UnaryOp::Relu, f64::NAN).is_nan(), "relu propagates NaN");
-    assert!(f(UnaryOp::Clamp(0.0, 1.0), f64::NAN).is_nan(), "clamp propagates NaN");
+    assert!(
+        f(UnaryOp::Clamp(0.0, 1.0), f64::NAN).is_nan(),
+        "clamp propagates NaN"
+    );
     assert_eq!(UnaryOp::Exp.saved(), Saved::Output);
     assert_eq!(UnaryOp::Tanh.saved(), Saved::Output);
     assert_eq!(UnaryOp::Sigmoid.saved(), Saved::Output);
@@ -329,7 +374,11 @@ fn broadcast_pairs(n: usize) -> Vec<(Vec<usize>, Vec<usize>)> {
 fn binary_vs_reference<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow { (0.2, 2.5) } else { (-3.0, 3.0) };
+        let (lo, hi) = if op == BinaryOp::Pow {
+            (0.2, 2.5)
+        } else {
+            (-3.0, 3.0)
+        };
         for &n in &SIZES {
             for (sa, sb) in broadcast_pairs(n) {
                 for (la, lb) in [
@@ -359,10 +408,19 @@ fn binary_vs_reference<T: Float>() {
             }
         }
         // Large broadcast (parallel, chunks start mid-row).
-        let a = make::<T>(&ctx, &data(300 * 257, 3, lo, hi), &[300, 257], Layout::Reversed);
+        let a = make::<T>(
+            &ctx,
+            &data(300 * 257, 3, lo, hi),
+            &[300, 257],
+            Layout::Reversed,
+        );
         let b = make::<T>(&ctx, &data(257, 4, lo, hi), &[257], Layout::Narrowed);
         let y = ctx.binary(&a, &b, op).unwrap();
-        assert_bits(&y.to_vec::<T>().unwrap(), &r::binary::<T>(&a, &b, op).unwrap().1, "large");
+        assert_bits(
+            &y.to_vec::<T>().unwrap(),
+            &r::binary::<T>(&a, &b, op).unwrap().1,
+            "large",
+        );
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -380,7 +438,11 @@ fn binary_matches_reference_f64() {
 fn binary_backward_vs_reference<T: Float>(rtol: f64) {
     let ctx = ExecContext::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow { (0.2, 2.5) } else { (-3.0, 3.0) };
+        let (lo, hi) = if op == BinaryOp::Pow {
+            (0.2, 2.5)
+        } else {
+            (-3.0, 3.0)
+        };
         for &n in &[1usize, 16, 33, 257] {
             for (sa, sb) in broadcast_pairs(n) {
                 let da = data(sa.iter().product(), 7 + n as u64, lo, hi);
@@ -399,17 +461,18 @@ fn binary_backward_vs_reference<T: Float>(rtol: f64) {
                     let (ga, gb) = ctx.binary_backward(&a, &b, &out, &gy, op, needs).unwrap();
                     assert_eq!(ga.is_some(), needs[0]);
                     assert_eq!(gb.is_some(), needs[1]);
-                    let (_, parts) =
-                        r::broadcast_eval::<T, (f64, f64)>(&[&a, &b, &gy], |v| {
-                            let (pa, pb) = r::binary_partials(op, v[0], v[1]);
-                            (v[2].to_f64() * pa.to_f64(), v[2].to_f64() * pb.to_f64())
-                        })
-                        .unwrap();
+                    let (_, parts) = r::broadcast_eval::<T, (f64, f64)>(&[&a, &b, &gy], |v| {
+                        let (pa, pb) = r::binary_partials(op, v[0], v[1]);
+                        (v[2].to_f64() * pa.to_f64(), v[2].to_f64() * pb.to_f64())
+                    })
+                    .unwrap();
                     for (k, gt) in [ga, gb].into_iter().enumerate() {
                         if let Some(gt) = gt {
                             assert_eq!(gt.shape(), out.shape());
-                            let want: Vec<f64> =
-                                parts.iter().map(|p| if k == 0 { p.0 } else { p.1 }).collect();
+                            let want: Vec<f64> = parts
+                                .iter()
+                                .map(|p| if k == 0 { p.0 } else { p.1 })
+                                .collect();
                             let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
                             assert_close(
                                 &f64s::<T>(&gt),
@@ -441,7 +504,11 @@ fn binary_backward_matches_reference_f64() {
 fn binary_reference_partials_match_finite_differences() {
     let h = 1e-6;
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow { (0.2, 2.5) } else { (-3.0, 3.0) };
+        let (lo, hi) = if op == BinaryOp::Pow {
+            (0.2, 2.5)
+        } else {
+            (-3.0, 3.0)
+        };
         let av = data(100, 11, lo, hi);
         let bv = data(100, 12, lo, hi);
         for (&a, &b) in av.iter().zip(&bv) {
@@ -452,8 +519,14 @@ fn binary_reference_partials_match_finite_differences() {
             let fa = (f(a + h, b) - f(a - h, b)) / (2.0 * h);
             let fb = (f(a, b + h) - f(a, b - h)) / (2.0 * h);
             let (pa, pb) = r::binary_partials(op, a, b);
-            assert!((fa - pa).abs() <= 1e-5 * (1.0 + pa.abs()), "{op:?} d/da at ({a},{b})");
-            assert!((fb - pb).abs() <= 1e-5 * (1.0 + pb.abs()), "{op:?} d/db at ({a},{b})");
+            assert!(
+                (fa - pa).abs() <= 1e-5 * (1.0 + pa.abs()),
+                "{op:?} d/da at ({a},{b})"
+            );
+            assert!(
+                (fb - pb).abs() <= 1e-5 * (1.0 + pb.abs()),
+                "{op:?} d/db at ({a},{b})"
+            );
         }
     }
 }
@@ -470,20 +543,28 @@ fn maximum_minimum_split_ties_and_pow_conventions() {
             (BinaryOp::Minimum, [2.0, 4.0, 0.0], [2.0, 0.0, 4.0]),
         ] {
             let out = ctx.binary(&a, &b, op).unwrap();
-            let (ga, gb) = ctx.binary_backward(&a, &b, &out, &gy, op, [true, true]).unwrap();
+            let (ga, gb) = ctx
+                .binary_backward(&a, &b, &out, &gy, op, [true, true])
+                .unwrap();
             assert_eq!(ga.unwrap().to_vec::<f64>().unwrap(), wa, "{op:?} ga");
             assert_eq!(gb.unwrap().to_vec::<f64>().unwrap(), wb, "{op:?} gb");
         }
         let nan = ctx.from_slice(&[f64::NAN, 1.0], &[2]).unwrap();
         let one = ctx.from_slice(&[1.0f64, f64::NAN], &[2]).unwrap();
-        let m = ctx.binary(&nan, &one, BinaryOp::Maximum).unwrap().to_vec::<f64>().unwrap();
+        let m = ctx
+            .binary(&nan, &one, BinaryOp::Maximum)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         assert!(m[0].is_nan() && m[1].is_nan(), "maximum propagates NaN");
         // Pow: d/db = out·ln a, and 0 at a == 0 with b >= 0; d/da = 0 where b == 0.
         let a = ctx.from_slice(&[0.0f64, 2.0, 3.0], &[3]).unwrap();
         let b = ctx.from_slice(&[2.0f64, 0.0, 2.0], &[3]).unwrap();
         let out = ctx.binary(&a, &b, BinaryOp::Pow).unwrap();
         let g1 = ctx.ones(DType::F64, &[3]).unwrap();
-        let (ga, gb) = ctx.binary_backward(&a, &b, &out, &g1, BinaryOp::Pow, [true, true]).unwrap();
+        let (ga, gb) = ctx
+            .binary_backward(&a, &b, &out, &g1, BinaryOp::Pow, [true, true])
+            .unwrap();
         assert_eq!(ga.unwrap().to_vec::<f64>().unwrap(), vec![0.0, 0.0, 6.0]);
         let gb = gb.unwrap().to_vec::<f64>().unwrap();
         assert_eq!(gb[0], 0.0);
@@ -506,10 +587,22 @@ fn structured_errors() {
             ctx.binary(&a, &b, BinaryOp::Add),
             Err(Error::Broadcast { op: "add", .. })
         ));
-        assert!(matches!(ctx.binary(&a, &c, BinaryOp::Mul), Err(Error::DTypeMismatch { .. })));
-        assert!(matches!(ctx.binary(&h, &h, BinaryOp::Mul), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.unary(&h, UnaryOp::Exp), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.unary(&m, UnaryOp::Exp), Err(Error::UnsupportedDType { .. })));
+        assert!(matches!(
+            ctx.binary(&a, &c, BinaryOp::Mul),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            ctx.binary(&h, &h, BinaryOp::Mul),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.unary(&h, UnaryOp::Exp),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.unary(&m, UnaryOp::Exp),
+            Err(Error::UnsupportedDType { .. })
+        ));
         assert!(matches!(
             ctx.unary_backward(&a, &b, UnaryOp::Exp),
             Err(Error::ShapeMismatch { .. })
@@ -523,15 +616,36 @@ fn structured_errors() {
             ctx.binary_backward(&a, &a, &a, &gy_bad, BinaryOp::Mul, [true, true]),
             Err(Error::ShapeMismatch { .. })
         ));
-        assert!(matches!(ctx.compare(&a, &b, CmpOp::Eq), Err(Error::Broadcast { .. })));
-        assert!(matches!(ctx.compare(&a, &c, CmpOp::Eq), Err(Error::DTypeMismatch { .. })));
-        assert!(matches!(ctx.compare(&h, &h, CmpOp::Eq), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.where_cond(&a, &a, &a), Err(Error::DTypeMismatch { .. })));
-        assert!(matches!(ctx.where_cond(&m, &a, &b), Err(Error::Broadcast { .. })));
+        assert!(matches!(
+            ctx.compare(&a, &b, CmpOp::Eq),
+            Err(Error::Broadcast { .. })
+        ));
+        assert!(matches!(
+            ctx.compare(&a, &c, CmpOp::Eq),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            ctx.compare(&h, &h, CmpOp::Eq),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.where_cond(&a, &a, &a),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            ctx.where_cond(&m, &a, &b),
+            Err(Error::Broadcast { .. })
+        ));
         // The mask must broadcast to x, not the other way round.
         let m23 = ctx.zeros(DType::U8, &[2, 3]).unwrap();
-        assert!(matches!(ctx.masked_fill(&a, &m23, 1.0), Err(Error::Broadcast { .. })));
-        assert!(matches!(ctx.masked_fill(&a, &a, 1.0), Err(Error::DTypeMismatch { .. })));
+        assert!(matches!(
+            ctx.masked_fill(&a, &m23, 1.0),
+            Err(Error::Broadcast { .. })
+        ));
+        assert!(matches!(
+            ctx.masked_fill(&a, &a, 1.0),
+            Err(Error::DTypeMismatch { .. })
+        ));
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -547,8 +661,16 @@ fn add_assign_any_strides_and_ownership_rules() {
                 let mut acc = make::<f32>(&ctx, &da, &[rows, cols], Layout::Contig);
                 let g = make::<f32>(&ctx, &dg, &[rows, cols], lay);
                 ctx.add_assign(&mut acc, &g).unwrap();
-                let want: Vec<f32> = da.iter().zip(&dg).map(|(&a, &b)| a as f32 + b as f32).collect();
-                assert_bits(&acc.to_vec::<f32>().unwrap(), &want, &format!("add_assign {lay:?}"));
+                let want: Vec<f32> = da
+                    .iter()
+                    .zip(&dg)
+                    .map(|(&a, &b)| a as f32 + b as f32)
+                    .collect();
+                assert_bits(
+                    &acc.to_vec::<f32>().unwrap(),
+                    &want,
+                    &format!("add_assign {lay:?}"),
+                );
                 ctx.scale_add_assign(&mut acc, 0.5, &g, -2.0).unwrap();
                 let want2: Vec<f32> = want
                     .iter()
@@ -561,12 +683,25 @@ fn add_assign_any_strides_and_ownership_rules() {
         let mut acc = ctx.zeros(DType::F64, &[4]).unwrap();
         let g = ctx.ones(DType::F64, &[4]).unwrap();
         let view = acc.clone_view();
-        assert!(matches!(ctx.add_assign(&mut acc, &g), Err(Error::SharedBuffer { .. })));
+        assert!(matches!(
+            ctx.add_assign(&mut acc, &g),
+            Err(Error::SharedBuffer { .. })
+        ));
         drop(view);
-        let mut t = ctx.zeros(DType::F64, &[2, 2]).unwrap().transpose(0, 1).unwrap();
+        let mut t = ctx
+            .zeros(DType::F64, &[2, 2])
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
         let g2 = ctx.ones(DType::F64, &[2, 2]).unwrap();
-        assert!(matches!(ctx.add_assign(&mut t, &g2), Err(Error::NotContiguous { .. })));
-        assert!(matches!(ctx.add_assign(&mut acc, &g2), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(
+            ctx.add_assign(&mut t, &g2),
+            Err(Error::NotContiguous { .. })
+        ));
+        assert!(matches!(
+            ctx.add_assign(&mut acc, &g2),
+            Err(Error::ShapeMismatch { .. })
+        ));
         ctx.add_assign(&mut acc, &g).unwrap();
         assert_eq!(acc.to_vec::<f64>().unwrap(), vec![1.0; 4]);
     }
@@ -575,37 +710,72 @@ fn add_assign_any_strides_and_ownership_rules() {
 
 fn compare_and_select<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
-    let ops = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+    let ops = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
     for &n in &SIZES {
         for (sa, sb) in broadcast_pairs(n) {
             // Small integers so equality happens often.
-            let da: Vec<f64> = data(sa.iter().product(), n as u64, -3.0, 3.0).iter().map(|v| v.round()).collect();
-            let db: Vec<f64> = data(sb.iter().product(), 1 + n as u64, -3.0, 3.0).iter().map(|v| v.round()).collect();
+            let da: Vec<f64> = data(sa.iter().product(), n as u64, -3.0, 3.0)
+                .iter()
+                .map(|v| v.round())
+                .collect();
+            let db: Vec<f64> = data(sb.iter().product(), 1 + n as u64, -3.0, 3.0)
+                .iter()
+                .map(|v| v.round())
+                .collect();
             let a = make::<T>(&ctx, &da, &sa, Layout::Reversed);
             let b = make::<T>(&ctx, &db, &sb, Layout::Narrowed);
             for op in ops {
                 let m = ctx.compare(&a, &b, op).unwrap();
                 assert_eq!(m.dtype(), DType::U8);
-                assert_eq!(m.to_vec::<u8>().unwrap(), r::compare::<T>(&a, &b, op).unwrap(), "{op:?}");
+                assert_eq!(
+                    m.to_vec::<u8>().unwrap(),
+                    r::compare::<T>(&a, &b, op).unwrap(),
+                    "{op:?}"
+                );
                 let ms = ctx.compare_scalar(&a, 0.0, op).unwrap();
-                let want: Vec<u8> = a.to_vec::<T>().unwrap().iter().map(|&v| op.eval(v, T::ZERO) as u8).collect();
+                let want: Vec<u8> = a
+                    .to_vec::<T>()
+                    .unwrap()
+                    .iter()
+                    .map(|&v| op.eval(v, T::ZERO) as u8)
+                    .collect();
                 assert_eq!(ms.to_vec::<u8>().unwrap(), want, "{op:?} scalar");
             }
             // where(cond, a, b) and masked_fill, broadcasting everything.
             let cond = ctx.compare(&a, &b, CmpOp::Gt).unwrap();
             let w = ctx.where_cond(&cond, &a, &b).unwrap();
-            let (_, want) = r::broadcast_eval::<T, T>(&[&a, &b], |v| if v[0] > v[1] { v[0] } else { v[1] }).unwrap();
+            let (_, want) =
+                r::broadcast_eval::<T, T>(&[&a, &b], |v| if v[0] > v[1] { v[0] } else { v[1] })
+                    .unwrap();
             assert_bits(&w.to_vec::<T>().unwrap(), &want, "where");
             let mask = ctx.compare_scalar(&b, 0.0, CmpOp::Lt).unwrap();
             if let Ok(f) = ctx.masked_fill(&a, &mask, -9.0) {
-                let (_, want) =
-                    r::broadcast_eval::<T, T>(&[&a, &b], |v| if v[1] < T::ZERO { T::from_f64(-9.0) } else { v[0] })
-                        .unwrap();
+                let (_, want) = r::broadcast_eval::<T, T>(&[&a, &b], |v| {
+                    if v[1] < T::ZERO {
+                        T::from_f64(-9.0)
+                    } else {
+                        v[0]
+                    }
+                })
+                .unwrap();
                 assert_eq!(f.shape(), a.shape());
                 assert_bits(&f.to_vec::<T>().unwrap(), &want, "masked_fill");
             } else {
                 // Only when b's shape does not broadcast to a's.
-                assert!(fucina_core::shape::broadcast_strides("t", b.shape(), b.strides(), a.shape()).is_err());
+                assert!(fucina_core::shape::broadcast_strides(
+                    "t",
+                    b.shape(),
+                    b.strides(),
+                    a.shape()
+                )
+                .is_err());
             }
         }
     }
@@ -628,11 +798,35 @@ fn compare_integers_and_nan() {
     {
         let a = ctx.from_slice(&[1i64, 5, -3], &[3]).unwrap();
         let b = ctx.from_slice(&[1i64, 4, 0], &[3]).unwrap();
-        assert_eq!(ctx.compare(&a, &b, CmpOp::Eq).unwrap().to_vec::<u8>().unwrap(), vec![1, 0, 0]);
-        assert_eq!(ctx.compare_scalar(&a, 2.5, CmpOp::Gt).unwrap().to_vec::<u8>().unwrap(), vec![0, 1, 0]);
+        assert_eq!(
+            ctx.compare(&a, &b, CmpOp::Eq)
+                .unwrap()
+                .to_vec::<u8>()
+                .unwrap(),
+            vec![1, 0, 0]
+        );
+        assert_eq!(
+            ctx.compare_scalar(&a, 2.5, CmpOp::Gt)
+                .unwrap()
+                .to_vec::<u8>()
+                .unwrap(),
+            vec![0, 1, 0]
+        );
         let x = ctx.from_slice(&[f32::NAN, 0.1], &[2]).unwrap();
-        assert_eq!(ctx.compare_scalar(&x, 0.1, CmpOp::Eq).unwrap().to_vec::<u8>().unwrap(), vec![0, 1]);
-        assert_eq!(ctx.compare(&x, &x, CmpOp::Ne).unwrap().to_vec::<u8>().unwrap(), vec![1, 0]);
+        assert_eq!(
+            ctx.compare_scalar(&x, 0.1, CmpOp::Eq)
+                .unwrap()
+                .to_vec::<u8>()
+                .unwrap(),
+            vec![0, 1]
+        );
+        assert_eq!(
+            ctx.compare(&x, &x, CmpOp::Ne)
+                .unwrap()
+                .to_vec::<u8>()
+                .unwrap(),
+            vec![1, 0]
+        );
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -650,9 +844,16 @@ fn thread_count_determinism() {
         for op in all_binary() {
             outs.push(ctx.binary(&a, &b, op).unwrap().to_vec::<f32>().unwrap());
         }
-        outs.push(ctx.unary(&a, UnaryOp::GeluErf).unwrap().to_vec::<f32>().unwrap());
+        outs.push(
+            ctx.unary(&a, UnaryOp::GeluErf)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
         let out = ctx.binary(&a, &b, BinaryOp::Div).unwrap();
-        let (ga, gb) = ctx.binary_backward(&a, &b, &out, &a, BinaryOp::Div, [true, true]).unwrap();
+        let (ga, gb) = ctx
+            .binary_backward(&a, &b, &out, &a, BinaryOp::Div, [true, true])
+            .unwrap();
         outs.push(ga.unwrap().to_vec::<f32>().unwrap());
         outs.push(gb.unwrap().to_vec::<f32>().unwrap());
         outs
@@ -672,11 +873,20 @@ fn empty_and_scalar_tensors() {
         let e = ctx.zeros(DType::F32, &[0, 5]).unwrap();
         assert_eq!(ctx.unary(&e, UnaryOp::Exp).unwrap().shape(), &[0, 5]);
         let row = ctx.ones(DType::F32, &[5]).unwrap();
-        assert_eq!(ctx.binary(&e, &row, BinaryOp::Add).unwrap().shape(), &[0, 5]);
+        assert_eq!(
+            ctx.binary(&e, &row, BinaryOp::Add).unwrap().shape(),
+            &[0, 5]
+        );
         let s = ctx.scalar(2.0f32).unwrap();
         let y = ctx.binary(&s, &row, BinaryOp::Mul).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0; 5]);
-        assert_eq!(ctx.unary(&s, UnaryOp::Square).unwrap().item::<f32>().unwrap(), 4.0);
+        assert_eq!(
+            ctx.unary(&s, UnaryOp::Square)
+                .unwrap()
+                .item::<f32>()
+                .unwrap(),
+            4.0
+        );
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }

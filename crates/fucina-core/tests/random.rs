@@ -9,7 +9,11 @@ use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
 
 fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>().unwrap().iter().map(|v| v.to_f64().to_bits()).collect()
+    t.to_vec::<T>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64().to_bits())
+        .collect()
 }
 
 fn dropout_vs_reference<T: Float>() {
@@ -22,12 +26,19 @@ fn dropout_vs_reference<T: Float>() {
             .collect();
         let base = ctx.from_slice(&d, &[n, 3]).unwrap();
         // A transposed view: the mask must follow the LOGICAL row-major index.
-        for x in [base.clone_view(), base.transpose(0, 1).unwrap(), base.narrow(1, 1, 2).unwrap()] {
+        for x in [
+            base.clone_view(),
+            base.transpose(0, 1).unwrap(),
+            base.narrow(1, 1, 2).unwrap(),
+        ] {
             for p in [0.1, 0.5, 0.9] {
                 let y = ctx.dropout(&x, p, 1234).unwrap();
                 assert_eq!(y.shape(), x.shape());
-                let want: Vec<u64> =
-                    r::dropout::<T>(&x, p, 1234).unwrap().iter().map(|v| v.to_f64().to_bits()).collect();
+                let want: Vec<u64> = r::dropout::<T>(&x, p, 1234)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_f64().to_bits())
+                    .collect();
                 assert_eq!(bits::<T>(&y), want, "n {n} p {p} shape {:?}", x.shape());
                 // The backward regenerates exactly the same mask and scale.
                 let gx = ctx.dropout_backward(&x, p, 1234).unwrap();
@@ -36,10 +47,16 @@ fn dropout_vs_reference<T: Float>() {
         }
     }
     // Large (parallel chunks).
-    let xs: Vec<T> = (0..100_000).map(|i| T::from_f64(1.0 + i as f64 * 1e-5)).collect();
+    let xs: Vec<T> = (0..100_000)
+        .map(|i| T::from_f64(1.0 + i as f64 * 1e-5))
+        .collect();
     let x = ctx.from_slice(&xs, &[100_000]).unwrap();
     let y = ctx.dropout(&x, 0.3, 99).unwrap();
-    let want: Vec<u64> = r::dropout::<T>(&x, 0.3, 99).unwrap().iter().map(|v| v.to_f64().to_bits()).collect();
+    let want: Vec<u64> = r::dropout::<T>(&x, 0.3, 99)
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64().to_bits())
+        .collect();
     assert_eq!(bits::<T>(&y), want);
     drop((x, y));
     assert_eq!(ctx.stats().outstanding, 0);
@@ -92,16 +109,40 @@ fn dropout_p_zero_and_errors() {
         let g = ctx.dropout_backward(&x, 0.0, 3).unwrap();
         assert!(g.buffer().same_as(x.buffer()));
         for p in [1.0, -0.1, 1.5, f64::NAN] {
-            assert!(matches!(ctx.dropout(&x, p, 3), Err(Error::InvalidArgument { .. })), "p {p}");
-            assert!(matches!(ctx.dropout_backward(&x, p, 3), Err(Error::InvalidArgument { .. })));
+            assert!(
+                matches!(ctx.dropout(&x, p, 3), Err(Error::InvalidArgument { .. })),
+                "p {p}"
+            );
+            assert!(matches!(
+                ctx.dropout_backward(&x, p, 3),
+                Err(Error::InvalidArgument { .. })
+            ));
         }
         let h = ctx.zeros(DType::F16, &[4]).unwrap();
-        assert!(matches!(ctx.dropout(&h, 0.5, 3), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.rand_uniform(DType::BF16, &[2], 0.0, 1.0, 0), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.randn(DType::I32, &[2], 0.0, 1.0, 0), Err(Error::UnsupportedDType { .. })));
-        assert!(matches!(ctx.rand_uniform(DType::F32, &[2], 1.0, 0.0, 0), Err(Error::InvalidArgument { .. })));
-        assert!(matches!(ctx.randn(DType::F32, &[2], 0.0, -1.0, 0), Err(Error::InvalidArgument { .. })));
-        assert!(matches!(ctx.randn(DType::F32, &[2], f64::NAN, 1.0, 0), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(
+            ctx.dropout(&h, 0.5, 3),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.rand_uniform(DType::BF16, &[2], 0.0, 1.0, 0),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.randn(DType::I32, &[2], 0.0, 1.0, 0),
+            Err(Error::UnsupportedDType { .. })
+        ));
+        assert!(matches!(
+            ctx.rand_uniform(DType::F32, &[2], 1.0, 0.0, 0),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            ctx.randn(DType::F32, &[2], 0.0, -1.0, 0),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            ctx.randn(DType::F32, &[2], f64::NAN, 1.0, 0),
+            Err(Error::InvalidArgument { .. })
+        ));
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -111,11 +152,17 @@ fn fills_vs_reference<T: Float>() {
     for &n in SIZES.iter().chain(&[70_000]) {
         let u = ctx.rand_uniform(T::DTYPE, &[n], -2.0, 3.0, 11).unwrap();
         assert_eq!(u.shape(), &[n]);
-        let want: Vec<u64> = r::rand_uniform::<T>(n, -2.0, 3.0, 11).iter().map(|v| v.to_f64().to_bits()).collect();
+        let want: Vec<u64> = r::rand_uniform::<T>(n, -2.0, 3.0, 11)
+            .iter()
+            .map(|v| v.to_f64().to_bits())
+            .collect();
         assert_eq!(bits::<T>(&u), want);
         let g = ctx.randn(T::DTYPE, &[n, 1], 1.0, 0.5, 12).unwrap();
         assert_eq!(g.shape(), &[n, 1]);
-        let want: Vec<u64> = r::randn::<T>(n, 1.0, 0.5, 12).iter().map(|v| v.to_f64().to_bits()).collect();
+        let want: Vec<u64> = r::randn::<T>(n, 1.0, 0.5, 12)
+            .iter()
+            .map(|v| v.to_f64().to_bits())
+            .collect();
         assert_eq!(bits::<T>(&g), want);
     }
     assert_eq!(ctx.stats().outstanding, 0);
@@ -136,11 +183,19 @@ fn fill_distributions() {
     let ctx = ExecContext::with_threads(2).unwrap();
     {
         let n = 200_000;
-        let u = ctx.rand_uniform(DType::F64, &[n], -1.0, 3.0, 5).unwrap().to_vec::<f64>().unwrap();
+        let u = ctx
+            .rand_uniform(DType::F64, &[n], -1.0, 3.0, 5)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         assert!(u.iter().all(|&v| (-1.0..3.0).contains(&v)));
         let mean = u.iter().sum::<f64>() / n as f64;
         assert!((mean - 1.0).abs() < 0.02, "uniform mean {mean}");
-        let g = ctx.randn(DType::F64, &[n], 2.0, 3.0, 6).unwrap().to_vec::<f64>().unwrap();
+        let g = ctx
+            .randn(DType::F64, &[n], 2.0, 3.0, 6)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         let mean = g.iter().sum::<f64>() / n as f64;
         let var = g.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
         assert!((mean - 2.0).abs() < 0.03, "normal mean {mean}");
@@ -154,7 +209,9 @@ fn thread_count_determinism() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
     let run = |ctx: &ExecContext| -> Vec<Vec<u64>> {
-        let x = ctx.rand_uniform(DType::F32, &[300, 400], 0.0, 1.0, 1).unwrap();
+        let x = ctx
+            .rand_uniform(DType::F32, &[300, 400], 0.0, 1.0, 1)
+            .unwrap();
         let xt = x.transpose(0, 1).unwrap();
         vec![
             bits::<f32>(&x),
