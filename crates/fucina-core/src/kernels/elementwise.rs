@@ -395,20 +395,24 @@ const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
 impl<T: Float> Pointwise<T> for GeluTanh {
     const SAVED: Saved = Saved::Input;
+    // 0.5x(1+tanh u) with u = k(x + 0.044715x³), k = √(2/π). Since
+    // 1 + tanh u = 2σ(2u), this is x·σ(2u): one exp instead of tanh, and no
+    // cancellation in 1 + tanh u for negative x.
     #[inline(always)]
     fn f(self, x: T) -> T {
         let u = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x * x * x);
-        c::<T>(0.5) * x * (T::ONE + u.tanh())
+        x * sigmoid(u + u)
     }
-    // u = k(x + 0.044715x³), k = √(2/π), t = tanh u:
-    // d/dx = 0.5(1+t) + 0.5x(1-t²)·k(1 + 3·0.044715x²)
+    // With t = tanh u and s = σ(2u) (so 1+t = 2s, 1-t² = 4s(1-s)):
+    // d/dx = 0.5(1+t) + 0.5x(1-t²)·k(1 + 3·0.044715x²) = s + 2x·s(1-s)·k(1 + 3·0.044715x²)
     #[inline(always)]
     fn df(self, x: T) -> T {
         let k = c::<T>(SQRT_2_OVER_PI);
         let x2 = x * x;
-        let t = (k * (x + c::<T>(GELU_C) * x2 * x)).tanh();
+        let u = k * (x + c::<T>(GELU_C) * x2 * x);
+        let s = sigmoid(u + u);
         let du = k * (T::ONE + c::<T>(3.0 * GELU_C) * x2);
-        c::<T>(0.5) * (T::ONE + t) + c::<T>(0.5) * x * (T::ONE - t * t) * du
+        s + (x + x) * s * (T::ONE - s) * du
     }
 }
 impl<T: Float> Pointwise<T> for GeluErf {
