@@ -444,6 +444,31 @@ fn scan<T: Float>(
     let tasks = p * ncol;
     let per = (CHUNK / (r * q.min(COLS)).max(1)).max(1);
     let ptr = SendPtr(dst.as_mut_ptr());
+    if q == 1 {
+        // The axis is the contiguous one: one plain sequential scan per run
+        // (the same additions in the same order as the column path).
+        ctx.for_chunks(p.div_ceil(per), p * r >= PAR_THRESHOLD, |c| {
+            let dp = ptr;
+            for pi in c * per..((c + 1) * per).min(p) {
+                // SAFETY: run pi owns out[pi*r .. (pi+1)*r].
+                let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(pi * r), r) };
+                let x = &xs[pi * r..(pi + 1) * r];
+                let mut acc = T::ZERO;
+                if reverse {
+                    for (o, &v) in d.iter_mut().zip(x).rev() {
+                        acc += v;
+                        *o = acc;
+                    }
+                } else {
+                    for (o, &v) in d.iter_mut().zip(x) {
+                        acc += v;
+                        *o = acc;
+                    }
+                }
+            }
+        });
+        return Ok(out);
+    }
     ctx.for_chunks(tasks.div_ceil(per), p * r * q >= PAR_THRESHOLD, |c| {
         let dp = ptr;
         for t in c * per..((c + 1) * per).min(tasks) {
