@@ -10,7 +10,9 @@ fn bench(c: &mut Criterion) {
     let ctx = ExecContext::new().expect("context");
     for (n, classes) in [(2048usize, 65usize), (512, 8192)] {
         let mut g = SplitMix64::new(3);
-        let xv: Vec<f32> = (0..n * classes).map(|_| 2.0 * g.next_normal() as f32).collect();
+        let xv: Vec<f32> = (0..n * classes)
+            .map(|_| 2.0 * g.next_normal() as f32)
+            .collect();
         let tv: Vec<i64> = (0..n).map(|_| g.below(classes as u64) as i64).collect();
         let x = ctx.from_slice(&xv, &[n, classes]).expect("x");
         let t = ctx.from_slice(&tv, &[n]).expect("t");

@@ -9,7 +9,9 @@ fn bench(c: &mut Criterion) {
     let ctx = ExecContext::new().expect("context");
     let (rows, cols) = (512, 1024);
     let mut g = SplitMix64::new(1);
-    let xv: Vec<f32> = (0..rows * cols).map(|_| 3.0 * g.next_normal() as f32).collect();
+    let xv: Vec<f32> = (0..rows * cols)
+        .map(|_| 3.0 * g.next_normal() as f32)
+        .collect();
     let gyv: Vec<f32> = (0..rows * cols).map(|_| g.next_normal() as f32).collect();
     let x = ctx.from_slice(&xv, &[rows, cols]).expect("x");
     let gy = ctx.from_slice(&gyv, &[rows, cols]).expect("gy");
@@ -17,7 +19,9 @@ fn bench(c: &mut Criterion) {
 
     let mut grp = c.benchmark_group("softmax_512x1024_f32");
     grp.throughput(Throughput::Elements((rows * cols) as u64));
-    grp.bench_function("forward", |b| b.iter(|| ctx.softmax(&x, 1).expect("softmax")));
+    grp.bench_function("forward", |b| {
+        b.iter(|| ctx.softmax(&x, 1).expect("softmax"))
+    });
     grp.bench_function("log_softmax", |b| {
         b.iter(|| ctx.log_softmax(&x, 1).expect("log_softmax"))
     });

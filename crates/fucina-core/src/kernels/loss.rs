@@ -69,7 +69,16 @@ fn row_stats_impl<T: RowFloat>(x: &[T], with_sum: bool) -> (T, T, T) {
 
 /// One row's gradient `g_j = s · (exp(x_j − m) · inv − ε/C)`, then `g_t −= s · (1 − ε)`.
 #[inline(always)]
-fn grad_row_impl<T: RowFloat>(x: &[T], g: &mut [T], m: T, inv: T, s: T, eps_c: T, t: usize, keep: T) {
+fn grad_row_impl<T: RowFloat>(
+    x: &[T],
+    g: &mut [T],
+    m: T,
+    inv: T,
+    s: T,
+    eps_c: T,
+    t: usize,
+    keep: T,
+) {
     for (o, &v) in g.iter_mut().zip(x) {
         *o = s * ((v - m).vexp() * inv - eps_c);
     }

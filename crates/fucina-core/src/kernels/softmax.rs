@@ -84,17 +84,52 @@ pub(crate) fn lane_sum<T: Float>(n: usize, f: impl Fn(usize) -> T) -> T {
     s
 }
 
+/// Σ f(x_i), in the lane order of [`lane_sum`] (bounds-check free, so it vectorises).
+#[inline(always)]
+pub(crate) fn lane_map_sum<T: Float>(x: &[T], f: impl Fn(T) -> T) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += f(c[l]);
+        }
+    }
+    let mut s = fold_lanes(acc);
+    for &v in chunks.remainder() {
+        s += f(v);
+    }
+    s
+}
+
+/// Σ f(a_i, b_i) over the length of `a`, in the lane order of [`lane_sum`].
+#[inline(always)]
+pub(crate) fn lane_map_sum2<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let b = &b[..a.len()];
+    let mut acc = [T::ZERO; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l]);
+        }
+    }
+    let mut s = fold_lanes(acc);
+    for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += f(x, y);
+    }
+    s
+}
+
 /// Σ x.
 #[inline(always)]
 pub(crate) fn sum<T: Float>(x: &[T]) -> T {
-    lane_sum(x.len(), |i| x[i])
+    lane_map_sum(x, |v| v)
 }
 
 /// Σ a·b (same lengths).
 #[inline(always)]
 pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    let b = &b[..a.len()];
-    lane_sum(a.len(), |i| a[i] * b[i])
+    lane_map_sum2(a, b, |x, y| x * y)
 }
 
 /// max x (−∞ for an empty row; a NaN is skipped here but propagates through `exp`).
@@ -120,9 +155,8 @@ pub(crate) fn max<T: Float>(x: &[T]) -> T {
 /// Σ exp(x − m) (the vectorisable exp).
 #[inline(always)]
 pub(crate) fn sum_exp_impl<T: RowFloat>(x: &[T], m: T) -> T {
-    lane_sum(x.len(), |i| (x[i] - m).vexp())
+    lane_map_sum(x, |v| (v - m).vexp())
 }
-
 
 // ------------------------------------------------------------ exp and SIMD dispatch
 
@@ -282,7 +316,6 @@ macro_rules! simd_dispatch {
     };
 }
 pub(crate) use simd_dispatch;
-
 
 // ------------------------------------------------------------ row kernels
 
