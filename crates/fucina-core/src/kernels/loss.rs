@@ -378,7 +378,6 @@ impl ExecContext {
             let ignore = opts.ignore_index;
             let gp = SendPtr(gx.as_mut_slice::<T>()?.as_mut_ptr());
             par_row_chunks(self, n, c, rows_per_chunk(c, 1), |_, r0, r1| {
-                let gp = gp;
                 // SAFETY: chunks own disjoint row ranges of gx.
                 let gc = unsafe { chunk_mut(gp, r0 * c, (r1 - r0) * c) };
                 for (k, gr) in gc.chunks_exact_mut(c).enumerate() {

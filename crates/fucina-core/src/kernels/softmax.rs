@@ -177,7 +177,7 @@ pub fn exp_f32(x: f32) -> f32 {
     let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
-        + 5.000_000_1e-1;
+        + 0.5;
     let e = p * (r * r) + r + 1.0;
     let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
     let n1 = ni >> 1;
@@ -470,7 +470,6 @@ fn map_rows<T: RowFloat>(
         let op = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
         let rpc = rows_per_chunk(len, 1);
         par_row_chunks(ctx, n_rows, len, rpc, |_, r0, r1| {
-            let op = op;
             // SAFETY: chunks own disjoint row ranges of `out`.
             let o = unsafe { chunk_mut(op, r0 * len, (r1 - r0) * len) };
             for (k, orow) in o.chunks_exact_mut(len).enumerate() {
@@ -597,7 +596,6 @@ impl ExecContext {
         let op = SendPtr(o.as_mut_ptr());
         let rpc = rows_per_chunk(len, 1);
         par_row_chunks(self, n_rows, len, rpc, |_, r0, r1| {
-            let op = op;
             // SAFETY: chunks own disjoint ranges of `out`.
             let o = unsafe { chunk_mut(op, r0, r1 - r0) };
             for (k, v) in o.iter_mut().enumerate() {
