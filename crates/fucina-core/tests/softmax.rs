@@ -2,7 +2,7 @@
 //! non-contiguous views and non-last axes, backward vs central differences,
 //! causal masking, thread-count determinism and input validation.
 
-use fucina_core::kernels::softmax::reference as r;
+use fucina_core::kernels::softmax::{exp_f32, exp_f64, reference as r};
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
@@ -457,4 +457,41 @@ fn rejects_bad_inputs() {
     assert_eq!(l, vec![f64::NEG_INFINITY; 3]);
     drop((x, xi, g64, g3, v, e, e2));
     assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn vectorisable_exp_is_accurate() {
+    // f32: within 3 ulp-ish of the correctly rounded value over the normal range.
+    let mut worst = 0f64;
+    let mut x = -87.0f32;
+    while x < 88.7 {
+        let want = (x as f64).exp();
+        let got = exp_f32(x) as f64;
+        worst = worst.max(((got - want) / want).abs());
+        x += 0.0137;
+    }
+    assert!(worst < 3.0 * f32::EPSILON as f64, "exp_f32 rel err {worst}");
+    // Subnormal results stay close in absolute terms; past the ends: 0 and +inf.
+    assert!((exp_f32(-100.0) as f64 - (-100f64).exp()).abs() < 1e-44);
+    assert_eq!(exp_f32(-105.0), 0.0);
+    assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_f32(89.0), f32::INFINITY);
+    assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+    assert!(exp_f32(f32::NAN).is_nan());
+    assert_eq!(exp_f32(0.0), 1.0);
+    // f64: within a few ulp over the normal range.
+    let mut worst = 0f64;
+    let mut x = -708.0f64;
+    while x < 709.0 {
+        let want = x.exp();
+        worst = worst.max(((exp_f64(x) - want) / want).abs());
+        x += 0.0731;
+    }
+    assert!(worst < 4.0 * f64::EPSILON, "exp_f64 rel err {worst}");
+    assert!((exp_f64(-740.0) - (-740f64).exp()).abs() < 1e-320);
+    assert_eq!(exp_f64(-747.0), 0.0);
+    assert_eq!(exp_f64(f64::NEG_INFINITY), 0.0);
+    assert_eq!(exp_f64(f64::INFINITY), f64::INFINITY);
+    assert!(exp_f64(f64::NAN).is_nan());
+    assert_eq!(exp_f64(0.0), 1.0);
 }

@@ -6,11 +6,13 @@
 //! bitwise identical for any thread count. The forward saves each row's max and
 //! Σ exp(x − max), which the backward reuses instead of a second pass.
 
-use crate::dtype::{DType, Float};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
 use crate::kernels::copy::SendPtr;
-use crate::kernels::softmax::{chunk_mut, max, par_row_chunks, rows_per_chunk, sum, sum_exp};
+use crate::kernels::softmax::{
+    chunk_mut, max, par_row_chunks, rows_per_chunk, simd_dispatch, sum, sum_exp_impl, RowFloat,
+};
 use crate::tensor::RawTensor;
 
 /// How per-row losses are combined.
@@ -55,6 +57,36 @@ pub struct CrossEntropySaved {
     /// Number of non-ignored rows.
     pub count: usize,
 }
+
+/// One row's (max, Σ exp(x − max), Σ x); the last only when `with_sum`.
+#[inline(always)]
+fn row_stats_impl<T: RowFloat>(x: &[T], with_sum: bool) -> (T, T, T) {
+    let m = max(x);
+    let s = sum_exp_impl(x, m);
+    let t = if with_sum { sum(x) } else { T::ZERO };
+    (m, s, t)
+}
+
+/// One row's gradient `g_j = s · (exp(x_j − m) · inv − ε/C)`, then `g_t −= s · (1 − ε)`.
+#[inline(always)]
+fn grad_row_impl<T: RowFloat>(
+    x: &[T],
+    g: &mut [T],
+    m: T,
+    inv: T,
+    s: T,
+    eps_c: T,
+    t: usize,
+    keep: T,
+) {
+    for (o, &v) in g.iter_mut().zip(x) {
+        *o = s * ((v - m).vexp() * inv - eps_c);
+    }
+    g[t] -= s * keep;
+}
+
+simd_dispatch! { fn row_stats => row_stats_impl(x: &[T], with_sum: bool) -> (T, T, T) }
+simd_dispatch! { fn grad_row => grad_row_impl(x: &[T], g: &mut [T], m: T, inv: T, s: T, eps_c: T, t: usize, keep: T) }
 
 /// Strided read access to the `[N]` targets as i64.
 #[derive(Clone, Copy)]
@@ -169,7 +201,7 @@ impl ExecContext {
         crate::dispatch_float!(logits.dtype(), OP, T => self.cross_entropy_t::<T>(logits, t, n, c, count, opts))
     }
 
-    fn cross_entropy_t<T: Float>(
+    fn cross_entropy_t<T: RowFloat>(
         &self,
         logits: &RawTensor,
         t: Targets<'_>,
@@ -205,8 +237,7 @@ impl ExecContext {
                 for r in r0..r1 {
                     let k = r - r0;
                     let xr = &xs[r * c..(r + 1) * c];
-                    let m = max(xr);
-                    let s = sum_exp(xr, m);
+                    let (m, s, sx) = row_stats(xr, eps != 0.0);
                     mc[k] = m;
                     sc[k] = s;
                     let ti = t.get(r);
@@ -216,7 +247,7 @@ impl ExecContext {
                         let lse = m + s.ln();
                         let mut l = lse - keep * xr[ti as usize];
                         if eps != 0.0 {
-                            l -= eps_c * sum(xr);
+                            l -= eps_c * sx;
                         }
                         l
                     };
@@ -312,7 +343,7 @@ impl ExecContext {
         })
     }
 
-    fn cross_entropy_backward_t<T: Float>(
+    fn cross_entropy_backward_t<T: RowFloat>(
         &self,
         logits: &RawTensor,
         t: Targets<'_>,
@@ -347,7 +378,6 @@ impl ExecContext {
             let ignore = opts.ignore_index;
             let gp = SendPtr(gx.as_mut_slice::<T>()?.as_mut_ptr());
             par_row_chunks(self, n, c, rows_per_chunk(c, 1), |_, r0, r1| {
-                let gp = gp;
                 // SAFETY: chunks own disjoint row ranges of gx.
                 let gc = unsafe { chunk_mut(gp, r0 * c, (r1 - r0) * c) };
                 for (k, gr) in gc.chunks_exact_mut(c).enumerate() {
@@ -365,10 +395,7 @@ impl ExecContext {
                     let xr = &xs[r * c..(r + 1) * c];
                     let m = ms[r];
                     let inv = T::ONE / ss[r];
-                    for j in 0..c {
-                        gr[j] = s * ((xr[j] - m).exp() * inv - eps_c);
-                    }
-                    gr[ti as usize] -= s * keep;
+                    grad_row(xr, gr, m, inv, s, eps_c, ti as usize, keep);
                 }
             });
         }

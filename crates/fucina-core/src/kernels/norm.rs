@@ -10,7 +10,9 @@ use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
 use crate::kernels::copy::SendPtr;
-use crate::kernels::softmax::{chunk_mut, dot, lane_sum, par_row_chunks, rows_per_chunk, sum};
+use crate::kernels::softmax::{
+    chunk_mut, dot, lane_map_sum, lane_map_sum2, lane_sum, par_row_chunks, rows_per_chunk, sum,
+};
 use crate::tensor::RawTensor;
 
 /// Minimum rows per chunk of a backward pass (bounds the gw/gb partials to numel/8).
@@ -162,7 +164,7 @@ impl ExecContext {
                 for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
                     let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
                     let m = sum(xr) * inv_d;
-                    let var = lane_sum(d, |j| (xr[j] - m) * (xr[j] - m)) * inv_d;
+                    let var = lane_map_sum(xr, |v| (v - m) * (v - m)) * inv_d;
                     let r = T::ONE / (var + eps).sqrt();
                     mc[k] = m;
                     rc[k] = r;
@@ -408,7 +410,7 @@ impl ExecContext {
                             Some(w) => {
                                 let g = |j: usize| gr[j] * w[j];
                                 let a = if ms.is_some() {
-                                    lane_sum(d, g) * inv_d
+                                    dot(gr, w) * inv_d
                                 } else {
                                     T::ZERO
                                 };
@@ -423,7 +425,7 @@ impl ExecContext {
                                 } else {
                                     T::ZERO
                                 };
-                                let b = lane_sum(d, |j| gr[j] * xhat(j)) * inv_d;
+                                let b = lane_map_sum2(gr, xr, |g, x| g * ((x - m) * rs_r)) * inv_d;
                                 for j in 0..d {
                                     gxr[j] = rs_r * (gr[j] - a - xhat(j) * b);
                                 }

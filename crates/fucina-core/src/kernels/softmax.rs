@@ -84,21 +84,56 @@ pub(crate) fn lane_sum<T: Float>(n: usize, f: impl Fn(usize) -> T) -> T {
     s
 }
 
+/// Σ f(x_i), in the lane order of [`lane_sum`] (bounds-check free, so it vectorises).
+#[inline(always)]
+pub(crate) fn lane_map_sum<T: Float>(x: &[T], f: impl Fn(T) -> T) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += f(c[l]);
+        }
+    }
+    let mut s = fold_lanes(acc);
+    for &v in chunks.remainder() {
+        s += f(v);
+    }
+    s
+}
+
+/// Σ f(a_i, b_i) over the length of `a`, in the lane order of [`lane_sum`].
+#[inline(always)]
+pub(crate) fn lane_map_sum2<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let b = &b[..a.len()];
+    let mut acc = [T::ZERO; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l]);
+        }
+    }
+    let mut s = fold_lanes(acc);
+    for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += f(x, y);
+    }
+    s
+}
+
 /// Σ x.
-#[inline]
+#[inline(always)]
 pub(crate) fn sum<T: Float>(x: &[T]) -> T {
-    lane_sum(x.len(), |i| x[i])
+    lane_map_sum(x, |v| v)
 }
 
 /// Σ a·b (same lengths).
-#[inline]
+#[inline(always)]
 pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    let b = &b[..a.len()];
-    lane_sum(a.len(), |i| a[i] * b[i])
+    lane_map_sum2(a, b, |x, y| x * y)
 }
 
 /// max x (−∞ for an empty row; a NaN is skipped here but propagates through `exp`).
-#[inline]
+#[inline(always)]
 pub(crate) fn max<T: Float>(x: &[T]) -> T {
     let mut acc = [T::NEG_INFINITY; LANES];
     let mut chunks = x.chunks_exact(LANES);
@@ -117,19 +152,179 @@ pub(crate) fn max<T: Float>(x: &[T]) -> T {
     m
 }
 
-/// Σ exp(x − m).
-#[inline]
-pub(crate) fn sum_exp<T: Float>(x: &[T], m: T) -> T {
-    lane_sum(x.len(), |i| (x[i] - m).exp())
+/// Σ exp(x − m) (the vectorisable exp).
+#[inline(always)]
+pub(crate) fn sum_exp_impl<T: RowFloat>(x: &[T], m: T) -> T {
+    lane_map_sum(x, |v| (v - m).vexp())
 }
+
+// ------------------------------------------------------------ exp and SIMD dispatch
+
+/// e^x for f32 in plain arithmetic (no libm call, no FMA), so loops over it
+/// vectorise and give the same bits on every SIMD width: Cody–Waite reduction
+/// `x = n·ln2 + r`, Cephes' degree-7 polynomial for e^r (≈1–2 ulp), then
+/// `2^n` applied as two exact power-of-two factors (covers the subnormal range).
+/// exp(−∞) = 0, exp(+∞) = +∞, NaN propagates.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
+    const C1: f32 = 0.693_359_4; // ln 2 high part (exact, few bits): n·C1 is exact
+    const C2: f32 = -2.121_944_4e-4; // ln 2 − C1
+    let xc = x.clamp(-104.0, 89.0);
+    let t = xc * std::f32::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    let r = (xc - n * C1) - n * C2;
+    let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let e = p * (r * r) + r + 1.0;
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
+    let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
+    let y = e * s1 * s2;
+    if x < -104.0 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// e^x for f64 in plain arithmetic (see [`exp_f32`]): Cody–Waite reduction and
+/// the degree-13 Taylor polynomial of e^r on |r| ≤ ln2/2 (≈1–2 ulp).
+#[inline(always)]
+pub fn exp_f64(x: f64) -> f64 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5·2^52
+    const C1: f64 = 6.931_457_519_531_25e-1;
+    const C2: f64 = 1.428_606_820_309_417_2e-6;
+    let xc = x.clamp(-746.0, 710.0);
+    let t = xc * std::f64::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    let r = (xc - n * C1) - n * C2;
+    // 1/k! for k = 13 down to 2.
+    const INV_FACT: [f64; 12] = [
+        1.0 / 6_227_020_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+    ];
+    let mut p = INV_FACT[0];
+    for &c in &INV_FACT[1..] {
+        p = p * r + c;
+    }
+    let e = p * (r * r) + r + 1.0;
+    let ni = t.to_bits() as i64 - MAGIC.to_bits() as i64;
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let s1 = f64::from_bits(((n1 + 1023) as u64) << 52);
+    let s2 = f64::from_bits(((n2 + 1023) as u64) << 52);
+    let y = e * s1 * s2;
+    if x < -746.0 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// A compute float (f32, f64) with the vectorisable exp the row kernels use.
+pub trait RowFloat: Float {
+    /// e^x by [`exp_f32`] / [`exp_f64`].
+    fn vexp(self) -> Self;
+}
+impl RowFloat for f32 {
+    #[inline(always)]
+    fn vexp(self) -> f32 {
+        exp_f32(self)
+    }
+}
+impl RowFloat for f64 {
+    #[inline(always)]
+    fn vexp(self) -> f64 {
+        exp_f64(self)
+    }
+}
+
+/// The widest SIMD level of this CPU that the row kernels are compiled for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SimdLevel {
+    /// The build's baseline target.
+    Base,
+    /// AVX2.
+    Avx2,
+    /// AVX-512 (F, BW, VL, DQ).
+    Avx512,
+}
+
+/// Detects the SIMD level once per call (std caches the CPUID probe).
+#[inline]
+pub(crate) fn simd_level() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+        {
+            return SimdLevel::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return SimdLevel::Avx2;
+        }
+    }
+    SimdLevel::Base
+}
+
+/// Defines `$name<T: RowFloat>(args)` that runs the `#[inline(always)]` generic
+/// `$inner` compiled for AVX-512, AVX2 or the baseline, picked at run time.
+/// Every variant computes the same bits: the kernels use no FMA and fixed
+/// reduction orders, and rustc never contracts or reassociates float math.
+macro_rules! simd_dispatch {
+    ($(#[$m:meta])* $vis:vis fn $name:ident => $inner:ident ($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {
+        $(#[$m])*
+        #[inline]
+        $vis fn $name<T: $crate::kernels::softmax::RowFloat>($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2")]
+                unsafe fn wide<T: $crate::kernels::softmax::RowFloat>($($arg: $ty),*) $(-> $ret)? {
+                    $inner::<T>($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn mid<T: $crate::kernels::softmax::RowFloat>($($arg: $ty),*) $(-> $ret)? {
+                    $inner::<T>($($arg),*)
+                }
+                match $crate::kernels::softmax::simd_level() {
+                    // SAFETY: the CPU supports the features each variant is compiled for.
+                    $crate::kernels::softmax::SimdLevel::Avx512 => return unsafe { wide::<T>($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::kernels::softmax::SimdLevel::Avx2 => return unsafe { mid::<T>($($arg),*) },
+                    $crate::kernels::softmax::SimdLevel::Base => {}
+                }
+            }
+            $inner::<T>($($arg),*)
+        }
+    };
+}
+pub(crate) use simd_dispatch;
 
 // ------------------------------------------------------------ row kernels
 
 /// y = exp(x − max) / Σ exp(x − max) over one contiguous row.
-fn softmax_row<T: Float>(x: &[T], y: &mut [T]) {
+#[inline(always)]
+fn softmax_row_impl<T: RowFloat>(x: &[T], y: &mut [T]) {
     let m = max(x);
     for (o, &v) in y.iter_mut().zip(x) {
-        *o = (v - m).exp();
+        *o = (v - m).vexp();
     }
     let inv = T::ONE / sum(y);
     for o in y.iter_mut() {
@@ -138,26 +333,29 @@ fn softmax_row<T: Float>(x: &[T], y: &mut [T]) {
 }
 
 /// y = x − max − ln Σ exp(x − max) over one contiguous row.
-fn log_softmax_row<T: Float>(x: &[T], y: &mut [T]) {
+#[inline(always)]
+fn log_softmax_row_impl<T: RowFloat>(x: &[T], y: &mut [T]) {
     let m = max(x);
-    let shift = m + sum_exp(x, m).ln();
+    let shift = m + sum_exp_impl(x, m).ln();
     for (o, &v) in y.iter_mut().zip(x) {
         *o = v - shift;
     }
 }
 
 /// ln Σ exp(x): m + ln Σ exp(x − m); −∞ for an empty or all −∞ row, +∞ if any +∞.
-fn logsumexp_row<T: Float>(x: &[T]) -> T {
+#[inline(always)]
+fn logsumexp_row_impl<T: RowFloat>(x: &[T]) -> T {
     let m = max(x);
     if m == T::NEG_INFINITY || m == T::INFINITY {
         return m;
     }
-    m + sum_exp(x, m).ln()
+    m + sum_exp_impl(x, m).ln()
 }
 
 /// Softmax backward: y = softmax(x), so ∂y_j/∂x_i = y_j(δ_ij − y_i) and
 /// gx_i = Σ_j gy_j y_j (δ_ij − y_i) = y_i (gy_i − Σ_j gy_j y_j).
-fn softmax_backward_row<T: Float>(y: &[T], gy: &[T], gx: &mut [T]) {
+#[inline(always)]
+fn softmax_backward_row_impl<T: RowFloat>(y: &[T], gy: &[T], gx: &mut [T]) {
     let d = dot(gy, y);
     for ((o, &yv), &g) in gx.iter_mut().zip(y).zip(gy) {
         *o = yv * (g - d);
@@ -166,12 +364,19 @@ fn softmax_backward_row<T: Float>(y: &[T], gy: &[T], gx: &mut [T]) {
 
 /// Log-softmax backward: y = x − lse(x), ∂y_j/∂x_i = δ_ij − softmax_i = δ_ij − exp(y_i),
 /// so gx_i = gy_i − exp(y_i) Σ_j gy_j.
-fn log_softmax_backward_row<T: Float>(y: &[T], gy: &[T], gx: &mut [T]) {
+#[inline(always)]
+fn log_softmax_backward_row_impl<T: RowFloat>(y: &[T], gy: &[T], gx: &mut [T]) {
     let s = sum(gy);
     for ((o, &yv), &g) in gx.iter_mut().zip(y).zip(gy) {
-        *o = g - yv.exp() * s;
+        *o = g - yv.vexp() * s;
     }
 }
+
+simd_dispatch! { fn softmax_row => softmax_row_impl(x: &[T], y: &mut [T]) }
+simd_dispatch! { fn log_softmax_row => log_softmax_row_impl(x: &[T], y: &mut [T]) }
+simd_dispatch! { fn logsumexp_row => logsumexp_row_impl(x: &[T]) -> T }
+simd_dispatch! { fn softmax_backward_row => softmax_backward_row_impl(y: &[T], gy: &[T], gx: &mut [T]) }
+simd_dispatch! { fn log_softmax_backward_row => log_softmax_backward_row_impl(y: &[T], gy: &[T], gx: &mut [T]) }
 
 /// Number of unmasked leading columns of row `i` of a causal `[rows, cols]`
 /// block: column j is kept when j ≤ i + (cols − rows).
@@ -239,7 +444,7 @@ fn axis_last_contiguous(ctx: &ExecContext, t: &RawTensor, axis: usize) -> Result
 
 /// Maps every row along `axis` of `a` (and the matching row of `b`, if any)
 /// through `f(row_index, a_row, b_row, out_row)`; the output has `a`'s shape.
-fn map_rows<T: Float>(
+fn map_rows<T: RowFloat>(
     ctx: &ExecContext,
     a: &RawTensor,
     b: Option<&RawTensor>,
@@ -265,7 +470,6 @@ fn map_rows<T: Float>(
         let op = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
         let rpc = rows_per_chunk(len, 1);
         par_row_chunks(ctx, n_rows, len, rpc, |_, r0, r1| {
-            let op = op;
             // SAFETY: chunks own disjoint row ranges of `out`.
             let o = unsafe { chunk_mut(op, r0 * len, (r1 - r0) * len) };
             for (k, orow) in o.chunks_exact_mut(len).enumerate() {
@@ -365,7 +569,7 @@ impl ExecContext {
         crate::dispatch_float!(x.dtype(), "logsumexp", T => self.logsumexp_t::<T>(x, axis, keepdim))
     }
 
-    fn logsumexp_t<T: Float>(
+    fn logsumexp_t<T: RowFloat>(
         &self,
         x: &RawTensor,
         axis: usize,
@@ -392,7 +596,6 @@ impl ExecContext {
         let op = SendPtr(o.as_mut_ptr());
         let rpc = rows_per_chunk(len, 1);
         par_row_chunks(self, n_rows, len, rpc, |_, r0, r1| {
-            let op = op;
             // SAFETY: chunks own disjoint ranges of `out`.
             let o = unsafe { chunk_mut(op, r0, r1 - r0) };
             for (k, v) in o.iter_mut().enumerate() {
@@ -648,5 +851,40 @@ pub mod reference {
             }
         }
         gx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runtime-dispatched (AVX2/AVX-512) rows give the same bits as the
+    /// baseline build of the same kernel.
+    #[test]
+    fn dispatched_rows_match_baseline_bitwise() {
+        let mut g = crate::rng::SplitMix64::new(5);
+        for len in [1usize, 7, 16, 33, 257, 1000] {
+            let x: Vec<f32> = (0..len).map(|_| 20.0 * g.next_normal() as f32).collect();
+            let gy: Vec<f32> = (0..len).map(|_| g.next_normal() as f32).collect();
+            let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);
+            softmax_row(&x, &mut a);
+            softmax_row_impl(&x, &mut b);
+            assert_eq!(a, b);
+            log_softmax_row(&x, &mut a);
+            log_softmax_row_impl(&x, &mut b);
+            assert_eq!(a, b);
+            log_softmax_backward_row(&x, &gy, &mut a);
+            log_softmax_backward_row_impl(&x, &gy, &mut b);
+            assert_eq!(a, b);
+            let xd: Vec<f64> = x.iter().map(|&v| v as f64 * 30.0).collect();
+            assert_eq!(
+                logsumexp_row(&xd).to_bits(),
+                logsumexp_row_impl(&xd).to_bits()
+            );
+            let (mut c, mut d) = (vec![0f64; len], vec![0f64; len]);
+            softmax_row(&xd, &mut c);
+            softmax_row_impl(&xd, &mut d);
+            assert_eq!(c, d);
+        }
     }
 }
