@@ -74,8 +74,13 @@ pub struct GradcheckReport {
 
 fn projection(out: &Tensor, seed: u64) -> Result<RawTensor> {
     // Values in ±[0.5, 1.5): never near zero, so no element of Jᵀw is hidden.
+    // Non-finite outputs (a masked −∞) have no derivative and get weight 0.
+    let y = out.to_vec_f64()?;
     let w: Vec<f64> = (0..out.numel() as u64)
         .map(|i| {
+            if !y[i as usize].is_finite() {
+                return 0.0;
+            }
             let u = rng::uniform(seed, i);
             let s = if rng::at(seed ^ 0xA5A5, i) & 1 == 0 {
                 1.0
@@ -94,7 +99,10 @@ fn projected(f: &dyn Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor], w: &[f6
     let _ng = no_grad();
     let _scope = ExecScope::open();
     let y = f(inputs)?.to_vec_f64()?;
-    Ok(y.iter().zip(w).map(|(a, b)| a * b).sum())
+    Ok(y.iter()
+        .zip(w)
+        .map(|(a, b)| if *b == 0.0 { 0.0 } else { a * b })
+        .sum())
 }
 
 /// Checks the analytical gradients of `f` at `inputs` (those that require a

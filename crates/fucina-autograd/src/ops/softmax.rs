@@ -8,12 +8,13 @@ use crate::ops::axis_of;
 use crate::tensor::Tensor;
 
 /// softmax: gx = y ⊙ (gy − Σ gy ⊙ y); log_softmax: gx = gy − exp(y) ⊙ Σ gy.
-/// The causal variants share these formulas (masked entries have y = 0, resp.
-/// exp(y) = 0, so they get no gradient).
+/// The causal variants share these formulas; masked entries get no gradient
+/// (causal log-softmax has its own kernel so that gy does not leak through them).
 struct SoftmaxBackward {
     y: RawTensor,
     axis: usize,
     log: bool,
+    causal: bool,
 }
 
 impl Backward for SoftmaxBackward {
@@ -25,10 +26,11 @@ impl Backward for SoftmaxBackward {
         }
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        let g = if self.log {
-            ctx.log_softmax_backward(&self.y, gy, self.axis)?
-        } else {
-            ctx.softmax_backward(&self.y, gy, self.axis)?
+        let g = match (self.log, self.causal) {
+            // Masked entries (y = −∞) must not pass gy through.
+            (true, true) => ctx.log_softmax_causal_backward(&self.y, gy)?,
+            (true, false) => ctx.log_softmax_backward(&self.y, gy, self.axis)?,
+            (false, _) => ctx.softmax_backward(&self.y, gy, self.axis)?,
         };
         Ok(smallvec::smallvec![Some(g)])
     }
