@@ -79,6 +79,7 @@ impl Tensor {
                 y: y.clone(),
                 axis: a,
                 log,
+                causal,
             })
         }))
     }
