@@ -5,7 +5,7 @@ for every row of fucina's op suite (crates/fucina-autograd/src/suite.rs).
 For each case NAME and dtype D in {f64, f32} the file holds
     D/NAME/in{i}    the inputs (float, int64 indices or uint8 masks)
     D/NAME/out      torch's output
-    D/NAME/gy       the upstream gradient used for backward
+    D/NAME/gy       the upstream gradient used for backward (0 at non-finite outputs)
     D/NAME/grad{i}  torch's gradient for each float input
 The Rust test `crates/fucina-autograd/tests/torch_parity.rs` replays every case
 and compares (f64 within 1e-10, f32 within 1e-5, relative to the largest
@@ -212,6 +212,10 @@ def main():
             leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
             y = fn(leaves)
             gy = (torch.rand(y.shape, generator=g, dtype=torch.float64) + 0.5).to(dtype)
+            # Non-finite outputs (a causal mask's -inf) are constants of the
+            # input: they get no upstream gradient (fucina's convention, and
+            # what gradcheck assumes).
+            gy = torch.where(torch.isfinite(y.detach()), gy, torch.zeros_like(gy))
             y.backward(gy)
             key = f"{dname}/{name}"
             for i, x in enumerate(xs):
