@@ -4,6 +4,8 @@
 //! AdamW decays the parameter (`p ← p·(1 − lr·wd)`) before the moments; Adam
 //! adds `wd·p` to the gradient instead. Then `m ← lerp(m, g, 1 − β1)`,
 //! `v ← β2·v + (1 − β2)·g·g`, `p ← p − lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + ε)`.
+//! Each step rounds as ATen's CPU kernels do (`add` with alpha, `lerp` and
+//! `addcmul` fuse their last multiply-add; `addcdiv` is `p + (value·m)/d`).
 
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
@@ -209,7 +211,7 @@ where
     let p = Disjoint::new(param);
     let c = |x: f64| T::from_f64(x);
     let (decay, l2) = (s.decay.map(c), s.l2.map(c));
-    let (w1, omw1, b2, omb2) = (c(s.w1), c(1.0) - c(s.w1), c(s.beta2), c(s.one_minus_beta2));
+    let (w1, w1m1, b2, omb2) = (c(s.w1), c(s.w1) - T::ONE, c(s.beta2), c(s.one_minus_beta2));
     let (bc2s, eps, nss) = (c(s.bc2_sqrt), c(s.eps), c(s.neg_step_size));
     for_each_chunk(ctx, n, |r| {
         // SAFETY: each chunk owns the disjoint range `r` of every buffer.
@@ -219,15 +221,16 @@ where
             let mut pi = p[i];
             let mut gi = g[i];
             if let Some(wd) = l2 {
-                gi = gi + wd * pi;
+                gi = pi.mul_add(wd, gi); // grad.add(param, alpha=wd)
             }
             if let Some(d) = decay {
                 pi = pi * d;
             }
-            let mi = lerp(m[i].load(), gi, w1, omw1);
-            let vi = v[i].load() * b2 + omb2 * gi * gi;
+            let mi = lerp(m[i].load(), gi, w1, w1m1);
+            let vi = (omb2 * gi).mul_add(gi, v[i].load() * b2); // v·β2 then addcmul
+
             let denom = vi.sqrt() / bc2s + eps;
-            p[i] = pi + nss * (mi / denom);
+            p[i] = pi + (nss * mi) / denom; // addcdiv: p + (value·m)/denom
             m[i] = M1::store(mi);
             v[i] = M2::store(vi);
         }

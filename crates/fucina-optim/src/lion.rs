@@ -133,13 +133,13 @@ fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
         let g = &grad[r];
         for i in 0..p.len() {
             let (gi, mi) = (g[i], m[i].load());
-            let u = mi * b1 + omb1 * gi;
+            let u = gi.mul_add(omb1, mi * b1);
             let mut pi = p[i];
             if let Some(d) = decay {
                 pi = pi * d;
             }
-            p[i] = pi + neg_lr * sign(u);
-            m[i] = M::store(mi * b2 + omb2 * gi);
+            p[i] = sign(u).mul_add(neg_lr, pi);
+            m[i] = M::store(gi.mul_add(omb2, mi * b2));
         }
     });
     Ok(())

@@ -185,18 +185,18 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     // 1. momentum and the (Nesterov) update direction
     let mut u = vec![T::ZERO; n];
     let ud = Disjoint::new(&mut u);
-    let (w, omw) = (f(1.0 - c.momentum), T::ONE - f(1.0 - c.momentum));
-    let (mu, ommu) = (f(c.momentum), T::ONE - f(c.momentum));
+    let (w, wm1) = (f(1.0 - c.momentum), f(1.0 - c.momentum) - T::ONE);
+    let (mu, mum1) = (f(c.momentum), f(c.momentum) - T::ONE);
     let nesterov = c.nesterov;
     for_each_chunk(ctx, n, |r| {
         // SAFETY: each chunk owns the disjoint range `r`.
         let (b, u) = unsafe { (b.range(r.clone()), ud.range(r.clone())) };
         let g = &grad[r];
         for i in 0..b.len() {
-            let bi = lerp(b[i].load(), g[i], w, omw);
+            let bi = lerp(b[i].load(), g[i], w, wm1);
             b[i] = M::store(bi);
             u[i] = if nesterov {
-                lerp(g[i], bi, mu, ommu)
+                lerp(g[i], bi, mu, mum1)
             } else {
                 bi
             };
@@ -225,7 +225,7 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
             if let Some(d) = decay {
                 pi = pi * d;
             }
-            p[i] = pi + neg * x[i];
+            p[i] = x[i].mul_add(neg, pi);
         }
     });
     Ok(())

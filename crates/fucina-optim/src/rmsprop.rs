@@ -155,7 +155,7 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
         f(c.momentum),
         f(-lr),
     );
-    let one_minus_oma = T::ONE - oma;
+    let oma_m1 = oma - T::ONE;
     for_each_chunk(ctx, n, |r| {
         // SAFETY: each chunk owns the disjoint range `r` of every buffer.
         let (p, sq) = unsafe { (p.range(r.clone()), sq.range(r.clone())) };
@@ -167,15 +167,15 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
         for i in 0..p.len() {
             let mut gi = g[i];
             if let Some(wd) = wd {
-                gi = gi + wd * p[i];
+                gi = p[i].mul_add(wd, gi);
             }
-            let si = sq[i].load() * alpha + oma * gi * gi;
+            let si = (oma * gi).mul_add(gi, sq[i].load() * alpha);
             sq[i] = M::store(si);
             let avg = match ga.as_deref_mut() {
                 Some(ga) => {
-                    let a = lerp(ga[i].load(), gi, oma, one_minus_oma);
+                    let a = lerp(ga[i].load(), gi, oma, oma_m1);
                     ga[i] = M::store(a);
-                    (si + (-a) * a).sqrt() + eps
+                    (-a).mul_add(a, si).sqrt() + eps
                 }
                 None => si.sqrt() + eps,
             };
@@ -183,9 +183,9 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
                 Some(mb) => {
                     let b = mb[i].load() * mu + gi / avg;
                     mb[i] = M::store(b);
-                    p[i] = p[i] + neg_lr * b;
+                    p[i] = b.mul_add(neg_lr, p[i]);
                 }
-                None => p[i] = p[i] + neg_lr * (gi / avg),
+                None => p[i] = p[i] + (neg_lr * gi) / avg,
             }
         }
     });

@@ -162,25 +162,25 @@ fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
                 for i in 0..p.len() {
                     let mut gi = g[i];
                     if let Some(wd) = wd {
-                        gi = gi + wd * p[i];
+                        gi = p[i].mul_add(wd, gi); // grad.add(param, alpha=wd)
                     }
-                    p[i] = p[i] + neg_lr * gi;
+                    p[i] = gi.mul_add(neg_lr, p[i]);
                 }
             }
             Some(b) => {
                 for i in 0..p.len() {
                     let mut gi = g[i];
                     if let Some(wd) = wd {
-                        gi = gi + wd * p[i];
+                        gi = p[i].mul_add(wd, gi); // grad.add(param, alpha=wd)
                     }
                     let bi = if first {
                         gi
                     } else {
-                        b[i].load() * mu + one_minus_damp * gi
+                        gi.mul_add(one_minus_damp, b[i].load() * mu)
                     };
                     b[i] = M::store(bi);
-                    let d = if nesterov { gi + mu * bi } else { bi };
-                    p[i] = p[i] + neg_lr * d;
+                    let d = if nesterov { bi.mul_add(mu, gi) } else { bi };
+                    p[i] = d.mul_add(neg_lr, p[i]); // param.add_(d, alpha=-lr): one FMA, as ATen
                 }
             }
         }
