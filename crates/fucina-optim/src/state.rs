@@ -139,7 +139,18 @@ pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Resu
                 "no `{METADATA_KEY}` metadata: not an optimizer state file"
             ))
         })?;
-    let meta: Meta<A> = serde_json::from_str(md)?;
+    let value: serde_json::Value = serde_json::from_str(md)?;
+    let saved = value
+        .get("optimizer")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
+    if saved != A::NAME {
+        return Err(Error::StateMismatch(format!(
+            "state of optimizer `{saved}` loaded into `{}`",
+            A::NAME
+        )));
+    }
+    let meta: Meta<A> = serde_json::from_value(value)?;
     if meta.format != FORMAT {
         return Err(Error::StateMismatch(format!(
             "state format {} (this build reads {FORMAT})",
