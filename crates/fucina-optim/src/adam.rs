@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::kernel::{
-    for_each_chunk, lerp, moment_dtype, moment_type, param_type, typed, Buf, BufElem, Disjoint,
-    Moment,
+    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
+    Disjoint, Moment,
 };
 use crate::optimizer::{Algorithm, Optim};
 
@@ -208,32 +208,70 @@ where
     let n = param.len();
     let m = typed::<M1>(m, "adam exp_avg", n)?;
     let v = typed::<M2>(v, "adam exp_avg_sq", n)?;
-    let p = Disjoint::new(param);
     let c = |x: f64| T::from_f64(x);
-    let (decay, l2) = (s.decay.map(c), s.l2.map(c));
-    let (w1, w1m1, b2, omb2) = (c(s.w1), c(s.w1) - T::ONE, c(s.beta2), c(s.one_minus_beta2));
-    let (bc2s, eps, nss) = (c(s.bc2_sqrt), c(s.eps), c(s.neg_step_size));
-    for_each_chunk(ctx, n, |r| {
+    let k = AdamChunk {
+        p: Disjoint::new(param),
+        m,
+        v,
+        g: grad,
+        decay: s.decay.map(c),
+        l2: s.l2.map(c),
+        w1: c(s.w1),
+        w1m1: c(s.w1) - T::ONE,
+        b2: c(s.beta2),
+        omb2: c(s.one_minus_beta2),
+        bc2s: c(s.bc2_sqrt),
+        eps: c(s.eps),
+        nss: c(s.neg_step_size),
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct AdamChunk<'a, T, M1, M2> {
+    p: Disjoint<T>,
+    m: Disjoint<M1>,
+    v: Disjoint<M2>,
+    g: &'a [T],
+    decay: Option<T>,
+    l2: Option<T>,
+    w1: T,
+    w1m1: T,
+    b2: T,
+    omb2: T,
+    bc2s: T,
+    eps: T,
+    nss: T,
+}
+
+impl<T: Float, M1: Moment<T>, M2: Moment<T>> ChunkKernel for AdamChunk<'_, T, M1, M2> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
         // SAFETY: each chunk owns the disjoint range `r` of every buffer.
-        let (p, m, v) = unsafe { (p.range(r.clone()), m.range(r.clone()), v.range(r.clone())) };
-        let g = &grad[r];
-        for i in 0..p.len() {
+        let (p, m, v) = unsafe {
+            (
+                self.p.range(r.clone()),
+                self.m.range(r.clone()),
+                self.v.range(r.clone()),
+            )
+        };
+        let n = p.len();
+        let (m, v, g) = (&mut m[..n], &mut v[..n], &self.g[r][..n]);
+        for i in 0..n {
             let mut pi = p[i];
             let mut gi = g[i];
-            if let Some(wd) = l2 {
+            if let Some(wd) = self.l2 {
                 gi = pi.mul_add(wd, gi); // grad.add(param, alpha=wd)
             }
-            if let Some(d) = decay {
-                pi = pi * d;
+            if let Some(d) = self.decay {
+                pi = pi * d; // param.mul_(1 - lr·wd)
             }
-            let mi = lerp(m[i].load(), gi, w1, w1m1);
-            let vi = (omb2 * gi).mul_add(gi, v[i].load() * b2); // v·β2 then addcmul
-
-            let denom = vi.sqrt() / bc2s + eps;
-            p[i] = pi + (nss * mi) / denom; // addcdiv: p + (value·m)/denom
+            let mi = lerp(m[i].load(), gi, self.w1, self.w1m1); // exp_avg.lerp_(grad, 1 - β1)
+            let vi = (self.omb2 * gi).mul_add(gi, v[i].load() * self.b2); // v·β2, then addcmul
+            let denom = vi.sqrt() / self.bc2s + self.eps;
+            p[i] = pi + (self.nss * mi) / denom; // addcdiv: p + (value·m)/denom
             m[i] = M1::store(mi);
             v[i] = M2::store(vi);
         }
-    });
-    Ok(())
+    }
 }

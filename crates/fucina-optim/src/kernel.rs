@@ -13,40 +13,57 @@ use fucina_core::{bf16, DType, Element, ExecContext, Float};
 /// Elements per parallel chunk of an update (fixed: results never depend on threads).
 pub const CHUNK: usize = 1 << 14;
 
-/// Runs `f` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`.
+/// The body of a fused update over a range of elements. Implementations mark
+/// `run` `#[inline(always)]`, so it is compiled into each vector-ISA variant
+/// of [`run_chunks`] (AVX-512 or AVX2 + FMA on x86-64, where `mul_add` is one
+/// instruction and the loop vectorises); results are identical on every path
+/// (FMA is exactly rounded everywhere).
+pub(crate) trait ChunkKernel: Sync {
+    /// Updates elements `r`. Callers give each range to one chunk only.
+    fn run(&self, r: Range<usize>);
+}
+
+/// Runs `k` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`.
+pub(crate) fn run_chunks<K: ChunkKernel>(ctx: &ExecContext, n: usize, k: &K) {
+    let n_chunks = n.div_ceil(CHUNK);
+    ctx.for_chunks(n_chunks, n > CHUNK, |c| {
+        let lo = c * CHUNK;
+        dispatch(k, lo..(lo + CHUNK).min(n))
+    });
+}
+
+#[inline]
+fn dispatch<K: ChunkKernel>(k: &K, r: Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+        unsafe fn avx512<K: ChunkKernel>(k: &K, r: Range<usize>) {
+            k.run(r)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<K: ChunkKernel>(k: &K, r: Range<usize>) {
+            k.run(r)
+        }
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { avx512(k, r) };
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { avx2(k, r) };
+        }
+    }
+    k.run(r)
+}
+
+/// Runs `f` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`
+/// (for loops without multiply-adds; fused updates use [`run_chunks`]).
 pub(crate) fn for_each_chunk(ctx: &ExecContext, n: usize, f: impl Fn(Range<usize>) + Send + Sync) {
     let n_chunks = n.div_ceil(CHUNK);
     ctx.for_chunks(n_chunks, n > CHUNK, |c| {
         let lo = c * CHUNK;
-        fast(|| f(lo..(lo + CHUNK).min(n)))
+        f(lo..(lo + CHUNK).min(n))
     });
-}
-
-/// Runs `f` compiled for the best vector unit the CPU has (AVX-512 or
-/// AVX2 + FMA on x86-64), so `mul_add` is one instruction and loops vectorise;
-/// the result is the same on every path (FMA is exactly rounded everywhere).
-#[inline(always)]
-pub(crate) fn fast<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(f) };
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { avx2(f) };
-        }
-    }
-    f()
 }
 
 /// A mutable slice whose disjoint ranges may be handed to different chunks.

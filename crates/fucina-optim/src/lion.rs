@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::kernel::{
-    for_each_chunk, moment_dtype, moment_type, param_type, typed, Buf, BufElem, Disjoint, Moment,
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
+    Moment,
 };
 use crate::optimizer::{Algorithm, Optim};
 
@@ -121,26 +122,51 @@ fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
 ) -> Result<()> {
     let n = param.len();
     let m = typed::<M>(m, "lion exp_avg", n)?;
-    let p = Disjoint::new(param);
     let f = |x: f64| T::from_f64(x);
     let (b1, b2) = c.betas;
-    let (b1, omb1, b2, omb2) = (f(b1), f(1.0 - b1), f(b2), f(1.0 - b2));
-    let decay = (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay));
-    let neg_lr = f(-lr);
-    for_each_chunk(ctx, n, |r| {
+    let k = LionChunk {
+        p: Disjoint::new(param),
+        m,
+        g: grad,
+        b1: f(b1),
+        omb1: f(1.0 - b1),
+        b2: f(b2),
+        omb2: f(1.0 - b2),
+        decay: (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay)),
+        neg_lr: f(-lr),
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct LionChunk<'a, T, M> {
+    p: Disjoint<T>,
+    m: Disjoint<M>,
+    g: &'a [T],
+    b1: T,
+    omb1: T,
+    b2: T,
+    omb2: T,
+    decay: Option<T>,
+    neg_lr: T,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for LionChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
         // SAFETY: each chunk owns the disjoint range `r`.
-        let (p, m) = unsafe { (p.range(r.clone()), m.range(r.clone())) };
-        let g = &grad[r];
-        for i in 0..p.len() {
+        let (p, m) = unsafe { (self.p.range(r.clone()), self.m.range(r.clone())) };
+        let n = p.len();
+        let (m, g) = (&mut m[..n], &self.g[r][..n]);
+        for i in 0..n {
             let (gi, mi) = (g[i], m[i].load());
-            let u = gi.mul_add(omb1, mi * b1);
+            let u = gi.mul_add(self.omb1, mi * self.b1); // m·β1 + (1 − β1)·g
             let mut pi = p[i];
-            if let Some(d) = decay {
+            if let Some(d) = self.decay {
                 pi = pi * d;
             }
-            p[i] = sign(u).mul_add(neg_lr, pi);
-            m[i] = M::store(gi.mul_add(omb2, mi * b2));
+            p[i] = sign(u).mul_add(self.neg_lr, pi);
+            m[i] = M::store(gi.mul_add(self.omb2, mi * self.b2));
         }
-    });
-    Ok(())
+    }
 }

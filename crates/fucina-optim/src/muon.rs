@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::adam::AdamConfig;
 use crate::error::{Error, Result};
 use crate::kernel::{
-    for_each_chunk, lerp, moment_dtype, moment_type, param_type, typed, Buf, BufElem, Disjoint,
-    Moment,
+    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
+    Disjoint, Moment,
 };
 use crate::optimizer::{Algorithm, Optim};
 
@@ -187,21 +187,20 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     let ud = Disjoint::new(&mut u);
     let (w, wm1) = (f(1.0 - c.momentum), f(1.0 - c.momentum) - T::ONE);
     let (mu, mum1) = (f(c.momentum), f(c.momentum) - T::ONE);
-    let nesterov = c.nesterov;
-    for_each_chunk(ctx, n, |r| {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let (b, u) = unsafe { (b.range(r.clone()), ud.range(r.clone())) };
-        let g = &grad[r];
-        for i in 0..b.len() {
-            let bi = lerp(b[i].load(), g[i], w, wm1);
-            b[i] = M::store(bi);
-            u[i] = if nesterov {
-                lerp(g[i], bi, mu, mum1)
-            } else {
-                bi
-            };
-        }
-    });
+    run_chunks(
+        ctx,
+        n,
+        &MomentumChunk {
+            b,
+            u: ud,
+            g: grad,
+            w,
+            wm1,
+            mu,
+            mum1,
+            nesterov: c.nesterov,
+        },
+    );
     // 2. orthogonalise (wide orientation: r ≤ k)
     let tall = rows > cols;
     let (r, k) = if tall { (cols, rows) } else { (rows, cols) };
@@ -215,19 +214,16 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     };
     let decay = (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay));
     let neg = f(-(lr * ratio));
-    let p = Disjoint::new(param);
-    for_each_chunk(ctx, n, |r| {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let p = unsafe { p.range(r.clone()) };
-        let x = &x[r];
-        for i in 0..p.len() {
-            let mut pi = p[i];
-            if let Some(d) = decay {
-                pi = pi * d;
-            }
-            p[i] = x[i].mul_add(neg, pi);
-        }
-    });
+    run_chunks(
+        ctx,
+        n,
+        &ApplyChunk {
+            p: Disjoint::new(param),
+            x: &x,
+            decay,
+            neg,
+        },
+    );
     Ok(())
 }
 
@@ -291,4 +287,58 @@ fn matmul<T: Float>(ctx: &ExecContext, a: &[T], b: &[T], m: usize, k: usize, n: 
         }
     });
     out
+}
+
+/// `b ← lerp(b, g, 1 − μ)`; `u ← lerp(g, b, μ)` (Nesterov) or `b`.
+struct MomentumChunk<'a, T, M> {
+    b: Disjoint<M>,
+    u: Disjoint<T>,
+    g: &'a [T],
+    w: T,
+    wm1: T,
+    mu: T,
+    mum1: T,
+    nesterov: bool,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for MomentumChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let (b, u) = unsafe { (self.b.range(r.clone()), self.u.range(r.clone())) };
+        let g = &self.g[r];
+        for i in 0..b.len() {
+            let bi = lerp(b[i].load(), g[i], self.w, self.wm1);
+            b[i] = M::store(bi);
+            u[i] = if self.nesterov {
+                lerp(g[i], bi, self.mu, self.mum1)
+            } else {
+                bi
+            };
+        }
+    }
+}
+
+/// `p ← p·(1 − lr·wd)`; `p ← p − adjusted_lr·X` (one FMA, as `add_` with alpha).
+struct ApplyChunk<'a, T> {
+    p: Disjoint<T>,
+    x: &'a [T],
+    decay: Option<T>,
+    neg: T,
+}
+
+impl<T: Float> ChunkKernel for ApplyChunk<'_, T> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let p = unsafe { self.p.range(r.clone()) };
+        let x = &self.x[r];
+        for i in 0..p.len() {
+            let mut pi = p[i];
+            if let Some(d) = self.decay {
+                pi = pi * d;
+            }
+            p[i] = x[i].mul_add(self.neg, pi);
+        }
+    }
 }

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::kernel::{
-    for_each_chunk, lerp, moment_dtype, moment_type, param_type, typed, Buf, BufElem, Disjoint,
-    Moment,
+    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
+    Disjoint, Moment,
 };
 use crate::optimizer::{Algorithm, Optim};
 
@@ -145,49 +145,71 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
     } else {
         None
     };
-    let p = Disjoint::new(param);
     let f = |x: f64| T::from_f64(x);
-    let wd = (c.weight_decay != 0.0).then(|| f(c.weight_decay));
-    let (alpha, oma, eps, mu, neg_lr) = (
-        f(c.alpha),
-        f(1.0 - c.alpha),
-        f(c.eps),
-        f(c.momentum),
-        f(-lr),
-    );
-    let oma_m1 = oma - T::ONE;
-    for_each_chunk(ctx, n, |r| {
+    let k = RmsPropChunk {
+        p: Disjoint::new(param),
+        sq,
+        mb,
+        ga,
+        g: grad,
+        wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
+        alpha: f(c.alpha),
+        oma: f(1.0 - c.alpha),
+        oma_m1: f(1.0 - c.alpha) - T::ONE,
+        eps: f(c.eps),
+        mu: f(c.momentum),
+        neg_lr: f(-lr),
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct RmsPropChunk<'a, T, M> {
+    p: Disjoint<T>,
+    sq: Disjoint<M>,
+    mb: Option<Disjoint<M>>,
+    ga: Option<Disjoint<M>>,
+    g: &'a [T],
+    wd: Option<T>,
+    alpha: T,
+    oma: T,
+    oma_m1: T,
+    eps: T,
+    mu: T,
+    neg_lr: T,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for RmsPropChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
         // SAFETY: each chunk owns the disjoint range `r` of every buffer.
-        let (p, sq) = unsafe { (p.range(r.clone()), sq.range(r.clone())) };
-        let mb = mb.map(|b| unsafe { b.range(r.clone()) });
-        let ga = ga.map(|b| unsafe { b.range(r.clone()) });
-        let g = &grad[r];
-        let mut mb = mb;
-        let mut ga = ga;
+        let (p, sq) = unsafe { (self.p.range(r.clone()), self.sq.range(r.clone())) };
+        let mut mb = self.mb.map(|b| unsafe { b.range(r.clone()) });
+        let mut ga = self.ga.map(|b| unsafe { b.range(r.clone()) });
+        let g = &self.g[r];
         for i in 0..p.len() {
             let mut gi = g[i];
-            if let Some(wd) = wd {
+            if let Some(wd) = self.wd {
                 gi = p[i].mul_add(wd, gi);
             }
-            let si = (oma * gi).mul_add(gi, sq[i].load() * alpha);
+            let si = (self.oma * gi).mul_add(gi, sq[i].load() * self.alpha); // s·α, then addcmul
             sq[i] = M::store(si);
             let avg = match ga.as_deref_mut() {
                 Some(ga) => {
-                    let a = lerp(ga[i].load(), gi, oma, oma_m1);
+                    let a = lerp(ga[i].load(), gi, self.oma, self.oma_m1);
                     ga[i] = M::store(a);
-                    (-a).mul_add(a, si).sqrt() + eps
+                    (-a).mul_add(a, si).sqrt() + self.eps // s.addcmul(a, a, value=-1).sqrt() + ε
                 }
-                None => si.sqrt() + eps,
+                None => si.sqrt() + self.eps,
             };
             match mb.as_deref_mut() {
                 Some(mb) => {
-                    let b = mb[i].load() * mu + gi / avg;
+                    let b = mb[i].load() * self.mu + gi / avg; // b·μ, then addcdiv(g, avg)
                     mb[i] = M::store(b);
-                    p[i] = b.mul_add(neg_lr, p[i]);
+                    p[i] = b.mul_add(self.neg_lr, p[i]);
                 }
-                None => p[i] = p[i] + (neg_lr * gi) / avg,
+                None => p[i] = p[i] + (self.neg_lr * gi) / avg, // addcdiv(g, avg, value=-lr)
             }
         }
-    });
-    Ok(())
+    }
 }

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::kernel::{
-    for_each_chunk, moment_dtype, moment_type, param_type, typed, Buf, BufElem, Disjoint, Moment,
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
+    Moment,
 };
 use crate::optimizer::{Algorithm, Optim};
 
@@ -146,44 +147,74 @@ fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
         Some(b) => Some(typed::<M>(b, "sgd momentum_buffer", n)?),
         None => None,
     };
-    let p = Disjoint::new(param);
     let f = |x: f64| T::from_f64(x);
-    let wd = (c.weight_decay != 0.0).then(|| f(c.weight_decay));
-    let (mu, one_minus_damp, neg_lr) = (f(c.momentum), f(1.0 - c.dampening), f(-lr));
-    let first = step == 1;
-    let nesterov = c.nesterov;
-    for_each_chunk(ctx, n, |r| {
+    let k = SgdChunk {
+        p: Disjoint::new(param),
+        b,
+        g: grad,
+        wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
+        mu: f(c.momentum),
+        one_minus_damp: f(1.0 - c.dampening),
+        neg_lr: f(-lr),
+        first: step == 1,
+        nesterov: c.nesterov,
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct SgdChunk<'a, T, M> {
+    p: Disjoint<T>,
+    b: Option<Disjoint<M>>,
+    g: &'a [T],
+    wd: Option<T>,
+    mu: T,
+    one_minus_damp: T,
+    neg_lr: T,
+    first: bool,
+    nesterov: bool,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for SgdChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
         // SAFETY: each chunk owns the disjoint range `r`.
-        let p = unsafe { p.range(r.clone()) };
-        let b = b.map(|b| unsafe { b.range(r.clone()) });
-        let g = &grad[r];
-        match b {
+        let p = unsafe { self.p.range(r.clone()) };
+        let n = p.len();
+        let g = &self.g[r.clone()][..n];
+        match self.b {
             None => {
-                for i in 0..p.len() {
+                for i in 0..n {
                     let mut gi = g[i];
-                    if let Some(wd) = wd {
+                    if let Some(wd) = self.wd {
                         gi = p[i].mul_add(wd, gi); // grad.add(param, alpha=wd)
                     }
-                    p[i] = gi.mul_add(neg_lr, p[i]);
+                    p[i] = gi.mul_add(self.neg_lr, p[i]); // param.add_(grad, alpha=-lr): one FMA
                 }
             }
             Some(b) => {
-                for i in 0..p.len() {
+                // SAFETY: as above.
+                let b = unsafe { &mut b.range(r)[..n] };
+                for i in 0..n {
                     let mut gi = g[i];
-                    if let Some(wd) = wd {
-                        gi = p[i].mul_add(wd, gi); // grad.add(param, alpha=wd)
+                    if let Some(wd) = self.wd {
+                        gi = p[i].mul_add(wd, gi);
                     }
-                    let bi = if first {
+                    // the buffer starts as the first gradient, then b·μ + (1 − τ)·g
+                    let bi = if self.first {
                         gi
                     } else {
-                        gi.mul_add(one_minus_damp, b[i].load() * mu)
+                        gi.mul_add(self.one_minus_damp, b[i].load() * self.mu)
                     };
                     b[i] = M::store(bi);
-                    let d = if nesterov { bi.mul_add(mu, gi) } else { bi };
-                    p[i] = d.mul_add(neg_lr, p[i]); // param.add_(d, alpha=-lr): one FMA, as ATen
+                    let d = if self.nesterov {
+                        bi.mul_add(self.mu, gi)
+                    } else {
+                        bi
+                    };
+                    p[i] = d.mul_add(self.neg_lr, p[i]);
                 }
             }
         }
-    });
-    Ok(())
+    }
 }
