@@ -31,6 +31,7 @@ pub mod gradcheck;
 pub mod graph;
 pub mod ops;
 pub mod scope;
+pub mod suite;
 pub mod tensor;
 
 pub use checkpoint::{checkpoint, Block};

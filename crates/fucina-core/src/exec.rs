@@ -158,7 +158,11 @@ impl ExecContext {
 
     /// An uninitialised contiguous tensor (NaN-poisoned in debug builds).
     pub fn empty(&self, dtype: DType, shape: &[usize]) -> Result<RawTensor> {
-        let buf = self.inner.pool.acquire(dtype, shape::numel(shape))?;
+        let n = shape::checked_numel(shape).ok_or_else(|| Error::InvalidArgument {
+            op: "empty",
+            msg: format!("shape {shape:?} has more elements than usize can count"),
+        })?;
+        let buf = self.inner.pool.acquire(dtype, n)?;
         RawTensor::from_buffer(buf, dtype, shape)
     }
 

@@ -24,6 +24,9 @@ use crate::storage::{Arm, Buffer, RawBlock};
 pub const DEFAULT_MAX_CACHED_BYTES: usize = 1 << 30;
 /// Byte quantum of the slab arm.
 pub const SLAB_QUANTUM: usize = 4096;
+/// The largest request, in bytes after rounding, the pool will try to serve;
+/// anything larger is [`Error::OutOfMemory`] before any size arithmetic can overflow.
+pub const MAX_REQUEST_BYTES: usize = (isize::MAX as usize) & !(SLAB_QUANTUM - 1);
 
 /// Rounded element count the f32 arm allocates for a request of `len` elements.
 ///
@@ -183,7 +186,11 @@ impl PoolShared {
         drop(lists);
         self.misses.fetch_add(1, Ordering::Relaxed);
         match RawBlock::alloc(bytes) {
-            Some(block) => Ok(Buffer::new(block, arm, Arc::downgrade(self))),
+            Some(block) => {
+                // reclaim subtracts block.bytes(): it must be what was reserved.
+                debug_assert_eq!(block.bytes(), bytes);
+                Ok(Buffer::new(block, arm, Arc::downgrade(self)))
+            }
             None => {
                 let live = self.live_bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -264,10 +271,12 @@ impl BufferPool {
     }
 
     /// Sets (or with `None` clears) the limit on live plus cached bytes.
+    /// `Some(0)` is stored as a 1-byte limit (0 internally means "none"), so
+    /// it refuses every fresh allocation rather than lifting the limit.
     pub fn set_memory_limit(&self, limit: Option<usize>) {
         self.shared
             .memory_limit
-            .store(limit.unwrap_or(0), Ordering::Relaxed);
+            .store(limit.map_or(0, |l| l.max(1)), Ordering::Relaxed);
     }
 
     /// The limit on live plus cached bytes, if any.
@@ -280,12 +289,31 @@ impl BufferPool {
 
     /// A buffer from the f32 arm holding at least `len` f32 elements.
     pub fn acquire_f32(&self, len: usize) -> Result<Buffer> {
+        // allocation_len rounds up by less than 1024 elements; check before it can overflow.
+        if len > (MAX_REQUEST_BYTES / 4).saturating_sub(1024) {
+            return Err(self.too_large(len.saturating_mul(4)));
+        }
         self.shared.acquire(Arm::F32, allocation_len(len) * 4)
     }
 
     /// A 64-byte-aligned slab of at least `bytes` bytes (rounded to 4096).
     pub fn acquire_slab(&self, bytes: usize) -> Result<Buffer> {
+        if bytes > MAX_REQUEST_BYTES {
+            return Err(self.too_large(bytes));
+        }
         self.shared.acquire(Arm::Slab, slab_len(bytes))
+    }
+
+    /// The error for a request no allocator could serve.
+    fn too_large(&self, requested_bytes: usize) -> Error {
+        Error::OutOfMemory {
+            requested_bytes,
+            live_bytes: self.shared.live_bytes.load(Ordering::Acquire),
+            limit_bytes: self
+                .memory_limit()
+                .unwrap_or(MAX_REQUEST_BYTES)
+                .min(MAX_REQUEST_BYTES),
+        }
     }
 
     /// A buffer for `len` elements of `dtype`: f32 from the f32 arm, the rest from slabs.

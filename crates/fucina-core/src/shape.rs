@@ -16,6 +16,12 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Number of elements of a shape, or `None` if the product overflows `usize`.
+#[inline]
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 /// Row-major strides of a contiguous tensor of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
     let mut s: Dims = SmallVec::from_elem(0, shape.len());
@@ -127,7 +133,7 @@ pub fn normalize_axis(
 /// (PyTorch's `computeStride`: groups of merged axes must be contiguous among themselves).
 pub fn view_strides(shape: &[usize], strides: &[usize], new_shape: &[usize]) -> Option<Dims> {
     let n = numel(shape);
-    if n != numel(new_shape) {
+    if checked_numel(new_shape) != Some(n) {
         return None;
     }
     if n == 0 || is_contiguous(shape, strides) {

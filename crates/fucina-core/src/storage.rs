@@ -27,9 +27,11 @@ unsafe impl Send for RawBlock {}
 unsafe impl Sync for RawBlock {}
 
 impl RawBlock {
-    /// Allocates `bytes` (> 0) uninitialised bytes, or `None` if the system refuses.
+    /// Allocates exactly `bytes` (at least 1) uninitialised bytes, or `None` if the
+    /// system refuses. Exactly: the pool accounts a block by its `bytes()`, which
+    /// must equal the rounded size it reserved for the request.
     pub(crate) fn alloc(bytes: usize) -> Option<RawBlock> {
-        let bytes = bytes.max(ALIGN);
+        let bytes = bytes.max(1);
         let layout = Layout::from_size_align(bytes, ALIGN).ok()?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc(layout) };

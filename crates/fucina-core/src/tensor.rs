@@ -36,8 +36,8 @@ impl std::fmt::Debug for RawTensor {
 impl RawTensor {
     /// A contiguous tensor of `shape` over `buf`, which must hold enough bytes.
     pub fn from_buffer(buf: Buffer, dtype: DType, shape: &[usize]) -> Result<RawTensor> {
-        let need = shape::numel(shape) * dtype.size_of();
-        if need > buf.capacity_bytes() {
+        let need = shape::checked_numel(shape).and_then(|n| n.checked_mul(dtype.size_of()));
+        if need.filter(|&need| need <= buf.capacity_bytes()).is_none() {
             return Err(Error::InvalidArgument {
                 op: "from_buffer",
                 msg: format!(
@@ -227,18 +227,20 @@ impl RawTensor {
             });
         }
         let cap = self.buf.capacity_bytes() / self.dtype.size_of();
-        let last = if shape.iter().any(|&d| d == 0) {
-            offset
+        // One past the last element addressed; None when the arithmetic overflows
+        // (such a view could never fit, and wrapping would defeat the bound check).
+        let last = if shape.contains(&0) {
+            Some(offset)
         } else {
-            offset
-                + shape
-                    .iter()
-                    .zip(strides)
-                    .map(|(&d, &s)| (d - 1) * s)
-                    .sum::<usize>()
-                + 1
+            shape
+                .iter()
+                .zip(strides)
+                .try_fold(offset, |acc, (&d, &s)| {
+                    (d - 1).checked_mul(s).and_then(|x| acc.checked_add(x))
+                })
+                .and_then(|x| x.checked_add(1))
         };
-        if last > cap {
+        if last.filter(|&last| last <= cap).is_none() || shape::checked_numel(shape).is_none() {
             return Err(Error::BadView {
                 op: "view_with_strides",
                 from: self.shape.to_vec(),
@@ -279,6 +281,13 @@ impl RawTensor {
 
     /// A view broadcast to `shape` (stride 0 on expanded axes).
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<RawTensor> {
+        if shape::checked_numel(shape).is_none() {
+            return Err(Error::BadView {
+                op: "broadcast_to",
+                from: self.shape.to_vec(),
+                to: shape.to_vec(),
+            });
+        }
         let st = shape::broadcast_strides("broadcast_to", &self.shape, &self.strides, shape)?;
         Ok(self.with_layout(SmallVec::from_slice(shape), st, self.offset))
     }
@@ -294,11 +303,12 @@ impl RawTensor {
                 shape: self.shape.to_vec(),
             });
         }
-        if start + len > self.shape[axis] {
+        let end = start.checked_add(len);
+        if end.filter(|&end| end <= self.shape[axis]).is_none() {
             return Err(Error::OutOfRange {
                 op: "narrow",
                 what: "end",
-                index: (start + len) as i64,
+                index: end.map_or(i64::MAX, |e| i64::try_from(e).unwrap_or(i64::MAX)),
                 bound: self.shape[axis] + 1,
                 shape: self.shape.to_vec(),
             });

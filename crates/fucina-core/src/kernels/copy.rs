@@ -25,7 +25,7 @@ fn copy_typed<T: Element>(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTenso
     // Rows of the innermost axis are copied with a stride loop; rows are split into fixed chunks.
     let inner = *shape.last().unwrap_or(&1);
     let inner_stride = *strides.last().unwrap_or(&1);
-    let rows = if inner == 0 { 0 } else { n / inner };
+    let rows = n.checked_div(inner).unwrap_or(0);
     let outer_shape = &shape[..shape.len().saturating_sub(1)];
     let outer_strides = &strides[..strides.len().saturating_sub(1)];
     let rows_per_chunk = (COPY_CHUNK / inner.max(1)).max(1);

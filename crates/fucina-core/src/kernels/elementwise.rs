@@ -1,1 +1,1685 @@
-//! Elementwise unary and binary ops with broadcasting, scalar variants, comparisons, where and masked fill, and the pointwise derivative tier.
+//! Elementwise unary and binary ops with broadcasting, scalar variants,
+//! comparisons, where and masked fill, and the pointwise derivative tier.
+//!
+//! A pointwise op is written once, as a [`Pointwise`] (unary) or
+//! [`PointwiseBinary`] struct holding its forward `f` and derivative together;
+//! the enums [`UnaryOp`] / [`BinaryOp`] are dispatched to those structs once
+//! per call, so every hot loop is monomorphised (no per-element dispatch).
+//! Outputs are fresh contiguous tensors; inputs may have any strides.
+//! [`reference`] is the plain scalar spec the tests compare against.
+
+pub mod map;
+
+use crate::dtype::{DType, Element, Float};
+use crate::error::{Error, Result};
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+use crate::shape;
+use crate::tensor::RawTensor;
+
+use map::{expect_dtype, map1, map2, map2_to, map3, map4, Plan, CHUNK, PAR_THRESHOLD};
+
+// ------------------------------------------------------------------ unary
+
+/// A unary pointwise op. Scalars are carried as f64 and converted to the
+/// tensor's element type once per call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// -x
+    Neg,
+    /// |x| (gradient 0 at 0)
+    Abs,
+    /// √x
+    Sqrt,
+    /// 1/√x
+    Rsqrt,
+    /// eˣ
+    Exp,
+    /// ln x
+    Log,
+    /// ln(1+x)
+    Log1p,
+    /// sin x
+    Sin,
+    /// cos x
+    Cos,
+    /// tanh x
+    Tanh,
+    /// 1/(1+e⁻ˣ), numerically stable
+    Sigmoid,
+    /// max(x, 0) (gradient 0 at 0)
+    Relu,
+    /// x > 0 ? x : slope·x (gradient `slope` at 0)
+    LeakyRelu(f64),
+    /// x > 0 ? x : α(eˣ−1)
+    Elu(f64),
+    /// 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
+    GeluTanh,
+    /// 0.5x(1+erf(x/√2))
+    GeluErf,
+    /// x·sigmoid(x)
+    Silu,
+    /// PyTorch's softplus (β=1, threshold 20): x > 20 ? x : ln(1+eˣ)
+    Softplus,
+    /// x²
+    Square,
+    /// 1/x
+    Recip,
+    /// sign(x) ∈ {-1, 0, 1} (zero gradient)
+    Sign,
+    /// x + s
+    AddScalar(f64),
+    /// x · s
+    MulScalar(f64),
+    /// xᵖ
+    PowScalar(f64),
+    /// s − x
+    RSubScalar(f64),
+    /// s / x
+    RDivScalar(f64),
+    /// min(max(x, lo), hi); gradient passes where lo ≤ x ≤ hi (inclusive)
+    Clamp(f64, f64),
+}
+
+/// What a unary backward needs saved: the input x or the output y.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saved {
+    /// The forward input x.
+    Input,
+    /// The forward output y.
+    Output,
+}
+
+/// One unary pointwise op: its forward and its derivative, written together.
+pub trait Pointwise<T: Float>: Copy + Send + Sync {
+    /// Which value `df` reads.
+    const SAVED: Saved;
+    /// The forward value f(x).
+    fn f(self, x: T) -> T;
+    /// f'(x), expressed through the saved value `s` (x or y = f(x) per `SAVED`).
+    fn df(self, s: T) -> T;
+}
+
+#[inline(always)]
+fn c<T: Float>(v: f64) -> T {
+    T::from_f64(v)
+}
+
+#[inline(always)]
+fn sigmoid<T: Float>(x: T) -> T {
+    // Stable both ways: e = e^{-|x|} never overflows.
+    let e = (-x.abs()).exp();
+    if x >= T::ZERO {
+        T::ONE / (T::ONE + e)
+    } else {
+        e / (T::ONE + e)
+    }
+}
+
+macro_rules! unit_ops {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name;
+    )*};
+}
+unit_ops!(
+    /// -x
+    Neg,
+    /// |x|
+    Abs,
+    /// √x
+    Sqrt,
+    /// 1/√x
+    Rsqrt,
+    /// eˣ
+    Exp,
+    /// ln x
+    Log,
+    /// ln(1+x)
+    Log1p,
+    /// sin x
+    Sin,
+    /// cos x
+    Cos,
+    /// tanh x
+    Tanh,
+    /// sigmoid
+    Sigmoid,
+    /// relu
+    Relu,
+    /// tanh-approximated GELU
+    GeluTanh,
+    /// exact (erf) GELU
+    GeluErf,
+    /// x·sigmoid(x)
+    Silu,
+    /// softplus (β=1, threshold 20)
+    Softplus,
+    /// x²
+    Square,
+    /// 1/x
+    Recip,
+    /// sign
+    Sign,
+);
+
+/// x > 0 ? x : slope·x
+#[derive(Clone, Copy, Debug)]
+pub struct LeakyRelu<T>(pub T);
+/// x > 0 ? x : α(eˣ−1)
+#[derive(Clone, Copy, Debug)]
+pub struct Elu<T>(pub T);
+/// x + s
+#[derive(Clone, Copy, Debug)]
+pub struct AddScalar<T>(pub T);
+/// x · s
+#[derive(Clone, Copy, Debug)]
+pub struct MulScalar<T>(pub T);
+/// xᵖ
+#[derive(Clone, Copy, Debug)]
+pub struct PowScalar<T>(pub T);
+/// s − x
+#[derive(Clone, Copy, Debug)]
+pub struct RSubScalar<T>(pub T);
+/// s / x
+#[derive(Clone, Copy, Debug)]
+pub struct RDivScalar<T>(pub T);
+/// clamp to [lo, hi]
+#[derive(Clone, Copy, Debug)]
+pub struct Clamp<T>(pub T, pub T);
+
+impl<T: Float> Pointwise<T> for Neg {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        -x
+    }
+    // d/dx (-x) = -1
+    #[inline(always)]
+    fn df(self, _: T) -> T {
+        -T::ONE
+    }
+}
+impl<T: Float> Pointwise<T> for Abs {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.abs()
+    }
+    // d/dx |x| = sign(x); sign(0) = 0, as PyTorch.
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if x > T::ZERO {
+            T::ONE
+        } else if x < T::ZERO {
+            -T::ONE
+        } else {
+            T::ZERO
+        }
+    }
+}
+impl<T: Float> Pointwise<T> for Sqrt {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.sqrt()
+    }
+    // d/dx √x = 0.5/√x = 0.5/y
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        c::<T>(0.5) / y
+    }
+}
+impl<T: Float> Pointwise<T> for Rsqrt {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        T::ONE / x.sqrt()
+    }
+    // d/dx x^{-1/2} = -0.5·x^{-3/2} = -0.5·y³
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        c::<T>(-0.5) * y * y * y
+    }
+}
+impl<T: Float> Pointwise<T> for Exp {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.exp()
+    }
+    // d/dx eˣ = eˣ = y
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        y
+    }
+}
+impl<T: Float> Pointwise<T> for Log {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.ln()
+    }
+    // d/dx ln x = 1/x
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        T::ONE / x
+    }
+}
+impl<T: Float> Pointwise<T> for Log1p {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.ln_1p()
+    }
+    // d/dx ln(1+x) = 1/(1+x)
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        T::ONE / (T::ONE + x)
+    }
+}
+impl<T: Float> Pointwise<T> for Sin {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.sin()
+    }
+    // d/dx sin x = cos x
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        x.cos()
+    }
+}
+impl<T: Float> Pointwise<T> for Cos {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.cos()
+    }
+    // d/dx cos x = -sin x
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        -x.sin()
+    }
+}
+impl<T: Float> Pointwise<T> for Tanh {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.tanh()
+    }
+    // d/dx tanh x = 1 - tanh²x = 1 - y²
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        T::ONE - y * y
+    }
+}
+impl<T: Float> Pointwise<T> for Sigmoid {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        sigmoid(x)
+    }
+    // d/dx σ(x) = σ(x)(1-σ(x)) = y(1-y)
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        y * (T::ONE - y)
+    }
+}
+impl<T: Float> Pointwise<T> for Relu {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        // NaN propagates (NaN < 0 is false).
+        if x < T::ZERO {
+            T::ZERO
+        } else {
+            x
+        }
+    }
+    // d/dx relu(x) = x > 0 ? 1 : 0 (relu'(0) = 0, as PyTorch); y > 0 iff x > 0.
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        if y > T::ZERO {
+            T::ONE
+        } else {
+            T::ZERO
+        }
+    }
+}
+impl<T: Float> Pointwise<T> for LeakyRelu<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        if x > T::ZERO {
+            x
+        } else {
+            x * self.0
+        }
+    }
+    // d/dx = x > 0 ? 1 : slope (so the gradient at 0 is `slope`, as PyTorch).
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if x > T::ZERO {
+            T::ONE
+        } else {
+            self.0
+        }
+    }
+}
+impl<T: Float> Pointwise<T> for Elu<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        if x > T::ZERO {
+            x
+        } else {
+            self.0 * (x.exp() - T::ONE)
+        }
+    }
+    // d/dx = x > 0 ? 1 : α·eˣ (at 0 the left branch: α).
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if x > T::ZERO {
+            T::ONE
+        } else {
+            self.0 * x.exp()
+        }
+    }
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_C: f64 = 0.044_715;
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+impl<T: Float> Pointwise<T> for GeluTanh {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        let u = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x * x * x);
+        c::<T>(0.5) * x * (T::ONE + u.tanh())
+    }
+    // u = k(x + 0.044715x³), k = √(2/π), t = tanh u:
+    // d/dx = 0.5(1+t) + 0.5x(1-t²)·k(1 + 3·0.044715x²)
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        let k = c::<T>(SQRT_2_OVER_PI);
+        let x2 = x * x;
+        let t = (k * (x + c::<T>(GELU_C) * x2 * x)).tanh();
+        let du = k * (T::ONE + c::<T>(3.0 * GELU_C) * x2);
+        c::<T>(0.5) * (T::ONE + t) + c::<T>(0.5) * x * (T::ONE - t * t) * du
+    }
+}
+impl<T: Float> Pointwise<T> for GeluErf {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        c::<T>(0.5) * x * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf())
+    }
+    // d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1+erf(x/√2)), φ = e^{-x²/2}/√(2π)
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        let cdf = c::<T>(0.5) * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let pdf = c::<T>(FRAC_1_SQRT_2PI) * (c::<T>(-0.5) * x * x).exp();
+        cdf + x * pdf
+    }
+}
+impl<T: Float> Pointwise<T> for Silu {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x * sigmoid(x)
+    }
+    // d/dx xσ(x) = σ(x)(1 + x(1-σ(x)))
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        let s = sigmoid(x);
+        s * (T::ONE + x * (T::ONE - s))
+    }
+}
+impl<T: Float> Pointwise<T> for Softplus {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        if x > c::<T>(20.0) {
+            x
+        } else {
+            x.exp().ln_1p()
+        }
+    }
+    // d/dx = x > 20 ? 1 : σ(x)   (d/dx ln(1+eˣ) = eˣ/(1+eˣ))
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if x > c::<T>(20.0) {
+            T::ONE
+        } else {
+            sigmoid(x)
+        }
+    }
+}
+impl<T: Float> Pointwise<T> for Square {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x * x
+    }
+    // d/dx x² = 2x
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        x + x
+    }
+}
+impl<T: Float> Pointwise<T> for Recip {
+    const SAVED: Saved = Saved::Output;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        T::ONE / x
+    }
+    // d/dx 1/x = -1/x² = -y²
+    #[inline(always)]
+    fn df(self, y: T) -> T {
+        -(y * y)
+    }
+}
+impl<T: Float> Pointwise<T> for Sign {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        // ±0 and NaN map to themselves.
+        if x > T::ZERO {
+            T::ONE
+        } else if x < T::ZERO {
+            -T::ONE
+        } else {
+            x
+        }
+    }
+    // sign is piecewise constant: zero gradient everywhere (as PyTorch).
+    #[inline(always)]
+    fn df(self, _: T) -> T {
+        T::ZERO
+    }
+}
+impl<T: Float> Pointwise<T> for AddScalar<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x + self.0
+    }
+    // d/dx (x + s) = 1
+    #[inline(always)]
+    fn df(self, _: T) -> T {
+        T::ONE
+    }
+}
+impl<T: Float> Pointwise<T> for MulScalar<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x * self.0
+    }
+    // d/dx (s·x) = s
+    #[inline(always)]
+    fn df(self, _: T) -> T {
+        self.0
+    }
+}
+impl<T: Float> Pointwise<T> for PowScalar<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        x.powf(self.0)
+    }
+    // d/dx xᵖ = p·x^(p-1); exactly 0 when p == 0 (as PyTorch).
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if self.0 == T::ZERO {
+            T::ZERO
+        } else {
+            self.0 * x.powf(self.0 - T::ONE)
+        }
+    }
+}
+impl<T: Float> Pointwise<T> for RSubScalar<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        self.0 - x
+    }
+    // d/dx (s - x) = -1
+    #[inline(always)]
+    fn df(self, _: T) -> T {
+        -T::ONE
+    }
+}
+impl<T: Float> Pointwise<T> for RDivScalar<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        self.0 / x
+    }
+    // d/dx (s/x) = -s/x²
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        -self.0 / (x * x)
+    }
+}
+impl<T: Float> Pointwise<T> for Clamp<T> {
+    const SAVED: Saved = Saved::Input;
+    #[inline(always)]
+    fn f(self, x: T) -> T {
+        // NaN passes through (both comparisons are false).
+        if x < self.0 {
+            self.0
+        } else if x > self.1 {
+            self.1
+        } else {
+            x
+        }
+    }
+    // d/dx = lo <= x <= hi ? 1 : 0 (inclusive bounds, as PyTorch).
+    #[inline(always)]
+    fn df(self, x: T) -> T {
+        if x >= self.0 && x <= self.1 {
+            T::ONE
+        } else {
+            T::ZERO
+        }
+    }
+}
+
+/// A generic action over a concrete [`Pointwise`] kernel (a "generic closure").
+pub trait UnaryVisitor<T: Float> {
+    /// The result.
+    type Out;
+    /// Runs with the kernel `k`.
+    fn visit<K: Pointwise<T>>(self, k: K) -> Self::Out;
+}
+
+/// Dispatches `op` to its kernel struct once; `v` runs monomorphised on it.
+pub fn visit_unary<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
+    match op {
+        UnaryOp::Neg => v.visit(Neg),
+        UnaryOp::Abs => v.visit(Abs),
+        UnaryOp::Sqrt => v.visit(Sqrt),
+        UnaryOp::Rsqrt => v.visit(Rsqrt),
+        UnaryOp::Exp => v.visit(Exp),
+        UnaryOp::Log => v.visit(Log),
+        UnaryOp::Log1p => v.visit(Log1p),
+        UnaryOp::Sin => v.visit(Sin),
+        UnaryOp::Cos => v.visit(Cos),
+        UnaryOp::Tanh => v.visit(Tanh),
+        UnaryOp::Sigmoid => v.visit(Sigmoid),
+        UnaryOp::Relu => v.visit(Relu),
+        UnaryOp::LeakyRelu(s) => v.visit(LeakyRelu(c::<T>(s))),
+        UnaryOp::Elu(a) => v.visit(Elu(c::<T>(a))),
+        UnaryOp::GeluTanh => v.visit(GeluTanh),
+        UnaryOp::GeluErf => v.visit(GeluErf),
+        UnaryOp::Silu => v.visit(Silu),
+        UnaryOp::Softplus => v.visit(Softplus),
+        UnaryOp::Square => v.visit(Square),
+        UnaryOp::Recip => v.visit(Recip),
+        UnaryOp::Sign => v.visit(Sign),
+        UnaryOp::AddScalar(s) => v.visit(AddScalar(c::<T>(s))),
+        UnaryOp::MulScalar(s) => v.visit(MulScalar(c::<T>(s))),
+        // x² is common (norms, losses): x·x is exact and far cheaper than powf.
+        UnaryOp::PowScalar(p) if p == 2.0 => v.visit(Square),
+        UnaryOp::PowScalar(p) => v.visit(PowScalar(c::<T>(p))),
+        UnaryOp::RSubScalar(s) => v.visit(RSubScalar(c::<T>(s))),
+        UnaryOp::RDivScalar(s) => v.visit(RDivScalar(c::<T>(s))),
+        UnaryOp::Clamp(lo, hi) => v.visit(Clamp(c::<T>(lo), c::<T>(hi))),
+    }
+}
+
+struct SavedOf;
+impl UnaryVisitor<f64> for SavedOf {
+    type Out = Saved;
+    fn visit<K: Pointwise<f64>>(self, _: K) -> Saved {
+        K::SAVED
+    }
+}
+
+impl UnaryOp {
+    /// Whether the backward reads the input x or the output y.
+    pub fn saved(self) -> Saved {
+        visit_unary::<f64, _>(self, SavedOf)
+    }
+
+    /// A short lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::LeakyRelu(_) => "leaky_relu",
+            UnaryOp::Elu(_) => "elu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Softplus => "softplus",
+            UnaryOp::Square => "square",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Sign => "sign",
+            UnaryOp::AddScalar(_) => "add_scalar",
+            UnaryOp::MulScalar(_) => "mul_scalar",
+            UnaryOp::PowScalar(_) => "pow_scalar",
+            UnaryOp::RSubScalar(_) => "rsub_scalar",
+            UnaryOp::RDivScalar(_) => "rdiv_scalar",
+            UnaryOp::Clamp(..) => "clamp",
+        }
+    }
+
+    fn validate(self) -> Result<()> {
+        if let UnaryOp::Clamp(lo, hi) = self {
+            if lo.is_nan() || hi.is_nan() || lo > hi {
+                return Err(Error::InvalidArgument {
+                    op: "clamp",
+                    msg: format!("bounds must satisfy lo <= hi, got [{lo}, {hi}]"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Forward<'a> {
+    ctx: &'a ExecContext,
+    x: &'a RawTensor,
+}
+impl<T: Float> UnaryVisitor<T> for Forward<'_> {
+    type Out = Result<RawTensor>;
+    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
+        map1::<T, T>(self.ctx, self.x, move |v| k.f(v))
+    }
+}
+
+struct Backward<'a> {
+    ctx: &'a ExecContext,
+    saved: &'a RawTensor,
+    gy: &'a RawTensor,
+}
+impl<T: Float> UnaryVisitor<T> for Backward<'_> {
+    type Out = Result<RawTensor>;
+    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
+        // gx = gy · f'(.)
+        map2::<T, T, T>(self.ctx, "unary_backward", self.saved, self.gy, move |s, g| {
+            g * k.df(s)
+        })
+    }
+}
+
+fn same_dtype(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    Ok(())
+}
+
+fn same_shape(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+impl ExecContext {
+    /// `y = op(x)` elementwise; `x` may have any strides; f32/f64 only.
+    ///
+    /// ```
+    /// use fucina_core::{ExecContext, kernels::elementwise::UnaryOp};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let x = ctx.from_slice(&[-1.0f32, 0.0, 2.0], &[3])?;
+    /// assert_eq!(ctx.unary(&x, UnaryOp::Relu)?.to_vec::<f32>()?, vec![0.0, 0.0, 2.0]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn unary(&self, x: &RawTensor, op: UnaryOp) -> Result<RawTensor> {
+        op.validate()?;
+        crate::dispatch_float!(x.dtype(), op.name(), T => {
+            visit_unary::<T, _>(op, Forward { ctx: self, x })
+        })
+    }
+
+    /// gx = gy * f'(.) where `saved` is x or y per `op.saved()`; same shape as gy.
+    pub fn unary_backward(
+        &self,
+        saved: &RawTensor,
+        gy: &RawTensor,
+        op: UnaryOp,
+    ) -> Result<RawTensor> {
+        op.validate()?;
+        same_dtype("unary_backward", saved, gy)?;
+        same_shape("unary_backward", saved, gy)?;
+        crate::dispatch_float!(gy.dtype(), op.name(), T => {
+            visit_unary::<T, _>(op, Backward { ctx: self, saved, gy })
+        })
+    }
+}
+
+// ----------------------------------------------------------------- binary
+
+/// A binary pointwise op with NumPy broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    /// a + b
+    Add,
+    /// a − b
+    Sub,
+    /// a · b
+    Mul,
+    /// a / b
+    Div,
+    /// aᵇ
+    Pow,
+    /// max(a, b), NaN-propagating; the gradient is split evenly on ties
+    Maximum,
+    /// min(a, b), NaN-propagating; the gradient is split evenly on ties
+    Minimum,
+}
+
+impl BinaryOp {
+    /// A short lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+}
+
+/// One binary pointwise op: forward and both partial derivatives together.
+pub trait PointwiseBinary<T: Float>: Copy + Send + Sync {
+    /// out = f(a, b).
+    fn f(self, a: T, b: T) -> T;
+    /// ∂f/∂a at (a, b), given out = f(a, b).
+    fn da(self, a: T, b: T, out: T) -> T;
+    /// ∂f/∂b at (a, b), given out = f(a, b).
+    fn db(self, a: T, b: T, out: T) -> T;
+}
+
+/// a + b
+#[derive(Clone, Copy, Debug)]
+pub struct Add;
+/// a − b
+#[derive(Clone, Copy, Debug)]
+pub struct Sub;
+/// a · b
+#[derive(Clone, Copy, Debug)]
+pub struct Mul;
+/// a / b
+#[derive(Clone, Copy, Debug)]
+pub struct Div;
+/// aᵇ
+#[derive(Clone, Copy, Debug)]
+pub struct Pow;
+/// max(a, b)
+#[derive(Clone, Copy, Debug)]
+pub struct Maximum;
+/// min(a, b)
+#[derive(Clone, Copy, Debug)]
+pub struct Minimum;
+
+impl<T: Float> PointwiseBinary<T> for Add {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        a + b
+    }
+    // ∂/∂a = 1, ∂/∂b = 1
+    #[inline(always)]
+    fn da(self, _: T, _: T, _: T) -> T {
+        T::ONE
+    }
+    #[inline(always)]
+    fn db(self, _: T, _: T, _: T) -> T {
+        T::ONE
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Sub {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        a - b
+    }
+    // ∂/∂a = 1, ∂/∂b = -1
+    #[inline(always)]
+    fn da(self, _: T, _: T, _: T) -> T {
+        T::ONE
+    }
+    #[inline(always)]
+    fn db(self, _: T, _: T, _: T) -> T {
+        -T::ONE
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Mul {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        a * b
+    }
+    // ∂/∂a = b, ∂/∂b = a
+    #[inline(always)]
+    fn da(self, _: T, b: T, _: T) -> T {
+        b
+    }
+    #[inline(always)]
+    fn db(self, a: T, _: T, _: T) -> T {
+        a
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Div {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        a / b
+    }
+    // ∂/∂a = 1/b, ∂/∂b = -a/b²
+    #[inline(always)]
+    fn da(self, _: T, b: T, _: T) -> T {
+        T::ONE / b
+    }
+    #[inline(always)]
+    fn db(self, a: T, b: T, _: T) -> T {
+        -a / (b * b)
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Pow {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        a.powf(b)
+    }
+    // ∂/∂a = b·a^(b-1) (0 where b == 0, as PyTorch)
+    #[inline(always)]
+    fn da(self, a: T, b: T, _: T) -> T {
+        if b == T::ZERO {
+            T::ZERO
+        } else {
+            b * a.powf(b - T::ONE)
+        }
+    }
+    // ∂/∂b = aᵇ·ln a = out·ln a (0 where a == 0 and b >= 0, as PyTorch)
+    #[inline(always)]
+    fn db(self, a: T, b: T, out: T) -> T {
+        if a == T::ZERO && b >= T::ZERO {
+            T::ZERO
+        } else {
+            out * a.ln()
+        }
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Maximum {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        // Ties give a; NaN in either gives NaN (a + b).
+        if a >= b {
+            a
+        } else if a < b {
+            b
+        } else {
+            a + b
+        }
+    }
+    // ∂/∂a = a > b ? 1 : (a == b ? 0.5 : 0); the tie is split evenly.
+    #[inline(always)]
+    fn da(self, a: T, b: T, _: T) -> T {
+        if a > b {
+            T::ONE
+        } else if a == b {
+            c::<T>(0.5)
+        } else {
+            T::ZERO
+        }
+    }
+    // ∂/∂b = b > a ? 1 : (a == b ? 0.5 : 0)
+    #[inline(always)]
+    fn db(self, a: T, b: T, _: T) -> T {
+        if b > a {
+            T::ONE
+        } else if a == b {
+            c::<T>(0.5)
+        } else {
+            T::ZERO
+        }
+    }
+}
+impl<T: Float> PointwiseBinary<T> for Minimum {
+    #[inline(always)]
+    fn f(self, a: T, b: T) -> T {
+        if a <= b {
+            a
+        } else if a > b {
+            b
+        } else {
+            a + b
+        }
+    }
+    // ∂/∂a = a < b ? 1 : (a == b ? 0.5 : 0)
+    #[inline(always)]
+    fn da(self, a: T, b: T, _: T) -> T {
+        if a < b {
+            T::ONE
+        } else if a == b {
+            c::<T>(0.5)
+        } else {
+            T::ZERO
+        }
+    }
+    // ∂/∂b = b < a ? 1 : (a == b ? 0.5 : 0)
+    #[inline(always)]
+    fn db(self, a: T, b: T, _: T) -> T {
+        if b < a {
+            T::ONE
+        } else if a == b {
+            c::<T>(0.5)
+        } else {
+            T::ZERO
+        }
+    }
+}
+
+/// A generic action over a concrete [`PointwiseBinary`] kernel.
+pub trait BinaryVisitor<T: Float> {
+    /// The result.
+    type Out;
+    /// Runs with the kernel `k`.
+    fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out;
+}
+
+/// Dispatches `op` to its kernel struct once.
+pub fn visit_binary<T: Float, V: BinaryVisitor<T>>(op: BinaryOp, v: V) -> V::Out {
+    match op {
+        BinaryOp::Add => v.visit(Add),
+        BinaryOp::Sub => v.visit(Sub),
+        BinaryOp::Mul => v.visit(Mul),
+        BinaryOp::Div => v.visit(Div),
+        BinaryOp::Pow => v.visit(Pow),
+        BinaryOp::Maximum => v.visit(Maximum),
+        BinaryOp::Minimum => v.visit(Minimum),
+    }
+}
+
+struct BinForward<'a> {
+    ctx: &'a ExecContext,
+    a: &'a RawTensor,
+    b: &'a RawTensor,
+    name: &'static str,
+}
+impl<T: Float> BinaryVisitor<T> for BinForward<'_> {
+    type Out = Result<RawTensor>;
+    fn visit<K: PointwiseBinary<T>>(self, k: K) -> Result<RawTensor> {
+        map2::<T, T, T>(self.ctx, self.name, self.a, self.b, move |u, v| k.f(u, v))
+    }
+}
+
+struct BinBackward<'a> {
+    ctx: &'a ExecContext,
+    a: &'a RawTensor,
+    b: &'a RawTensor,
+    out: &'a RawTensor,
+    gy: &'a RawTensor,
+    needs: [bool; 2],
+}
+impl<T: Float> BinaryVisitor<T> for BinBackward<'_> {
+    type Out = Result<(Option<RawTensor>, Option<RawTensor>)>;
+    fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out {
+        const OP: &str = "binary_backward";
+        let shape = self.gy.shape();
+        let ts = [self.a, self.b, self.out, self.gy];
+        // ga = gy · ∂f/∂a(a, b, out), gb = gy · ∂f/∂b(a, b, out), at the output shape.
+        let ga = if self.needs[0] {
+            Some(map4::<T>(self.ctx, OP, ts, shape, move |a, b, o, g| {
+                g * k.da(a, b, o)
+            })?)
+        } else {
+            None
+        };
+        let gb = if self.needs[1] {
+            Some(map4::<T>(self.ctx, OP, ts, shape, move |a, b, o, g| {
+                g * k.db(a, b, o)
+            })?)
+        } else {
+            None
+        };
+        Ok((ga, gb))
+    }
+}
+
+impl ExecContext {
+    /// `op(a, b)` with NumPy broadcasting; dtypes must match (f32/f64).
+    ///
+    /// ```
+    /// use fucina_core::{ExecContext, kernels::elementwise::BinaryOp};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let a = ctx.from_slice(&[1.0f64, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let b = ctx.from_slice(&[10.0f64, 20.0], &[2])?;
+    /// let y = ctx.binary(&a, &b, BinaryOp::Add)?;
+    /// assert_eq!(y.to_vec::<f64>()?, vec![11.0, 22.0, 13.0, 24.0]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn binary(&self, a: &RawTensor, b: &RawTensor, op: BinaryOp) -> Result<RawTensor> {
+        let name = op.name();
+        same_dtype(name, a, b)?;
+        crate::dispatch_float!(a.dtype(), name, T => {
+            visit_binary::<T, _>(op, BinForward { ctx: self, a, b, name })
+        })
+    }
+
+    /// Gradients of a binary op at the BROADCAST OUTPUT shape (the caller
+    /// reduces to input shapes). `out` is the forward result (needed by Pow for
+    /// d/db = out·ln(a)). `needs = [need_ga, need_gb]`.
+    pub fn binary_backward(
+        &self,
+        a: &RawTensor,
+        b: &RawTensor,
+        out: &RawTensor,
+        gy: &RawTensor,
+        op: BinaryOp,
+        needs: [bool; 2],
+    ) -> Result<(Option<RawTensor>, Option<RawTensor>)> {
+        const OP: &str = "binary_backward";
+        same_dtype(OP, a, b)?;
+        same_dtype(OP, a, out)?;
+        same_dtype(OP, a, gy)?;
+        let shape = shape::broadcast_shapes(OP, a.shape(), b.shape())?;
+        if shape.as_slice() != gy.shape() {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: shape.to_vec(),
+                rhs: gy.shape().to_vec(),
+            });
+        }
+        same_shape(OP, out, gy)?;
+        crate::dispatch_float!(gy.dtype(), op.name(), T => {
+            match op {
+                // Cheap special cases: no need to read a, b or out.
+                BinaryOp::Add => Ok((
+                    needs[0].then(|| gy.clone_view()),
+                    needs[1].then(|| gy.clone_view()),
+                )),
+                BinaryOp::Sub => Ok((
+                    needs[0].then(|| gy.clone_view()),
+                    if needs[1] { Some(map1::<T, T>(self, gy, |g| -g)?) } else { None },
+                )),
+                BinaryOp::Mul => Ok((
+                    if needs[0] { Some(map2::<T, T, T>(self, OP, gy, b, |g, v| g * v)?) } else { None },
+                    if needs[1] { Some(map2::<T, T, T>(self, OP, gy, a, |g, u| g * u)?) } else { None },
+                )),
+                _ => visit_binary::<T, _>(op, BinBackward { ctx: self, a, b, out, gy, needs }),
+            }
+        })
+    }
+
+    /// `acc += g` in place: `acc` must be contiguous and the sole owner of its
+    /// buffer (else [`Error::NotContiguous`] / [`Error::SharedBuffer`]); `g`
+    /// has the same shape and dtype, any strides.
+    pub fn add_assign(&self, acc: &mut RawTensor, g: &RawTensor) -> Result<()> {
+        self.axpby_assign(acc, 1.0, g, 1.0, "add_assign")
+    }
+
+    /// `acc = acc·alpha + g·beta` in place, under the same rules as [`Self::add_assign`]
+    /// (alpha = beta = 1 is exactly `acc + g`).
+    pub fn scale_add_assign(
+        &self,
+        acc: &mut RawTensor,
+        alpha: f64,
+        g: &RawTensor,
+        beta: f64,
+    ) -> Result<()> {
+        self.axpby_assign(acc, alpha, g, beta, "scale_add_assign")
+    }
+
+    fn axpby_assign(
+        &self,
+        acc: &mut RawTensor,
+        alpha: f64,
+        g: &RawTensor,
+        beta: f64,
+        op: &'static str,
+    ) -> Result<()> {
+        same_dtype(op, acc, g)?;
+        same_shape(op, acc, g)?;
+        if !acc.is_contiguous() {
+            return Err(Error::NotContiguous {
+                op,
+                shape: acc.shape().to_vec(),
+            });
+        }
+        crate::dispatch_float!(acc.dtype(), op, T => {
+            let (al, be) = (T::from_f64(alpha), T::from_f64(beta));
+            if alpha == 1.0 && beta == 1.0 {
+                accumulate::<T>(self, op, acc, g, |s, v| s + v)
+            } else {
+                accumulate::<T>(self, op, acc, g, move |s, v| s * al + v * be)
+            }
+        })
+    }
+}
+
+/// `acc[i] = f(acc[i], g[i])` over fixed chunks; acc is contiguous and unique.
+fn accumulate<T: Element>(
+    ctx: &ExecContext,
+    op: &'static str,
+    acc: &mut RawTensor,
+    g: &RawTensor,
+    f: impl Fn(T, T) -> T + Send + Sync,
+) -> Result<()> {
+    let gs = g.storage::<T>()?;
+    let plan = Plan::new(g.shape(), [(g.strides(), g.offset())]);
+    let [si] = plan.inner_strides();
+    let d = acc
+        .as_mut_slice::<T>()
+        .map_err(|_| Error::SharedBuffer { op })?;
+    let n = d.len();
+    let ptr = SendPtr(d.as_mut_ptr());
+    ctx.for_chunks(n.div_ceil(CHUNK), n >= PAR_THRESHOLD, |ci| {
+        let p = ptr;
+        let s = ci * CHUNK;
+        let e = (s + CHUNK).min(n);
+        // SAFETY: chunks are disjoint ranges of `d`, which outlives `for_chunks`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(s), e - s) };
+        plan.for_rows(s, e, |[og], pos, len| {
+            let dd = &mut dst[pos - s..pos - s + len];
+            if si == 1 {
+                for (o, &v) in dd.iter_mut().zip(&gs[og..og + len]) {
+                    *o = f(*o, v);
+                }
+            } else {
+                for (j, o) in dd.iter_mut().enumerate() {
+                    *o = f(*o, gs[og + j * si]);
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+// ------------------------------------------------------ compare and select
+
+/// A comparison; results are `U8` 0/1 tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    /// a == b
+    Eq,
+    /// a != b
+    Ne,
+    /// a < b
+    Lt,
+    /// a <= b
+    Le,
+    /// a > b
+    Gt,
+    /// a >= b
+    Ge,
+}
+
+impl CmpOp {
+    /// Evaluates the comparison (NaN compares unequal to everything, as IEEE).
+    #[inline(always)]
+    pub fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// Runs `$body` with `$T` bound to a dtype comparisons and selections support
+/// (f32, f64 and the integer types); f16/bf16 are [`Error::UnsupportedDType`].
+macro_rules! dispatch_select {
+    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            d => Err(Error::UnsupportedDType { op: $op, dtype: d }),
+        }
+    };
+}
+
+/// Binds `$f` to a comparison closure over `$T`, one arm per `CmpOp`, so
+/// the comparison is monomorphised (no per-element dispatch).
+macro_rules! with_cmp {
+    ($op:expr, $T:ty, $f:ident => $body:expr) => {
+        match $op {
+            CmpOp::Eq => {
+                let $f = |x: $T, y: $T| (x == y) as u8;
+                $body
+            }
+            CmpOp::Ne => {
+                let $f = |x: $T, y: $T| (x != y) as u8;
+                $body
+            }
+            CmpOp::Lt => {
+                let $f = |x: $T, y: $T| (x < y) as u8;
+                $body
+            }
+            CmpOp::Le => {
+                let $f = |x: $T, y: $T| (x <= y) as u8;
+                $body
+            }
+            CmpOp::Gt => {
+                let $f = |x: $T, y: $T| (x > y) as u8;
+                $body
+            }
+            CmpOp::Ge => {
+                let $f = |x: $T, y: $T| (x >= y) as u8;
+                $body
+            }
+        }
+    };
+}
+
+impl ExecContext {
+    /// `a op b` elementwise with broadcasting; output `U8` (1 where true).
+    /// Dtypes must match; f32, f64 and the integer types are supported.
+    pub fn compare(&self, a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<RawTensor> {
+        const OP: &str = "compare";
+        same_dtype(OP, a, b)?;
+        dispatch_select!(a.dtype(), OP, T => {
+            with_cmp!(op, T, f => map2::<T, T, u8>(self, OP, a, b, f))
+        })
+    }
+
+    /// `a op s` elementwise; output `U8`. For float tensors `s` is first
+    /// rounded to the element type (as PyTorch); integers compare exactly in f64.
+    pub fn compare_scalar(&self, a: &RawTensor, s: f64, op: CmpOp) -> Result<RawTensor> {
+        const OP: &str = "compare_scalar";
+        dispatch_select!(a.dtype(), OP, T => {
+            if T::DTYPE.is_float() {
+                let sv = T::from_f64(s);
+                with_cmp!(op, T, f => map1::<T, u8>(self, a, move |v| f(v, sv)))
+            } else {
+                with_cmp!(op, f64, f => map1::<T, u8>(self, a, move |v: T| f(v.to_f64(), s)))
+            }
+        })
+    }
+
+    /// `cond ? a : b` elementwise, broadcasting all three; `cond` is `U8`
+    /// (nonzero = true), `a` and `b` share a dtype.
+    pub fn where_cond(&self, cond: &RawTensor, a: &RawTensor, b: &RawTensor) -> Result<RawTensor> {
+        const OP: &str = "where_cond";
+        expect_dtype(OP, cond, DType::U8)?;
+        same_dtype(OP, a, b)?;
+        dispatch_select!(a.dtype(), OP, T => {
+            map3::<u8, T, T, T>(self, OP, cond, a, b, |m, u, v| if m != 0 { u } else { v })
+        })
+    }
+
+    /// `x` with `value` wherever `mask` (U8, broadcast to x's shape) is nonzero.
+    pub fn masked_fill(&self, x: &RawTensor, mask: &RawTensor, value: f64) -> Result<RawTensor> {
+        const OP: &str = "masked_fill";
+        expect_dtype(OP, mask, DType::U8)?;
+        dispatch_select!(x.dtype(), OP, T => {
+            let v = T::from_f64(value);
+            map2_to::<T, u8, T>(self, OP, x, mask, x.shape(), move |u, m| if m != 0 { v } else { u })
+        })
+    }
+}
+
+// -------------------------------------------------------------- reference
+
+/// The plain scalar spec of every op in this file: one element at a time,
+/// with per-element dispatch and `offset_of` indexing. Slow on purpose.
+pub mod reference {
+    use super::{BinaryOp, CmpOp, UnaryOp};
+    use crate::dtype::{Element, Float};
+    use crate::error::Result;
+    use crate::shape;
+    use crate::tensor::RawTensor;
+
+    fn sigmoid<T: Float>(x: T) -> T {
+        if x >= T::ZERO {
+            T::ONE / (T::ONE + (-x).exp())
+        } else {
+            let e = x.exp();
+            e / (T::ONE + e)
+        }
+    }
+
+    /// f(x) for one element, computed in `T`.
+    pub fn unary_scalar<T: Float>(op: UnaryOp, x: T) -> T {
+        let h = T::from_f64(0.5);
+        let k = |v: f64| T::from_f64(v);
+        match op {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => T::ONE / x.sqrt(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log1p => x.ln_1p(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => sigmoid(x),
+            UnaryOp::Relu => {
+                if x < T::ZERO {
+                    T::ZERO
+                } else {
+                    x
+                }
+            }
+            UnaryOp::LeakyRelu(s) => {
+                if x > T::ZERO {
+                    x
+                } else {
+                    x * k(s)
+                }
+            }
+            UnaryOp::Elu(a) => {
+                if x > T::ZERO {
+                    x
+                } else {
+                    k(a) * (x.exp() - T::ONE)
+                }
+            }
+            UnaryOp::GeluTanh => {
+                let inner = k(super::SQRT_2_OVER_PI) * (x + k(super::GELU_C) * x * x * x);
+                h * x * (T::ONE + inner.tanh())
+            }
+            UnaryOp::GeluErf => {
+                h * x * (T::ONE + (x * k(std::f64::consts::FRAC_1_SQRT_2)).erf())
+            }
+            UnaryOp::Silu => x * sigmoid(x),
+            UnaryOp::Softplus => {
+                if x > k(20.0) {
+                    x
+                } else {
+                    x.exp().ln_1p()
+                }
+            }
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => T::ONE / x,
+            UnaryOp::Sign => {
+                if x > T::ZERO {
+                    T::ONE
+                } else if x < T::ZERO {
+                    -T::ONE
+                } else {
+                    x
+                }
+            }
+            UnaryOp::AddScalar(s) => x + k(s),
+            UnaryOp::MulScalar(s) => x * k(s),
+            UnaryOp::PowScalar(p) => {
+                if p == 2.0 {
+                    x * x
+                } else {
+                    x.powf(k(p))
+                }
+            }
+            UnaryOp::RSubScalar(s) => k(s) - x,
+            UnaryOp::RDivScalar(s) => k(s) / x,
+            UnaryOp::Clamp(lo, hi) => {
+                if x.is_nan() {
+                    x
+                } else {
+                    x.max(k(lo)).min(k(hi))
+                }
+            }
+        }
+    }
+
+    /// f'(x) for one element, written in terms of the INPUT x (independent of
+    /// the kernels' saved-output forms). Kinks follow PyTorch: relu'(0) = 0,
+    /// leaky_relu'(0) = slope, abs'(0) = 0, clamp passes on [lo, hi] inclusive.
+    pub fn unary_df<T: Float>(op: UnaryOp, x: T) -> T {
+        let k = |v: f64| T::from_f64(v);
+        let one = T::ONE;
+        let zero = T::ZERO;
+        match op {
+            UnaryOp::Neg => -one,
+            UnaryOp::Abs => {
+                if x == zero {
+                    zero
+                } else if x > zero {
+                    one
+                } else {
+                    -one
+                }
+            }
+            UnaryOp::Sqrt => k(0.5) / x.sqrt(),
+            UnaryOp::Rsqrt => k(-0.5) / (x * x.sqrt()),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => one / x,
+            UnaryOp::Log1p => one / (one + x),
+            UnaryOp::Sin => x.cos(),
+            UnaryOp::Cos => -x.sin(),
+            UnaryOp::Tanh => {
+                let c = x.cosh_ref();
+                one / (c * c)
+            }
+            UnaryOp::Sigmoid => {
+                let s = sigmoid(x);
+                s * (one - s)
+            }
+            UnaryOp::Relu => {
+                if x > zero {
+                    one
+                } else {
+                    zero
+                }
+            }
+            UnaryOp::LeakyRelu(s) => {
+                if x > zero {
+                    one
+                } else {
+                    k(s)
+                }
+            }
+            UnaryOp::Elu(a) => {
+                if x > zero {
+                    one
+                } else {
+                    k(a) * x.exp()
+                }
+            }
+            UnaryOp::GeluTanh => {
+                let c = k(super::SQRT_2_OVER_PI);
+                let u = c * (x + k(super::GELU_C) * x * x * x);
+                let ch = u.cosh_ref();
+                let sech2 = one / (ch * ch);
+                k(0.5) * (one + u.tanh()) + k(0.5) * x * sech2 * c * (one + k(3.0 * super::GELU_C) * x * x)
+            }
+            UnaryOp::GeluErf => {
+                let cdf = k(0.5) * (one + (x / k(std::f64::consts::SQRT_2)).erf());
+                cdf + x * (-(x * x) / k(2.0)).exp() / k((2.0 * std::f64::consts::PI).sqrt())
+            }
+            UnaryOp::Silu => {
+                let s = sigmoid(x);
+                s + x * s * (one - s)
+            }
+            UnaryOp::Softplus => {
+                if x > k(20.0) {
+                    one
+                } else {
+                    x.exp() / (one + x.exp())
+                }
+            }
+            UnaryOp::Square => k(2.0) * x,
+            UnaryOp::Recip => -one / (x * x),
+            UnaryOp::Sign => zero,
+            UnaryOp::AddScalar(_) => one,
+            UnaryOp::MulScalar(s) => k(s),
+            UnaryOp::PowScalar(p) => {
+                if p == 0.0 {
+                    zero
+                } else {
+                    k(p) * x.powf(k(p - 1.0))
+                }
+            }
+            UnaryOp::RSubScalar(_) => -one,
+            UnaryOp::RDivScalar(s) => -k(s) / (x * x),
+            UnaryOp::Clamp(lo, hi) => {
+                if x >= k(lo) && x <= k(hi) {
+                    one
+                } else {
+                    zero
+                }
+            }
+        }
+    }
+
+    trait CoshRef {
+        fn cosh_ref(self) -> Self;
+    }
+    impl<T: Float> CoshRef for T {
+        fn cosh_ref(self) -> T {
+            let e = self.abs().exp();
+            T::from_f64(0.5) * (e + T::ONE / e)
+        }
+    }
+
+    /// op(a, b) for one element.
+    pub fn binary_scalar<T: Float>(op: BinaryOp, a: T, b: T) -> T {
+        match op {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Pow => a.powf(b),
+            BinaryOp::Maximum => {
+                if a.is_nan() || b.is_nan() {
+                    a + b
+                } else if b > a {
+                    b
+                } else {
+                    a
+                }
+            }
+            BinaryOp::Minimum => {
+                if a.is_nan() || b.is_nan() {
+                    a + b
+                } else if b < a {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
+    /// (∂/∂a, ∂/∂b) of op at (a, b). Maximum/Minimum split ties 0.5/0.5;
+    /// Pow: ∂/∂a = 0 where b == 0, ∂/∂b = 0 where a == 0 and b >= 0.
+    pub fn binary_partials<T: Float>(op: BinaryOp, a: T, b: T) -> (T, T) {
+        let one = T::ONE;
+        let zero = T::ZERO;
+        let half = T::from_f64(0.5);
+        match op {
+            BinaryOp::Add => (one, one),
+            BinaryOp::Sub => (one, -one),
+            BinaryOp::Mul => (b, a),
+            BinaryOp::Div => (one / b, -a / (b * b)),
+            BinaryOp::Pow => (
+                if b == zero {
+                    zero
+                } else {
+                    b * a.powf(b - one)
+                },
+                if a == zero && b >= zero {
+                    zero
+                } else {
+                    a.powf(b) * a.ln()
+                },
+            ),
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                let a_wins = if op == BinaryOp::Maximum { a > b } else { a < b };
+                let b_wins = if op == BinaryOp::Maximum { b > a } else { b < a };
+                if a == b {
+                    (half, half)
+                } else {
+                    (
+                        if a_wins { one } else { zero },
+                        if b_wins { one } else { zero },
+                    )
+                }
+            }
+        }
+    }
+
+    /// Evaluates `f` at every element of the broadcast of `ts`, in row-major
+    /// order, reading each operand through `offset_of` (any strides).
+    pub fn broadcast_eval<T: Element, O>(
+        ts: &[&RawTensor],
+        mut f: impl FnMut(&[T]) -> O,
+    ) -> Result<(Vec<usize>, Vec<O>)> {
+        let mut out_shape: Vec<usize> = ts.first().map(|t| t.shape().to_vec()).unwrap_or_default();
+        for t in &ts[1..] {
+            out_shape = shape::broadcast_shapes("reference", &out_shape, t.shape())?.to_vec();
+        }
+        let views: Vec<RawTensor> = ts
+            .iter()
+            .map(|t| t.broadcast_to(&out_shape))
+            .collect::<Result<_>>()?;
+        let stores: Vec<&[T]> = views.iter().map(|v| v.storage::<T>()).collect::<Result<_>>()?;
+        let n = shape::numel(&out_shape);
+        let mut vals = vec![];
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            vals.clear();
+            for (v, s) in views.iter().zip(&stores) {
+                vals.push(s[v.offset() + shape::offset_of(&out_shape, v.strides(), i)]);
+            }
+            out.push(f(&vals));
+        }
+        Ok((out_shape, out))
+    }
+
+    /// The reference of `ctx.unary`.
+    pub fn unary<T: Float>(x: &RawTensor, op: UnaryOp) -> Result<Vec<T>> {
+        Ok(broadcast_eval::<T, T>(&[x], |v| unary_scalar(op, v[0]))?.1)
+    }
+
+    /// The reference of `ctx.binary`: (output shape, values).
+    pub fn binary<T: Float>(a: &RawTensor, b: &RawTensor, op: BinaryOp) -> Result<(Vec<usize>, Vec<T>)> {
+        broadcast_eval::<T, T>(&[a, b], |v| binary_scalar(op, v[0], v[1]))
+    }
+
+    /// The reference of `ctx.compare`.
+    pub fn compare<T: Element + PartialOrd>(a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<Vec<u8>> {
+        Ok(broadcast_eval::<T, u8>(&[a, b], |v| op.eval(v[0], v[1]) as u8)?.1)
+    }
+}

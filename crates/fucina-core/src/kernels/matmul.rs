@@ -1,1 +1,676 @@
 //! GEMM (C = alpha·op(A)·op(B) + beta·C) over strided and batched views, matmul and linear.
+//!
+//! Fast path: `matrixmultiply`'s single-threaded sgemm/dgemm (AVX-512 micro-kernel picked at
+//! runtime, AVX2/FMA and scalar fallbacks) run on a fixed grid of C tiles whose boundaries depend
+//! only on (batch, M, N, K), in parallel through `for_chunks`. Every C element is reduced over K
+//! inside exactly one kernel call, the same way for any thread count, so results are bitwise
+//! identical for any thread count. Strided views (transposes included) reach the kernel as row and
+//! column strides: operands are never copied. C must be the sole owner of its buffer.
+
+use smallvec::SmallVec;
+
+use crate::dtype::Float;
+use crate::error::{Error, Result};
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+use crate::shape::{self, Dims};
+use crate::tensor::RawTensor;
+
+/// Tile edges are multiples of this (the AVX-512 f32 micro-kernel is 16×16).
+const TILE_ALIGN: usize = 16;
+/// A tile is never split below this many rows or columns.
+const MIN_TILE_DIM: usize = 64;
+/// A tile is never split below this many FLOPs (keeps packing overhead small).
+const MIN_TILE_FLOPS: usize = 1 << 21;
+/// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
+const TARGET_CHUNKS: usize = 8;
+/// Below this many FLOPs in total a GEMM runs on the calling thread only.
+const PAR_MIN_FLOPS: usize = 1 << 23;
+
+/// Element types with a fast GEMM kernel (f32, f64).
+trait GemmKernel: Float {
+    /// `C ← alpha·A·B + beta·C` for one strided matrix triple (matrixmultiply's contract:
+    /// A is m×k, B is k×n, C is m×n and does not alias itself; beta == 0 ignores C).
+    ///
+    /// # Safety
+    /// Every addressed element of A, B and C must be in bounds; C must not be read or written
+    /// by anyone else during the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+}
+
+impl GemmKernel for f32 {
+    #[inline]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        beta: f32,
+        c: *mut f32,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}
+
+impl GemmKernel for f64 {
+    #[inline]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f64,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        beta: f64,
+        c: *mut f64,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}
+
+/// One operand's layout inside a validated batched problem (strides in elements).
+#[derive(Clone, Debug)]
+struct Operand {
+    offset: usize,
+    batch_strides: Dims,
+    rs: usize,
+    cs: usize,
+}
+
+/// A validated batched GEMM: `c[b] = alpha·a[b]·b[b] + beta·c[b]` for every batch index.
+#[derive(Clone, Debug)]
+struct Problem {
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: Dims,
+    a: Operand,
+    b: Operand,
+    c: Operand,
+}
+
+impl Problem {
+    fn batch_len(&self) -> usize {
+        shape::numel(&self.batch)
+    }
+}
+
+/// True when no two in-range multi-indices of `(shape, strides)` share an offset
+/// (sufficient test: sorted by stride, each stride covers the extent of the smaller ones).
+fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
+    let mut dims: SmallVec<[(usize, usize); 6]> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (s, d))
+        .collect();
+    dims.sort_unstable();
+    let mut extent = 1usize;
+    for (s, d) in dims {
+        if s < extent {
+            return false;
+        }
+        extent += s * (d - 1);
+    }
+    true
+}
+
+/// Validates `c = alpha·a·b + beta·c` and lays it out for the fast kernel (batch folded).
+fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
+    plan_unfolded(op, a, b, c).map(fold_batch)
+}
+
+/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out as given.
+fn plan_unfolded(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
+    for t in [b, c] {
+        if t.dtype() != a.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: a.dtype(),
+                rhs: t.dtype(),
+            });
+        }
+    }
+    if !a.dtype().is_compute_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: a.dtype(),
+        });
+    }
+    if a.rank() < 2 || b.rank() < 2 || c.rank() < 2 {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "operands must be at least 2-D, got a {:?}, b {:?}, c {:?}",
+                a.shape(),
+                b.shape(),
+                c.shape()
+            ),
+        });
+    }
+    let (ar, br, cr) = (a.rank(), b.rank(), c.rank());
+    let (m, k) = (a.shape()[ar - 2], a.shape()[ar - 1]);
+    let (k2, n) = (b.shape()[br - 2], b.shape()[br - 1]);
+    if k != k2 {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    if c.shape()[cr - 2] != m || c.shape()[cr - 1] != n {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: vec![m, n],
+            rhs: c.shape().to_vec(),
+        });
+    }
+    let batch: Dims = SmallVec::from_slice(&c.shape()[..cr - 2]);
+    let a_bs = shape::broadcast_strides(op, &a.shape()[..ar - 2], &a.strides()[..ar - 2], &batch)?;
+    let b_bs = shape::broadcast_strides(op, &b.shape()[..br - 2], &b.strides()[..br - 2], &batch)?;
+    if !non_overlapping(c.shape(), c.strides()) {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "output of shape {:?} with strides {:?} overlaps itself",
+                c.shape(),
+                c.strides()
+            ),
+        });
+    }
+    let operand = |t: &RawTensor, bs: Dims| {
+        let r = t.rank();
+        Operand {
+            offset: t.offset(),
+            batch_strides: bs,
+            rs: t.strides()[r - 2],
+            cs: t.strides()[r - 1],
+        }
+    };
+    Ok(Problem {
+        m,
+        n,
+        k,
+        a: operand(a, a_bs),
+        b: operand(b, b_bs),
+        c: operand(c, SmallVec::from_slice(&c.strides()[..cr - 2])),
+        batch,
+    })
+}
+
+/// When B is shared by every batch item (stride-0 batch) and the batch axes of A and C
+/// merge with their row axis, the batch is folded into M: one larger GEMM, B packed once
+/// per tile instead of once per item. Each element's K-reduction is unchanged.
+fn fold_batch(p: Problem) -> Problem {
+    if p.batch.is_empty() || p.b.batch_strides.iter().any(|&s| s != 0) {
+        return p;
+    }
+    if p.m <= 1 {
+        return p;
+    }
+    // Row axis then batch axes, innermost first: each must step over the one inside it.
+    let merges = |bs: &[usize], rs: usize| {
+        let mut inner = (p.m, rs);
+        for (&d, &s) in p.batch.iter().zip(bs).rev() {
+            if d == 1 {
+                continue;
+            }
+            if s != inner.0 * inner.1 {
+                return false;
+            }
+            inner = (d, s);
+        }
+        true
+    };
+    if !(merges(&p.a.batch_strides, p.a.rs) && merges(&p.c.batch_strides, p.c.rs)) {
+        return p;
+    }
+    let m = p.m * p.batch_len();
+    let strip = |o: Operand| Operand {
+        batch_strides: SmallVec::new(),
+        ..o
+    };
+    Problem {
+        m,
+        batch: SmallVec::new(),
+        a: strip(p.a),
+        b: strip(p.b),
+        c: strip(p.c),
+        ..p
+    }
+}
+
+/// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
+fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
+    let flops = m.saturating_mul(n).saturating_mul(k).saturating_mul(2);
+    let want = TARGET_CHUNKS.div_ceil(batch.max(1));
+    let tiles = want.min((flops / MIN_TILE_FLOPS).max(1));
+    let (mut gm, mut gn) = (1usize, 1usize);
+    while gm * gn * 2 <= tiles {
+        let can_m = m / (gm * 2) >= MIN_TILE_DIM;
+        let can_n = n / (gn * 2) >= MIN_TILE_DIM;
+        if can_m && (m / gm >= n / gn || !can_n) {
+            gm *= 2;
+        } else if can_n {
+            gn *= 2;
+        } else {
+            break;
+        }
+    }
+    let edge = |len: usize, parts: usize| {
+        if parts == 1 {
+            len.max(1)
+        } else {
+            len.div_ceil(parts).next_multiple_of(TILE_ALIGN)
+        }
+    };
+    (edge(m, gm), edge(n, gn))
+}
+
+/// Runs a validated problem. `bias` (pointer, stride) is added to every row of C after
+/// the product, tile by tile while the tile is hot in cache.
+///
+/// # Safety
+/// `a`, `b` and `c` are the element-0 pointers of the buffers the problem was planned
+/// against (offsets included in `p`); `c` is writable and unaliased; `bias` addresses `n`
+/// in-bounds elements.
+unsafe fn run<T: GemmKernel>(
+    ctx: &ExecContext,
+    p: &Problem,
+    alpha: T,
+    a: *const T,
+    b: *const T,
+    beta: T,
+    c: *mut T,
+    bias: Option<(*const T, usize)>,
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let nb = p.batch_len();
+    if m == 0 || n == 0 || nb == 0 {
+        return;
+    }
+    let (tm, tn) = tile_shape(nb, m, n, k);
+    let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
+    let per = gm * gn;
+    let n_chunks = nb * per;
+    let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
+    let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
+    let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
+    let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
+    ctx.for_chunks(n_chunks, parallel, |chunk| {
+        let (ap, bp, cp, biasp) = (ap, bp, cp, biasp);
+        let bi = chunk / per;
+        let (ti, tj) = ((chunk % per) / gn, (chunk % per) % gn);
+        let (r0, c0) = (ti * tm, tj * tn);
+        let rows = tm.min(m - r0);
+        let cols = tn.min(n - c0);
+        let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
+        let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
+        let co = p.c.offset
+            + shape::offset_of(&p.batch, &p.c.batch_strides, bi)
+            + r0 * p.c.rs
+            + c0 * p.c.cs;
+        // SAFETY: offsets stay inside the views validated by `plan`; each chunk writes a
+        // disjoint tile of C (C does not overlap itself, checked by `plan`).
+        unsafe {
+            T::kernel(
+                rows,
+                k,
+                cols,
+                alpha,
+                ap.0.add(ao),
+                p.a.rs as isize,
+                p.a.cs as isize,
+                bp.0.add(bo),
+                p.b.rs as isize,
+                p.b.cs as isize,
+                beta,
+                cp.0.add(co),
+                p.c.rs as isize,
+                p.c.cs as isize,
+            );
+            if let Some((bias, bs)) = biasp {
+                for i in 0..rows {
+                    let row = cp.0.add(co + i * p.c.rs);
+                    for j in 0..cols {
+                        *row.add(j * p.c.cs) += *bias.0.add((c0 + j) * bs);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Typed body of [`ExecContext::gemm`] (and of matmul/linear), on a validated problem.
+fn gemm_typed<T: GemmKernel>(
+    ctx: &ExecContext,
+    p: &Problem,
+    alpha: f64,
+    a: &RawTensor,
+    b: &RawTensor,
+    beta: f64,
+    c: &mut RawTensor,
+    bias: Option<&RawTensor>,
+) -> Result<()> {
+    let a_ptr = a.storage::<T>()?.as_ptr();
+    let b_ptr = b.storage::<T>()?.as_ptr();
+    let bias = match bias {
+        Some(t) => Some((
+            // SAFETY: `t.offset()` is in bounds of its buffer (a validated view).
+            unsafe { t.storage::<T>()?.as_ptr().add(t.offset()) },
+            t.strides().first().copied().unwrap_or(0),
+        )),
+        None => None,
+    };
+    let c_ptr = c.as_mut_bytes()?.as_mut_ptr() as *mut T;
+    // SAFETY: pointers are the buffers `p` was planned on; C is unique (as_mut_bytes).
+    unsafe {
+        run::<T>(
+            ctx,
+            p,
+            T::from_f64(alpha),
+            a_ptr,
+            b_ptr,
+            T::from_f64(beta),
+            c_ptr,
+            bias,
+        )
+    };
+    Ok(())
+}
+
+/// Views `a` and `b` as at-least-2-D matmul operands (torch.matmul's 1-D promotion) and
+/// returns them with the output shape `[..batch, M?, N?]` and the full 2-D-suffixed shape.
+fn matmul_shapes(
+    op: &'static str,
+    a: &RawTensor,
+    b: &RawTensor,
+) -> Result<(RawTensor, RawTensor, Dims, Dims)> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "operands must be at least 1-D, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        });
+    }
+    let a2 = if a.rank() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone_view()
+    };
+    let b2 = if b.rank() == 1 {
+        b.unsqueeze(1)?
+    } else {
+        b.clone_view()
+    };
+    let (ar, br) = (a2.rank(), b2.rank());
+    if a2.shape()[ar - 1] != b2.shape()[br - 2] {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    let batch = shape::broadcast_shapes(op, &a2.shape()[..ar - 2], &b2.shape()[..br - 2])?;
+    let (m, n) = (a2.shape()[ar - 2], b2.shape()[br - 1]);
+    let mut full = batch.clone();
+    full.push(m);
+    full.push(n);
+    let mut out = batch;
+    if a.rank() > 1 {
+        out.push(m);
+    }
+    if b.rank() > 1 {
+        out.push(n);
+    }
+    Ok((a2, b2, full, out))
+}
+
+impl ExecContext {
+    /// `C = alpha·A·B + beta·C` for views of any strides (a transposed view *is* `op(A) = Aᵀ`:
+    /// no copy is made), batched: `a [..., M, K]`, `b [..., K, N]`, `c [..., M, N]`, with the
+    /// batch dims of `a` and `b` broadcast to `c`'s (stride-0 batch axes allowed).
+    ///
+    /// `c` must be the sole owner of its buffer ([`Error::SharedBuffer`] otherwise) and may
+    /// have any non-overlapping strides. `beta == 0` ignores C's old contents (NaN-safe).
+    /// f32 and f64; results are bitwise identical for any thread count.
+    ///
+    /// ```
+    /// use fucina_core::{DType, ExecContext};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let a = ctx.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let mut c = ctx.ones(DType::F32, &[2, 2])?;
+    /// ctx.gemm(1.0, &a.transpose(0, 1)?, &a, 0.5, &mut c)?; // c = aᵀ·a + 0.5
+    /// assert_eq!(c.to_vec::<f32>()?, vec![10.5, 14.5, 14.5, 20.5]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn gemm(
+        &self,
+        alpha: f64,
+        a: &RawTensor,
+        b: &RawTensor,
+        beta: f64,
+        c: &mut RawTensor,
+    ) -> Result<()> {
+        let p = plan("gemm", a, b, c)?;
+        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, &p, alpha, a, b, beta, c, None))
+    }
+
+    /// `a [..., M, K] @ b [..., K, N] -> [..., M, N]` with broadcast batch dims; a 1-D `a` is a
+    /// row vector and a 1-D `b` a column vector whose unit axis is dropped (as `torch.matmul`).
+    ///
+    /// ```
+    /// use fucina_core::ExecContext;
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let a = ctx.arange::<f64>(0.0, 6.0, 1.0)?.reshape(&[2, 3])?;
+    /// let v = ctx.from_slice(&[1.0f64, 1.0, 1.0], &[3])?;
+    /// assert_eq!(ctx.matmul(&a, &v)?.to_vec::<f64>()?, vec![3.0, 12.0]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn matmul(&self, a: &RawTensor, b: &RawTensor) -> Result<RawTensor> {
+        let (a2, b2, full, out_shape) = matmul_shapes("matmul", a, b)?;
+        if a.dtype() != b.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "matmul",
+                lhs: a.dtype(),
+                rhs: b.dtype(),
+            });
+        }
+        let mut c = self.empty(a.dtype(), &full)?;
+        let p = plan("matmul", &a2, &b2, &c)?;
+        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
+        c.reshape(&out_shape)
+    }
+
+    /// `x [..., K] · wᵀ + bias -> [..., N]` for `w [N, K]` and `bias [N]`; the bias is added
+    /// tile by tile in the same pass over the output that the product writes.
+    ///
+    /// ```
+    /// use fucina_core::ExecContext;
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let x = ctx.from_slice(&[1.0f32, 2.0], &[1, 2])?;
+    /// let w = ctx.from_slice(&[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?;
+    /// let b = ctx.from_slice(&[0.5f32, 0.5, 0.5], &[3])?;
+    /// assert_eq!(ctx.linear(&x, &w, Some(&b))?.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn linear(
+        &self,
+        x: &RawTensor,
+        w: &RawTensor,
+        bias: Option<&RawTensor>,
+    ) -> Result<RawTensor> {
+        let op = "linear";
+        if x.rank() == 0 || w.rank() != 2 {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: format!(
+                    "expected x [..., K] and w [N, K], got {:?} and {:?}",
+                    x.shape(),
+                    w.shape()
+                ),
+            });
+        }
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        let xk = x.shape()[x.rank() - 1];
+        if xk != k {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: x.shape().to_vec(),
+                rhs: w.shape().to_vec(),
+            });
+        }
+        if w.dtype() != x.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: x.dtype(),
+                rhs: w.dtype(),
+            });
+        }
+        if let Some(bt) = bias {
+            if bt.shape() != [n] {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    lhs: bt.shape().to_vec(),
+                    rhs: vec![n],
+                });
+            }
+            if bt.dtype() != x.dtype() {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    lhs: x.dtype(),
+                    rhs: bt.dtype(),
+                });
+            }
+        }
+        let rows = shape::numel(&x.shape()[..x.rank() - 1]);
+        let x2 = self.reshape(x, &[rows, k])?;
+        let wt = w.transpose(0, 1)?;
+        let mut c = self.empty(x.dtype(), &[rows, n])?;
+        let p = plan(op, &x2, &wt, &c)?;
+        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
+        let mut out_shape: Dims = SmallVec::from_slice(&x.shape()[..x.rank() - 1]);
+        out_shape.push(n);
+        c.reshape(&out_shape)
+    }
+}
+
+/// Plain scalar triple-loop implementations: the spec of the fast kernels above.
+pub mod reference {
+    use super::*;
+
+    /// `C = alpha·A·B + beta·C` over strided, batched views with the same validation as
+    /// [`ExecContext::gemm`]; each element is `alpha·Σ_k a·b (accumulated in T, k ascending)
+    /// + beta·c`, with `beta == 0` ignoring the old C.
+    pub fn gemm<T: Float>(
+        alpha: f64,
+        a: &RawTensor,
+        b: &RawTensor,
+        beta: f64,
+        c: &mut RawTensor,
+    ) -> Result<()> {
+        let p = plan_unfolded("gemm", a, b, c)?;
+        if T::DTYPE != c.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "gemm",
+                lhs: c.dtype(),
+                rhs: T::DTYPE,
+            });
+        }
+        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
+        let sa = a.storage::<T>()?;
+        let sb = b.storage::<T>()?;
+        let bytes = c.as_mut_bytes()?;
+        let sc: &mut [T] =
+            bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::InvalidArgument {
+                op: "gemm",
+                msg: format!("output buffer cannot be viewed as {}: {e}", T::DTYPE),
+            })?;
+        for bi in 0..p.batch_len() {
+            let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
+            let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
+            let co = p.c.offset + shape::offset_of(&p.batch, &p.c.batch_strides, bi);
+            for i in 0..p.m {
+                for j in 0..p.n {
+                    let mut acc = T::ZERO;
+                    for kk in 0..p.k {
+                        acc +=
+                            sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
+                    }
+                    let dst = &mut sc[co + i * p.c.rs + j * p.c.cs];
+                    *dst = if beta == T::ZERO {
+                        alpha * acc
+                    } else {
+                        alpha * acc + beta * *dst
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `torch.matmul` semantics on the reference gemm.
+    pub fn matmul<T: Float>(ctx: &ExecContext, a: &RawTensor, b: &RawTensor) -> Result<RawTensor> {
+        let (a2, b2, full, out_shape) = matmul_shapes("matmul", a, b)?;
+        let mut c = ctx.empty(T::DTYPE, &full)?;
+        gemm::<T>(1.0, &a2, &b2, 0.0, &mut c)?;
+        c.reshape(&out_shape)
+    }
+
+    /// `x · wᵀ + bias` on the reference gemm (bias added after the full product).
+    pub fn linear<T: Float>(
+        ctx: &ExecContext,
+        x: &RawTensor,
+        w: &RawTensor,
+        bias: Option<&RawTensor>,
+    ) -> Result<RawTensor> {
+        let mut y = matmul::<T>(ctx, x, &w.transpose(0, 1)?)?;
+        if let Some(bt) = bias {
+            let bv = bt.to_vec::<T>()?;
+            let n = bv.len();
+            for (i, v) in y.as_mut_slice::<T>()?.iter_mut().enumerate() {
+                *v += bv[i % n];
+            }
+        }
+        Ok(y)
+    }
+}
