@@ -36,11 +36,27 @@ fn two_spirals(n: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
 }
 
 /// One `nn.Linear(fan_in, fan_out)`: weight `[out, in]` and bias, U(−1/√in, 1/√in).
-fn linear(ctx: &ExecContext, rng: &mut SplitMix64, fan_in: usize, fan_out: usize) -> Result<(Tensor, Tensor)> {
+fn linear(
+    ctx: &ExecContext,
+    rng: &mut SplitMix64,
+    fan_in: usize,
+    fan_out: usize,
+) -> Result<(Tensor, Tensor)> {
     let bound = 1.0 / (fan_in as f64).sqrt();
-    let w: Vec<f32> = rng.vec_uniform(fan_in * fan_out, -bound, bound).iter().map(|&v| v as f32).collect();
-    let b: Vec<f32> = rng.vec_uniform(fan_out, -bound, bound).iter().map(|&v| v as f32).collect();
-    Ok((Tensor::variable(ctx, &w, &[fan_out, fan_in])?, Tensor::variable(ctx, &b, &[fan_out])?))
+    let w: Vec<f32> = rng
+        .vec_uniform(fan_in * fan_out, -bound, bound)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let b: Vec<f32> = rng
+        .vec_uniform(fan_out, -bound, bound)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    Ok((
+        Tensor::variable(ctx, &w, &[fan_out, fan_in])?,
+        Tensor::variable(ctx, &b, &[fan_out])?,
+    ))
 }
 
 struct Mlp {
@@ -88,26 +104,75 @@ fn groups<C: Algorithm>(m: &Mlp, with_decay: C, no_decay: C, s: Schedule) -> Vec
 }
 
 fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
-    let s = Schedule::WarmupCosine { warmup: 30, total: STEPS, min_factor: 0.05 };
+    let s = Schedule::WarmupCosine {
+        warmup: 30,
+        total: STEPS,
+        min_factor: 0.05,
+    };
     Ok(match name {
         "sgd+nesterov" => {
-            let c = SgdConfig { momentum: 0.9, nesterov: true, ..SgdConfig::new(0.1) };
-            Box::new(Sgd::new(groups(m, SgdConfig { weight_decay: 1e-4, ..c.clone() }, c, s))?)
+            let c = SgdConfig {
+                momentum: 0.9,
+                nesterov: true,
+                ..SgdConfig::new(0.1)
+            };
+            Box::new(Sgd::new(groups(
+                m,
+                SgdConfig {
+                    weight_decay: 1e-4,
+                    ..c.clone()
+                },
+                c,
+                s,
+            ))?)
         }
-        "adam" => Box::new(Adam::new(groups(m, AdamConfig::adam(0.01), AdamConfig::adam(0.01), s))?),
+        "adam" => Box::new(Adam::new(groups(
+            m,
+            AdamConfig::adam(0.01),
+            AdamConfig::adam(0.01),
+            s,
+        ))?),
         "adamw" => {
             let c = AdamConfig::adamw(0.01);
-            Box::new(AdamW::new(groups(m, c.clone(), AdamConfig { weight_decay: 0.0, ..c }, s))?)
+            Box::new(AdamW::new(groups(
+                m,
+                c.clone(),
+                AdamConfig {
+                    weight_decay: 0.0,
+                    ..c
+                },
+                s,
+            ))?)
         }
-        "rmsprop" => Box::new(RmsProp::new(groups(m, RmsPropConfig::new(3e-3), RmsPropConfig::new(3e-3), s))?),
+        "rmsprop" => Box::new(RmsProp::new(groups(
+            m,
+            RmsPropConfig::new(3e-3),
+            RmsPropConfig::new(3e-3),
+            s,
+        ))?),
         "lion" => {
             let c = LionConfig::new(2e-3);
-            Box::new(Lion::new(groups(m, LionConfig { weight_decay: 0.1, ..c.clone() }, c, s))?)
+            Box::new(Lion::new(groups(
+                m,
+                LionConfig {
+                    weight_decay: 0.1,
+                    ..c.clone()
+                },
+                c,
+                s,
+            ))?)
         }
         "muon" => {
             // Hidden matrices take Muon; the input and output layers and the biases take AdamW.
-            let adam = MuonConfig { use_muon: false, adamw: AdamConfig::adamw(0.01), ..MuonConfig::default() };
-            let muon = MuonConfig { lr: 0.02, ..MuonConfig::default() };
+            let adam = MuonConfig {
+                use_muon: false,
+                adamw: AdamConfig::adamw(0.01),
+                ..MuonConfig::default()
+            };
+            let muon = MuonConfig {
+                lr: 0.02,
+                ..MuonConfig::default()
+            };
             let w = m.weights();
             let mut other = vec![w[0].clone(), w[2].clone()];
             other.extend(m.biases());
@@ -156,7 +221,11 @@ fn main() -> Result<()> {
             clip_grad_norm(&opt.params(), 5.0)?;
             opt.step()?;
             if report {
-                line += &format!("  step {:>3} loss {loss:.3} acc {:>5.1}%", step + 1, 100.0 * acc);
+                line += &format!(
+                    "  step {:>3} loss {loss:.3} acc {:>5.1}%",
+                    step + 1,
+                    100.0 * acc
+                );
                 if step + 1 == STEPS {
                     summary.push((name, acc));
                 }

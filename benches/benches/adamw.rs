@@ -41,11 +41,14 @@ fn bench(c: &mut Criterion) {
 
     // The AdamW step (fp32 moments, weight decay on).
     let p = Tensor::variable(&ctx, &vec![0.5f32; N], &[N]).expect("param");
-    p.set_grad(Some(ctx.from_slice(&vec![0.01f32; N], &[N]).expect("grad"))).expect("grad");
+    p.set_grad(Some(ctx.from_slice(&vec![0.01f32; N], &[N]).expect("grad")))
+        .expect("grad");
     let mut opt = AdamW::single(vec![p.clone()], AdamConfig::adamw(1e-3)).expect("adamw");
     opt.step().expect("warm step"); // allocate the moments
     g.throughput(Throughput::Bytes((N * 28) as u64));
-    g.bench_function("adamw_step_10M_f32", |b| b.iter(|| opt.step().expect("step")));
+    g.bench_function("adamw_step_10M_f32", |b| {
+        b.iter(|| opt.step().expect("step"))
+    });
     g.finish();
 }
 

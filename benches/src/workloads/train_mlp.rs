@@ -38,14 +38,28 @@ pub struct MlpTrain {
 
 impl MlpTrain {
     /// An MLP with layer widths `dims` (input first), `batch` rows, `classes = dims.last()`.
-    pub fn new(ctx: &ExecContext, dims: &[usize], act: Act, batch: usize, seed: u64) -> Result<MlpTrain> {
+    pub fn new(
+        ctx: &ExecContext,
+        dims: &[usize],
+        act: Act,
+        batch: usize,
+        seed: u64,
+    ) -> Result<MlpTrain> {
         let mut rng = SplitMix64::new(seed);
         let mut layers = Vec::new();
         for w in dims.windows(2) {
             let (fan_in, fan_out) = (w[0], w[1]);
             let bound = 1.0 / (fan_in as f64).sqrt();
-            let wv: Vec<f32> = rng.vec_uniform(fan_in * fan_out, -bound, bound).iter().map(|&v| v as f32).collect();
-            let bv: Vec<f32> = rng.vec_uniform(fan_out, -bound, bound).iter().map(|&v| v as f32).collect();
+            let wv: Vec<f32> = rng
+                .vec_uniform(fan_in * fan_out, -bound, bound)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let bv: Vec<f32> = rng
+                .vec_uniform(fan_out, -bound, bound)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
             layers.push((
                 Tensor::variable(ctx, &wv, &[fan_out, fan_in])?,
                 Tensor::variable(ctx, &bv, &[fan_out])?,
@@ -53,9 +67,16 @@ impl MlpTrain {
         }
         let d_in = dims[0];
         let classes = *dims.last().unwrap_or(&1);
-        let xv: Vec<f32> = (0..batch * d_in).map(|_| rng.next_normal() as f32).collect();
-        let yv: Vec<i64> = (0..batch).map(|_| rng.below(classes as u64) as i64).collect();
-        let params: Vec<Tensor> = layers.iter().flat_map(|(w, b)| [w.clone(), b.clone()]).collect();
+        let xv: Vec<f32> = (0..batch * d_in)
+            .map(|_| rng.next_normal() as f32)
+            .collect();
+        let yv: Vec<i64> = (0..batch)
+            .map(|_| rng.below(classes as u64) as i64)
+            .collect();
+        let params: Vec<Tensor> = layers
+            .iter()
+            .flat_map(|(w, b)| [w.clone(), b.clone()])
+            .collect();
         let opt = AdamW::single(params, AdamConfig::adamw(1e-3))?;
         Ok(MlpTrain {
             ctx: ctx.clone(),
@@ -79,7 +100,7 @@ impl MlpTrain {
     }
 
     /// One step: zero_grad + forward + loss + backward + AdamW step.
-    pub fn step(&mut self) -> Result<()> {
+    pub fn train_step(&mut self) -> Result<()> {
         self.opt.zero_grad();
         {
             let _scope = self.ctx.scope();
@@ -98,5 +119,23 @@ impl MlpTrain {
             self.last_loss = loss.item()?;
         }
         self.opt.step()
+    }
+}
+
+impl crate::Workload for MlpTrain {
+    fn step(&mut self) -> fucina_core::Result<()> {
+        self.train_step().map_err(core_error)
+    }
+}
+
+/// An optimizer/autograd error as the bench's core error.
+pub fn core_error(e: fucina_optim::Error) -> fucina_core::Error {
+    match e {
+        fucina_optim::Error::Core(e)
+        | fucina_optim::Error::Autograd(fucina_autograd::Error::Core(e)) => e,
+        other => fucina_core::Error::InvalidArgument {
+            op: "train step",
+            msg: other.to_string(),
+        },
     }
 }
