@@ -114,7 +114,7 @@ fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
             let c = SgdConfig {
                 momentum: 0.9,
                 nesterov: true,
-                ..SgdConfig::new(0.1)
+                ..SgdConfig::new(0.3)
             };
             Box::new(Sgd::new(groups(
                 m,
@@ -146,8 +146,8 @@ fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
         }
         "rmsprop" => Box::new(RmsProp::new(groups(
             m,
-            RmsPropConfig::new(3e-3),
-            RmsPropConfig::new(3e-3),
+            RmsPropConfig::new(1e-2),
+            RmsPropConfig::new(1e-2),
             s,
         ))?),
         "lion" => {
@@ -206,7 +206,7 @@ fn main() -> Result<()> {
         let mut line = format!("{name:>13}:");
         for step in 0..STEPS {
             opt.zero_grad();
-            let report = step % 100 == 99;
+            let report = step % 150 == 149;
             let (loss, acc) = {
                 let _scope = ctx.scope();
                 let logits = model.forward(&x)?;
