@@ -31,9 +31,9 @@ fn bench(c: &mut Criterion) {
             ctx.for_chunks(N.div_ceil(CHUNK), true, |ch| {
                 let lo = ch * CHUNK;
                 let hi = (lo + CHUNK).min(N);
-                let d = d;
-                // SAFETY: each chunk writes its own range of `dst`.
-                let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(lo), hi - lo) };
+                let dp = d; // capture the whole SendPtr, not its raw field
+                            // SAFETY: each chunk writes its own range of `dst`.
+                let out = unsafe { std::slice::from_raw_parts_mut(dp.0.add(lo), hi - lo) };
                 out.copy_from_slice(&s[lo..hi]);
             });
         })

@@ -179,7 +179,7 @@ impl AdamScalars {
         let bc2 = 1.0 - b2.powf(t);
         let wd = c.weight_decay;
         AdamScalars {
-            decay: (c.decoupled && wd != 0.0).then(|| 1.0 - lr * wd),
+            decay: (c.decoupled && wd != 0.0).then_some(1.0 - lr * wd),
             l2: (!c.decoupled && wd != 0.0).then_some(wd),
             w1: 1.0 - b1,
             beta2: b2,
@@ -264,7 +264,7 @@ impl<T: Float, M1: Moment<T>, M2: Moment<T>> ChunkKernel for AdamChunk<'_, T, M1
                 gi = pi.mul_add(wd, gi); // grad.add(param, alpha=wd)
             }
             if let Some(d) = self.decay {
-                pi = pi * d; // param.mul_(1 - lr·wd)
+                pi *= d; // param.mul_(1 - lr·wd)
             }
             let mi = lerp(m[i].load(), gi, self.w1, self.w1m1); // exp_avg.lerp_(grad, 1 - β1)
             let vi = (self.omb2 * gi).mul_add(gi, v[i].load() * self.b2); // v·β2, then addcmul

@@ -276,7 +276,7 @@ pub fn load_latest(root: &Path) -> Result<Option<Checkpoint>> {
             steps.push((n, e.path()));
         }
     }
-    steps.sort_by(|a, b| b.0.cmp(&a.0));
+    steps.sort_by_key(|s| std::cmp::Reverse(s.0));
     for (_, dir) in steps {
         if let Some(c) = load_checkpoint(&dir)? {
             return Ok(Some(c));

@@ -251,11 +251,7 @@ impl BufElem for bf16 {
 }
 
 /// The typed elements of `b`, or a state-mismatch error naming `what`.
-pub(crate) fn typed<'a, M: BufElem>(
-    b: &'a mut Buf,
-    what: &str,
-    n: usize,
-) -> crate::Result<Disjoint<M>> {
+pub(crate) fn typed<M: BufElem>(b: &mut Buf, what: &str, n: usize) -> crate::Result<Disjoint<M>> {
     let dt = b.dtype();
     let s = M::slice(b).ok_or_else(|| {
         crate::Error::StateMismatch(format!("{what}: stored as {dt}, expected {}", M::DTYPE))

@@ -163,7 +163,7 @@ impl<T: Float, M: Moment<T>> ChunkKernel for LionChunk<'_, T, M> {
             let u = gi.mul_add(self.omb1, mi * self.b1); // m·β1 + (1 − β1)·g
             let mut pi = p[i];
             if let Some(d) = self.decay {
-                pi = pi * d;
+                pi *= d;
             }
             p[i] = sign(u).mul_add(self.neg_lr, pi);
             m[i] = M::store(gi.mul_add(self.omb2, mi * self.b2));

@@ -228,12 +228,12 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
 }
 
 /// `X ← NS⁵(X / max(‖X‖, ε))` for a row-major `r × k` matrix with r ≤ k.
-fn newton_schulz<T: Float>(ctx: &ExecContext, c: &MuonConfig, x: &mut Vec<T>, r: usize, k: usize) {
+fn newton_schulz<T: Float>(ctx: &ExecContext, c: &MuonConfig, x: &mut [T], r: usize, k: usize) {
     let f = |v: f64| T::from_f64(v);
     let sumsq: f64 = x.iter().map(|&v| v.to_f64() * v.to_f64()).sum();
     let norm = f(sumsq.sqrt()).max(f(c.eps));
     for v in x.iter_mut() {
-        *v = *v / norm;
+        *v /= norm;
     }
     let (a, b, cc) = c.ns_coefficients;
     let (a, b, cc) = (f(a), f(b), f(cc));
@@ -336,7 +336,7 @@ impl<T: Float> ChunkKernel for ApplyChunk<'_, T> {
         for i in 0..p.len() {
             let mut pi = p[i];
             if let Some(d) = self.decay {
-                pi = pi * d;
+                pi *= d;
             }
             p[i] = x[i].mul_add(self.neg, pi);
         }

@@ -208,7 +208,7 @@ impl<T: Float, M: Moment<T>> ChunkKernel for RmsPropChunk<'_, T, M> {
                     mb[i] = M::store(b);
                     p[i] = b.mul_add(self.neg_lr, p[i]);
                 }
-                None => p[i] = p[i] + (self.neg_lr * gi) / avg, // addcdiv(g, avg, value=-lr)
+                None => p[i] += (self.neg_lr * gi) / avg, // addcdiv(g, avg, value=-lr)
             }
         }
     }

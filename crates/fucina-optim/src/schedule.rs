@@ -105,9 +105,7 @@ impl Schedule {
         let bad = |msg: String| Err(Error::config("schedule", msg));
         match *self {
             Schedule::Constant => Ok(()),
-            Schedule::LinearWarmup { warmup } if warmup == 0 => {
-                bad("linear warmup needs warmup ≥ 1".into())
-            }
+            Schedule::LinearWarmup { warmup: 0 } => bad("linear warmup needs warmup ≥ 1".into()),
             Schedule::LinearWarmup { .. } => Ok(()),
             Schedule::WarmupCosine {
                 warmup,
