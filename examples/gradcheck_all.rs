@@ -17,14 +17,21 @@ fn main() {
         }
     };
     let opts = GradcheckOpts::f64();
-    println!("{:<32} {:>8} {:>14} {:>14}", "op", "checked", "max abs err", "max rel err");
+    println!(
+        "{:<32} {:>8} {:>14} {:>14}",
+        "op", "checked", "max abs err", "max rel err"
+    );
     let (mut passed, mut failed) = (0, 0);
     for case in cases() {
-        let result = make_inputs(&ctx, &case, DType::F64, 42).and_then(|inputs| gradcheck(case.f, &inputs, &opts));
+        let result = make_inputs(&ctx, &case, DType::F64, 42)
+            .and_then(|inputs| gradcheck(case.f, &inputs, &opts));
         match result {
             Ok(r) => {
                 passed += 1;
-                println!("{:<32} {:>8} {:>14.3e} {:>14.3e}", case.name, r.checked, r.max_abs_err, r.max_rel_err);
+                println!(
+                    "{:<32} {:>8} {:>14.3e} {:>14.3e}",
+                    case.name, r.checked, r.max_abs_err, r.max_rel_err
+                );
             }
             Err(e) => {
                 failed += 1;

@@ -53,8 +53,12 @@ impl Backward for CheckpointBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let _flag = RecomputeFlag::set()?;
         let _scope = ExecScope::open();
-        let leaves: Vec<Tensor> =
-            self.inputs.iter().zip(needs).map(|(x, &n)| Tensor::from_raw(ctx, x.clone(), n)).collect();
+        let leaves: Vec<Tensor> = self
+            .inputs
+            .iter()
+            .zip(needs)
+            .map(|(x, &n)| Tensor::from_raw(ctx, x.clone(), n))
+            .collect();
         let out = (self.block)(&leaves)?;
         let wanted: Vec<&Tensor> = leaves.iter().collect();
         let mut grads: Vec<Option<RawTensor>> = if out.requires_grad() {
@@ -89,15 +93,29 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
     }
     let ctx = match inputs.first() {
         Some(t) => t.ctx().clone(),
-        None => return Err(fucina_core::Error::InvalidArgument { op: "checkpoint", msg: "no inputs".into() }.into()),
+        None => {
+            return Err(fucina_core::Error::InvalidArgument {
+                op: "checkpoint",
+                msg: "no inputs".into(),
+            }
+            .into())
+        }
     };
     let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
     let out_value = {
         let _ng = no_grad();
         let _scope = ExecScope::open();
-        let consts: Vec<Tensor> = values.iter().map(|v| Tensor::from_raw(&ctx, v.clone(), false)).collect();
+        let consts: Vec<Tensor> = values
+            .iter()
+            .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
+            .collect();
         let out = block(&consts)?;
         out.raw()?
     };
-    Ok(record(&ctx, "checkpoint", out_value, inputs, move |_| Box::new(CheckpointBackward { block, inputs: values })))
+    Ok(record(&ctx, "checkpoint", out_value, inputs, move |_| {
+        Box::new(CheckpointBackward {
+            block,
+            inputs: values,
+        })
+    }))
 }

@@ -45,7 +45,10 @@ impl Backward for CustomBackward {
         for (i, x) in self.inputs.iter().enumerate() {
             let g = grads.get(i).cloned().flatten();
             if needs.get(i).copied().unwrap_or(false) {
-                let g = g.ok_or(Error::MissingGradient { op: self.op.name(), input: i })?;
+                let g = g.ok_or(Error::MissingGradient {
+                    op: self.op.name(),
+                    input: i,
+                })?;
                 if g.shape() != x.shape() || g.dtype() != x.dtype() {
                     return Err(Error::GradientShapeMismatch {
                         op: self.op.name(),
@@ -66,12 +69,21 @@ impl Backward for CustomBackward {
 /// Applies a custom op to `inputs`, recording its backward.
 pub fn custom_op(op: Rc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
     let first = inputs.first().ok_or_else(|| {
-        Error::Core(fucina_core::Error::InvalidArgument { op: "custom_op", msg: "no inputs".into() })
+        Error::Core(fucina_core::Error::InvalidArgument {
+            op: "custom_op",
+            msg: "no inputs".into(),
+        })
     })?;
     let ctx = first.ctx().clone();
     let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
     let refs: Vec<&RawTensor> = values.iter().collect();
     let y = op.forward(&ctx, &refs)?;
     let name = op.name();
-    Ok(record(&ctx, name, y, inputs, move |y| Box::new(CustomBackward { op, inputs: values, output: y.clone() })))
+    Ok(record(&ctx, name, y, inputs, move |y| {
+        Box::new(CustomBackward {
+            op,
+            inputs: values,
+            output: y.clone(),
+        })
+    }))
 }

@@ -21,7 +21,11 @@ use crate::graph::{EdgeTarget, Node};
 use crate::tensor::{Tensor, TensorInner};
 
 /// Adds `g` into `slot` (first contribution is stored as is; later ones in place when possible).
-pub(crate) fn accumulate(ctx: &ExecContext, slot: &mut Option<RawTensor>, g: RawTensor) -> Result<()> {
+pub(crate) fn accumulate(
+    ctx: &ExecContext,
+    slot: &mut Option<RawTensor>,
+    g: RawTensor,
+) -> Result<()> {
     match slot {
         None => *slot = Some(g),
         Some(acc) => {
@@ -35,16 +39,23 @@ pub(crate) fn accumulate(ctx: &ExecContext, slot: &mut Option<RawTensor>, g: Raw
     Ok(())
 }
 
-fn reduce_to(ctx: &ExecContext, g: RawTensor, shape: &[usize], op: &'static str, input: usize) -> Result<RawTensor> {
+fn reduce_to(
+    ctx: &ExecContext,
+    g: RawTensor,
+    shape: &[usize],
+    op: &'static str,
+    input: usize,
+) -> Result<RawTensor> {
     if g.shape() == shape {
         return Ok(g);
     }
-    ctx.sum_to_shape(&g, shape).map_err(|_| Error::GradientShapeMismatch {
-        op,
-        input,
-        expected: shape.to_vec(),
-        got: g.shape().to_vec(),
-    })
+    ctx.sum_to_shape(&g, shape)
+        .map_err(|_| Error::GradientShapeMismatch {
+            op,
+            input,
+            expected: shape.to_vec(),
+            got: g.shape().to_vec(),
+        })
 }
 
 fn seed_for(root: &Tensor, seed: Option<RawTensor>) -> Result<RawTensor> {
@@ -61,7 +72,9 @@ fn seed_for(root: &Tensor, seed: Option<RawTensor>) -> Result<RawTensor> {
             Ok(s)
         }
         None if root.numel() == 1 => Ok(root.ctx().ones(root.dtype(), root.shape())?),
-        None => Err(Error::MissingOutputGradient { shape: root.shape().to_vec() }),
+        None => Err(Error::MissingOutputGradient {
+            shape: root.shape().to_vec(),
+        }),
     }
 }
 
@@ -83,11 +96,19 @@ pub(crate) fn backward(root: &Tensor, seed: Option<RawTensor>) -> Result<()> {
 /// Gradients of `output` with respect to `inputs`, without touching any
 /// leaf's accumulated gradient (PyTorch's `torch.autograd.grad`). Inputs that
 /// the output does not depend on get `None`.
-pub fn grad(output: &Tensor, inputs: &[&Tensor], seed: Option<&RawTensor>) -> Result<Vec<Option<RawTensor>>> {
+pub fn grad(
+    output: &Tensor,
+    inputs: &[&Tensor],
+    seed: Option<&RawTensor>,
+) -> Result<Vec<Option<RawTensor>>> {
     run(output, seed.cloned(), Some(inputs))
 }
 
-fn run(root: &Tensor, seed: Option<RawTensor>, capture: Option<&[&Tensor]>) -> Result<Vec<Option<RawTensor>>> {
+fn run(
+    root: &Tensor,
+    seed: Option<RawTensor>,
+    capture: Option<&[&Tensor]>,
+) -> Result<Vec<Option<RawTensor>>> {
     if !root.requires_grad() {
         return Err(Error::NoGradient);
     }
@@ -133,7 +154,7 @@ fn run(root: &Tensor, seed: Option<RawTensor>, capture: Option<&[&Tensor]>) -> R
         }
         nodes.push(n);
     }
-    nodes.sort_unstable_by(|a, b| b.seq.cmp(&a.seq));
+    nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
 
     // 2. Newest first.
     let mut pending: HashMap<*const Node, Option<RawTensor>> = HashMap::with_capacity(nodes.len());
@@ -154,7 +175,13 @@ fn run(root: &Tensor, seed: Option<RawTensor>, capture: Option<&[&Tensor]>) -> R
         drop(gy); // the interior gradient is consumed
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
-            let g = grads.get_mut(i).and_then(|g| g.take()).ok_or(Error::MissingGradient { op: node.name, input: i })?;
+            let g = grads
+                .get_mut(i)
+                .and_then(|g| g.take())
+                .ok_or(Error::MissingGradient {
+                    op: node.name,
+                    input: i,
+                })?;
             let g = reduce_to(&ctx, g, &edge.shape, node.name, i)?;
             match &edge.target {
                 EdgeTarget::Node(p) => {

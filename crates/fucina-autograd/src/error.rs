@@ -7,7 +7,9 @@ pub enum Error {
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
     /// `backward` ran a second time over a graph whose nodes were already consumed.
-    #[error("backward already ran over this graph (node `{op}` was consumed); build the graph again")]
+    #[error(
+        "backward already ran over this graph (node `{op}` was consumed); build the graph again"
+    )]
     BackwardAlreadyRun {
         /// The first consumed node found.
         op: &'static str,

@@ -33,7 +33,9 @@ pub struct NoGradGuard {
 /// Opens a no-grad region (see [`NoGradGuard`]).
 pub fn no_grad() -> NoGradGuard {
     NO_GRAD_DEPTH.with(|d| d.set(d.get() + 1));
-    NoGradGuard { _not_send: std::marker::PhantomData }
+    NoGradGuard {
+        _not_send: std::marker::PhantomData,
+    }
 }
 
 impl Drop for NoGradGuard {

@@ -33,11 +33,21 @@ pub struct GradcheckOpts {
 impl GradcheckOpts {
     /// PyTorch's f64 contract: eps 1e-6, atol 1e-5, rtol 1e-3.
     pub const fn f64() -> GradcheckOpts {
-        GradcheckOpts { eps: 1e-6, atol: 1e-5, rtol: 1e-3, seed: 0x5EED }
+        GradcheckOpts {
+            eps: 1e-6,
+            atol: 1e-5,
+            rtol: 1e-3,
+            seed: 0x5EED,
+        }
     }
     /// The f32 profile: eps 1e-3, atol 1e-3, rtol 1e-2.
     pub const fn f32() -> GradcheckOpts {
-        GradcheckOpts { eps: 1e-3, atol: 1e-3, rtol: 1e-2, seed: 0x5EED }
+        GradcheckOpts {
+            eps: 1e-3,
+            atol: 1e-3,
+            rtol: 1e-2,
+            seed: 0x5EED,
+        }
     }
 }
 
@@ -67,7 +77,11 @@ fn projection(out: &Tensor, seed: u64) -> Result<RawTensor> {
     let w: Vec<f64> = (0..out.numel() as u64)
         .map(|i| {
             let u = rng::uniform(seed, i);
-            let s = if rng::at(seed ^ 0xA5A5, i) & 1 == 0 { 1.0 } else { -1.0 };
+            let s = if rng::at(seed ^ 0xA5A5, i) & 1 == 0 {
+                1.0
+            } else {
+                -1.0
+            };
             s * (0.5 + u)
         })
         .collect();
@@ -106,7 +120,11 @@ where
         let out = f(inputs)?;
         let w = projection(&out, opts.seed)?;
         let wanted: Vec<&Tensor> = inputs.iter().collect();
-        let grads = if out.requires_grad() { engine::grad(&out, &wanted, Some(&w))? } else { vec![None; inputs.len()] };
+        let grads = if out.requires_grad() {
+            engine::grad(&out, &wanted, Some(&w))?
+        } else {
+            vec![None; inputs.len()]
+        };
         let w64: Vec<f64> = fucina_core::dispatch_float!(w.dtype(), "gradcheck", T => {
             Ok::<Vec<f64>, fucina_core::Error>(w.to_vec::<T>()?.into_iter().map(fucina_core::Element::to_f64).collect())
         })?;
@@ -160,7 +178,14 @@ where
             }
             report.max_rel_err = report.max_rel_err.max(rel_err);
             if abs_err.is_nan() || abs_err > opts.atol + opts.rtol * num.abs() {
-                result = Err(Error::GradcheckFailed { input: i, index: j, analytical: a, numerical: num, abs_err, rel_err });
+                result = Err(Error::GradcheckFailed {
+                    input: i,
+                    index: j,
+                    analytical: a,
+                    numerical: num,
+                    abs_err,
+                    rel_err,
+                });
                 break;
             }
         }

@@ -62,14 +62,23 @@ pub fn live_nodes() -> usize {
 }
 
 impl Node {
-    fn new(name: &'static str, backward: Box<dyn Backward>, edges: SmallVec<[Option<Edge>; 3]>) -> Node {
+    fn new(
+        name: &'static str,
+        backward: Box<dyn Backward>,
+        edges: SmallVec<[Option<Edge>; 3]>,
+    ) -> Node {
         let seq = NEXT_SEQ.with(|c| {
             let s = c.get();
             c.set(s + 1);
             s
         });
         LIVE_NODES.with(|c| c.set(c.get() + 1));
-        Node { seq, name, backward: RefCell::new(Some(backward)), edges }
+        Node {
+            seq,
+            name,
+            backward: RefCell::new(Some(backward)),
+            edges,
+        }
     }
 }
 
@@ -93,13 +102,22 @@ fn edge_for(t: &Tensor) -> Option<Edge> {
         Some(n) => EdgeTarget::Node(n.clone()),
         None => EdgeTarget::Leaf(t.0.clone()),
     };
-    Some(Edge { target, shape: smallvec::SmallVec::from_slice(t.shape()) })
+    Some(Edge {
+        target,
+        shape: smallvec::SmallVec::from_slice(t.shape()),
+    })
 }
 
 /// Wraps an op result: records a node built by `make` (called only when
 /// recording, so inference pays nothing) and lets the innermost exec scope
 /// adopt the result.
-pub(crate) fn record<F>(ctx: &ExecContext, name: &'static str, value: RawTensor, inputs: &[&Tensor], make: F) -> Tensor
+pub(crate) fn record<F>(
+    ctx: &ExecContext,
+    name: &'static str,
+    value: RawTensor,
+    inputs: &[&Tensor],
+    make: F,
+) -> Tensor
 where
     F: FnOnce(&RawTensor) -> Box<dyn Backward>,
 {

@@ -47,7 +47,10 @@ impl ExecScope {
             f.push(Vec::new());
             f.len() - 1
         });
-        ExecScope { depth, _not_send: std::marker::PhantomData }
+        ExecScope {
+            depth,
+            _not_send: std::marker::PhantomData,
+        }
     }
 
     /// Number of results this scope has adopted so far.

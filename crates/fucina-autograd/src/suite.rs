@@ -51,19 +51,34 @@ pub struct OpCase {
 }
 
 fn f(shape: &[usize]) -> InputSpec {
-    InputSpec { shape: shape.to_vec(), kind: InputKind::Float(-1.5, 1.5) }
+    InputSpec {
+        shape: shape.to_vec(),
+        kind: InputKind::Float(-1.5, 1.5),
+    }
 }
 fn fr(shape: &[usize], lo: f64, hi: f64) -> InputSpec {
-    InputSpec { shape: shape.to_vec(), kind: InputKind::Float(lo, hi) }
+    InputSpec {
+        shape: shape.to_vec(),
+        kind: InputKind::Float(lo, hi),
+    }
 }
 fn nz(shape: &[usize]) -> InputSpec {
-    InputSpec { shape: shape.to_vec(), kind: InputKind::NonZero(0.1, 1.5) }
+    InputSpec {
+        shape: shape.to_vec(),
+        kind: InputKind::NonZero(0.1, 1.5),
+    }
 }
 fn idx(shape: &[usize], n: i64) -> InputSpec {
-    InputSpec { shape: shape.to_vec(), kind: InputKind::Index(n) }
+    InputSpec {
+        shape: shape.to_vec(),
+        kind: InputKind::Index(n),
+    }
 }
 fn mask(shape: &[usize]) -> InputSpec {
-    InputSpec { shape: shape.to_vec(), kind: InputKind::Mask }
+    InputSpec {
+        shape: shape.to_vec(),
+        kind: InputKind::Mask,
+    }
 }
 
 macro_rules! case {
@@ -81,10 +96,16 @@ pub fn cases() -> Vec<OpCase> {
         case!("sub", [f(&[3, 4]), f(&[3, 1])], |x| x[0].sub(&x[1])),
         case!("mul", [f(&[2, 3, 4]), f(&[3, 1])], |x| x[0].mul(&x[1])),
         case!("div", [f(&[3, 4]), fr(&[4], 0.5, 2.0)], |x| x[0].div(&x[1])),
-        case!("pow", [fr(&[3, 4], 0.5, 2.0), fr(&[3, 4], -1.0, 2.0)], |x| x[0].pow(&x[1])),
+        case!(
+            "pow",
+            [fr(&[3, 4], 0.5, 2.0), fr(&[3, 4], -1.0, 2.0)],
+            |x| x[0].pow(&x[1])
+        ),
         case!("maximum", [f(&[3, 4]), f(&[4])], |x| x[0].maximum(&x[1])),
         case!("minimum", [f(&[3, 4]), f(&[3, 1])], |x| x[0].minimum(&x[1])),
-        case!("mul_noncontig", [f(&[4, 3]), f(&[3, 4])], |x| x[0].t()?.mul(&x[1])),
+        case!("mul_noncontig", [f(&[4, 3]), f(&[3, 4])], |x| x[0]
+            .t()?
+            .mul(&x[1])),
         // ---- unary tier
         case!("neg", [f(&[3, 4])], |x| x[0].neg()),
         case!("abs", [nz(&[3, 4])], |x| x[0].abs()),
@@ -112,11 +133,15 @@ pub fn cases() -> Vec<OpCase> {
         case!("rsub_scalar", [f(&[3, 4])], |x| x[0].rsub_scalar(0.5)),
         case!("mul_scalar", [f(&[3, 4])], |x| x[0].mul_scalar(-1.5)),
         case!("div_scalar", [f(&[3, 4])], |x| x[0].div_scalar(4.0)),
-        case!("rdiv_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].rdiv_scalar(2.0)),
-        case!("pow_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].pow_scalar(2.5)),
+        case!("rdiv_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0]
+            .rdiv_scalar(2.0)),
+        case!("pow_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0]
+            .pow_scalar(2.5)),
         case!("clamp", [f(&[3, 4])], |x| x[0].clamp(-1.0, 1.0)),
-        case!("where_cond", [mask(&[3, 4]), f(&[3, 4]), f(&[4])], |x| x[1].where_cond(&x[0], &x[2])),
-        case!("masked_fill", [f(&[3, 4]), mask(&[4])], |x| x[0].masked_fill(&x[1], 2.0)),
+        case!("where_cond", [mask(&[3, 4]), f(&[3, 4]), f(&[4])], |x| x[1]
+            .where_cond(&x[0], &x[2])),
+        case!("masked_fill", [f(&[3, 4]), mask(&[4])], |x| x[0]
+            .masked_fill(&x[1], 2.0)),
         case!("dropout", [f(&[4, 8])], |x| x[0].dropout(0.3, 17)),
         // ---- reductions
         case!("sum", [f(&[3, 4, 2])], |x| x[0].sum(&[1], true)),
@@ -133,25 +158,48 @@ pub fn cases() -> Vec<OpCase> {
         case!("cumsum", [f(&[3, 5])], |x| x[0].cumsum(1)),
         // ---- contractions
         case!("matmul", [f(&[3, 4]), f(&[4, 5])], |x| x[0].matmul(&x[1])),
-        case!("matmul_batched", [f(&[2, 3, 4]), f(&[4, 5])], |x| x[0].matmul(&x[1])),
-        case!("matmul_transposed", [f(&[4, 3]), f(&[5, 4])], |x| x[0].t()?.matmul(&x[1].t()?)),
-        case!("linear", [f(&[2, 3, 4]), f(&[5, 4]), f(&[5])], |x| x[0].linear(&x[1], Some(&x[2]))),
-        case!("linear_nobias", [f(&[3, 4]), f(&[5, 4])], |x| x[0].linear(&x[1], None)),
+        case!("matmul_batched", [f(&[2, 3, 4]), f(&[4, 5])], |x| x[0]
+            .matmul(&x[1])),
+        case!("matmul_transposed", [f(&[4, 3]), f(&[5, 4])], |x| x[0]
+            .t()?
+            .matmul(&x[1].t()?)),
+        case!("linear", [f(&[2, 3, 4]), f(&[5, 4]), f(&[5])], |x| x[0]
+            .linear(&x[1], Some(&x[2]))),
+        case!("linear_nobias", [f(&[3, 4]), f(&[5, 4])], |x| x[0]
+            .linear(&x[1], None)),
         // ---- shape
-        case!("reshape", [f(&[3, 4])], |x| x[0].t()?.reshape(&[2, -1])?.exp()),
+        case!("reshape", [f(&[3, 4])], |x| x[0]
+            .t()?
+            .reshape(&[2, -1])?
+            .exp()),
         case!("view", [f(&[3, 4])], |x| x[0].view(&[4, 3])?.tanh()),
         case!("flatten", [f(&[2, 3, 2])], |x| x[0].flatten(1, 2)?.exp()),
-        case!("transpose", [f(&[2, 3, 4])], |x| x[0].transpose(0, 2)?.mul(&x[0].transpose(0, 2)?.exp()?)),
+        case!("transpose", [f(&[2, 3, 4])], |x| x[0]
+            .transpose(0, 2)?
+            .mul(&x[0].transpose(0, 2)?.exp()?)),
         case!("t", [f(&[3, 4])], |x| x[0].t()?.tanh()),
-        case!("permute", [f(&[2, 3, 4])], |x| x[0].permute(&[2, 0, 1])?.sin()),
+        case!("permute", [f(&[2, 3, 4])], |x| x[0]
+            .permute(&[2, 0, 1])?
+            .sin()),
         case!("squeeze", [f(&[3, 1, 4])], |x| x[0].squeeze(1)?.exp()),
         case!("unsqueeze", [f(&[3, 4])], |x| x[0].unsqueeze(1)?.exp()),
-        case!("broadcast_to", [f(&[3, 1])], |x| x[0].broadcast_to(&[2, 3, 4])?.sin()),
+        case!("broadcast_to", [f(&[3, 1])], |x| x[0]
+            .broadcast_to(&[2, 3, 4])?
+            .sin()),
         case!("narrow", [f(&[4, 5])], |x| x[0].narrow(1, 1, 3)?.exp()),
         case!("select", [f(&[4, 5])], |x| x[0].select(0, 2)?.exp()),
-        case!("contiguous", [f(&[4, 5])], |x| x[0].t()?.contiguous()?.tanh()),
-        case!("concat", [f(&[2, 3]), f(&[2, 2])], |x| Tensor::concat(&[&x[0], &x[1].exp()?], 1)),
-        case!("stack", [f(&[2, 3]), f(&[2, 3])], |x| Tensor::stack(&[&x[0], &x[1].exp()?], 0)),
+        case!("contiguous", [f(&[4, 5])], |x| x[0]
+            .t()?
+            .contiguous()?
+            .tanh()),
+        case!("concat", [f(&[2, 3]), f(&[2, 2])], |x| Tensor::concat(
+            &[&x[0], &x[1].exp()?],
+            1
+        )),
+        case!("stack", [f(&[2, 3]), f(&[2, 3])], |x| Tensor::stack(
+            &[&x[0], &x[1].exp()?],
+            0
+        )),
         case!("split", [f(&[2, 5])], |x| {
             let p = x[0].split(1, &[2, 3])?;
             Tensor::concat(&[&p[1].exp()?, &p[0]], 1)
@@ -160,48 +208,142 @@ pub fn cases() -> Vec<OpCase> {
             let p = x[0].chunk(2, 1)?;
             Tensor::concat(&[&p[1].tanh()?, &p[0].exp()?], 1)
         }),
-        case!("pad", [f(&[2, 3])], |x| x[0].pad(&[(1, 0), (0, 2)], 0.5)?.exp()),
+        case!("pad", [f(&[2, 3])], |x| x[0]
+            .pad(&[(1, 0), (0, 2)], 0.5)?
+            .exp()),
         // ---- indexing
-        case!("embedding", [f(&[6, 4]), idx(&[2, 5], 6)], |x| x[0].embedding(&x[1])),
-        case!("index_select", [f(&[5, 3]), idx(&[7], 5)], |x| x[0].index_select(0, &x[1])),
-        case!("gather", [f(&[3, 5]), idx(&[3, 4], 5)], |x| x[0].gather(1, &x[1])),
-        case!("take_along_axis", [f(&[4, 3]), idx(&[2, 3], 4)], |x| x[0].take_along_axis(0, &x[1])),
-        case!("scatter_add", [f(&[3, 5]), idx(&[3, 4], 5), f(&[3, 4])], |x| x[0].scatter_add(1, &x[1], &x[2])),
+        case!("embedding", [f(&[6, 4]), idx(&[2, 5], 6)], |x| x[0]
+            .embedding(&x[1])),
+        case!("index_select", [f(&[5, 3]), idx(&[7], 5)], |x| x[0]
+            .index_select(0, &x[1])),
+        case!("gather", [f(&[3, 5]), idx(&[3, 4], 5)], |x| x[0]
+            .gather(1, &x[1])),
+        case!("take_along_axis", [f(&[4, 3]), idx(&[2, 3], 4)], |x| x[0]
+            .take_along_axis(0, &x[1])),
+        case!(
+            "scatter_add",
+            [f(&[3, 5]), idx(&[3, 4], 5), f(&[3, 4])],
+            |x| x[0].scatter_add(1, &x[1], &x[2])
+        ),
         // ---- softmax and normalisation
         case!("softmax", [f(&[3, 5])], |x| x[0].softmax(1)),
         case!("softmax_axis0", [f(&[3, 5])], |x| x[0].softmax(0)),
         case!("log_softmax", [f(&[3, 5])], |x| x[0].log_softmax(-1)),
         case!("softmax_causal", [f(&[2, 4, 4])], |x| x[0].softmax_causal()),
-        case!("log_softmax_causal", [f(&[2, 3, 4])], |x| x[0].log_softmax_causal()?.exp()),
-        case!("layer_norm", [f(&[3, 6]), f(&[6]), f(&[6])], |x| x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-5)),
-        case!("layer_norm_plain", [f(&[2, 3, 6])], |x| x[0].layer_norm(None, None, 1e-5)),
-        case!("rms_norm", [f(&[3, 6]), f(&[6])], |x| x[0].rms_norm(Some(&x[1]), 1e-6)),
+        case!("log_softmax_causal", [f(&[2, 3, 4])], |x| x[0]
+            .log_softmax_causal()?
+            .exp()),
+        case!("layer_norm", [f(&[3, 6]), f(&[6]), f(&[6])], |x| x[0]
+            .layer_norm(Some(&x[1]), Some(&x[2]), 1e-5)),
+        case!("layer_norm_plain", [f(&[2, 3, 6])], |x| x[0]
+            .layer_norm(None, None, 1e-5)),
+        case!("rms_norm", [f(&[3, 6]), f(&[6])], |x| x[0]
+            .rms_norm(Some(&x[1]), 1e-6)),
         // ---- losses
-        case!("cross_entropy", [f(&[5, 4]), idx(&[5], 4)], |x| x[0].cross_entropy(&x[1], CrossEntropyOpts::default())),
-        case!("cross_entropy_smooth_sum", [f(&[5, 4]), idx(&[5], 4)], |x| {
-            x[0].cross_entropy(&x[1], CrossEntropyOpts { label_smoothing: 0.1, reduction: Reduction::Sum, ..Default::default() })
-        }),
-        case!("cross_entropy_ignore_none", [f(&[5, 4]), idx(&[5], 4)], |x| {
-            x[0].cross_entropy(&x[1], CrossEntropyOpts { ignore_index: Some(2), reduction: Reduction::None, ..Default::default() })
-        }),
-        case!("nll_loss", [f(&[5, 4]), idx(&[5], 4)], |x| x[0].log_softmax(1)?.nll_loss(&x[1], Some(1), Reduction::Mean)),
-        case!("mse_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0].mse_loss(&x[1], Reduction::Mean)),
-        case!("bce_with_logits", [f(&[3, 4]), fr(&[3, 4], 0.0, 1.0)], |x| x[0].bce_with_logits(&x[1], Reduction::Mean)),
-        case!("huber_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0].huber_loss(&x[1], 0.5, Reduction::Sum)),
+        case!("cross_entropy", [f(&[5, 4]), idx(&[5], 4)], |x| x[0]
+            .cross_entropy(&x[1], CrossEntropyOpts::default())),
+        case!(
+            "cross_entropy_smooth_sum",
+            [f(&[5, 4]), idx(&[5], 4)],
+            |x| {
+                x[0].cross_entropy(
+                    &x[1],
+                    CrossEntropyOpts {
+                        label_smoothing: 0.1,
+                        reduction: Reduction::Sum,
+                        ..Default::default()
+                    },
+                )
+            }
+        ),
+        case!(
+            "cross_entropy_ignore_none",
+            [f(&[5, 4]), idx(&[5], 4)],
+            |x| {
+                x[0].cross_entropy(
+                    &x[1],
+                    CrossEntropyOpts {
+                        ignore_index: Some(2),
+                        reduction: Reduction::None,
+                        ..Default::default()
+                    },
+                )
+            }
+        ),
+        case!("nll_loss", [f(&[5, 4]), idx(&[5], 4)], |x| x[0]
+            .log_softmax(1)?
+            .nll_loss(&x[1], Some(1), Reduction::Mean)),
+        case!("mse_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0]
+            .mse_loss(&x[1], Reduction::Mean)),
+        case!(
+            "bce_with_logits",
+            [f(&[3, 4]), fr(&[3, 4], 0.0, 1.0)],
+            |x| x[0].bce_with_logits(&x[1], Reduction::Mean)
+        ),
+        case!("huber_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0].huber_loss(
+            &x[1],
+            0.5,
+            Reduction::Sum
+        )),
         // ---- attention
-        case!("scaled_dot_product_attention", [f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 3])], |x| {
-            Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, AttentionOpts { causal: false, scale: None })
-        }),
-        case!("sdpa_causal", [f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3])], |x| {
-            Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, AttentionOpts { causal: true, scale: Some(0.7) })
-        }),
-        case!("sdpa_padding_mask", [f(&[2, 2, 3, 4]), f(&[2, 2, 5, 4]), f(&[2, 2, 5, 4])], |x| {
-            let ctx = x[0].ctx();
-            // Batch 0 keeps 5 keys, batch 1 keeps the first 3: an additive bias [B,1,1,S].
-            let bias: Vec<f64> = (0..10).map(|i| if i % 5 < 3 || i < 5 { 0.0 } else { -1e4 }).collect();
-            let m = Tensor::from_raw(ctx, ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?, false);
-            Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], Some(&m), AttentionOpts { causal: false, scale: None })
-        }),
+        case!(
+            "scaled_dot_product_attention",
+            [f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: false,
+                        scale: None,
+                    },
+                )
+            }
+        ),
+        case!(
+            "sdpa_causal",
+            [f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: true,
+                        scale: Some(0.7),
+                    },
+                )
+            }
+        ),
+        case!(
+            "sdpa_padding_mask",
+            [f(&[2, 2, 3, 4]), f(&[2, 2, 5, 4]), f(&[2, 2, 5, 4])],
+            |x| {
+                let ctx = x[0].ctx();
+                // Batch 0 keeps 5 keys, batch 1 keeps the first 3: an additive bias [B,1,1,S].
+                let bias: Vec<f64> = (0..10)
+                    .map(|i| if i % 5 < 3 || i < 5 { 0.0 } else { -1e4 })
+                    .collect();
+                let m = Tensor::from_raw(
+                    ctx,
+                    ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?,
+                    false,
+                );
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    Some(&m),
+                    AttentionOpts {
+                        causal: false,
+                        scale: None,
+                    },
+                )
+            }
+        ),
     ]
 }
 
@@ -210,7 +352,12 @@ pub fn cases() -> Vec<OpCase> {
 pub const NOT_DIFFERENTIABLE: &[&str] = &["compare", "argmax", "one_hot", "unary"];
 
 /// Makes the inputs of `case` in `dtype`, deterministically from `seed`.
-pub fn make_inputs(ctx: &ExecContext, case: &OpCase, dtype: DType, seed: u64) -> Result<Vec<Tensor>> {
+pub fn make_inputs(
+    ctx: &ExecContext,
+    case: &OpCase,
+    dtype: DType,
+    seed: u64,
+) -> Result<Vec<Tensor>> {
     let mut g = SplitMix64::new(seed);
     case.inputs
         .iter()
@@ -219,7 +366,11 @@ pub fn make_inputs(ctx: &ExecContext, case: &OpCase, dtype: DType, seed: u64) ->
             Ok(match spec.kind {
                 InputKind::Float(lo, hi) => {
                     let v = g.vec_uniform(n, lo, hi);
-                    Tensor::from_raw(ctx, ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?, true)
+                    Tensor::from_raw(
+                        ctx,
+                        ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?,
+                        true,
+                    )
                 }
                 InputKind::NonZero(lo, hi) => {
                     let v: Vec<f64> = (0..n)
@@ -232,7 +383,11 @@ pub fn make_inputs(ctx: &ExecContext, case: &OpCase, dtype: DType, seed: u64) ->
                             }
                         })
                         .collect();
-                    Tensor::from_raw(ctx, ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?, true)
+                    Tensor::from_raw(
+                        ctx,
+                        ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?,
+                        true,
+                    )
                 }
                 InputKind::Index(k) => {
                     let v: Vec<i64> = (0..n).map(|_| g.below(k as u64) as i64).collect();

@@ -54,7 +54,9 @@ pub struct Tensor(pub(crate) Rc<TensorInner>);
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Tensor");
-        d.field("shape", &self.shape()).field("dtype", &self.dtype()).field("requires_grad", &self.requires_grad());
+        d.field("shape", &self.shape())
+            .field("dtype", &self.dtype())
+            .field("requires_grad", &self.requires_grad());
         if let Some(n) = self.0.grad_fn.borrow().as_ref() {
             d.field("grad_fn", &n.name);
         }
@@ -63,7 +65,12 @@ impl std::fmt::Debug for Tensor {
 }
 
 impl Tensor {
-    pub(crate) fn new_internal(ctx: &ExecContext, value: RawTensor, requires_grad: bool, node: Option<Rc<Node>>) -> Tensor {
+    pub(crate) fn new_internal(
+        ctx: &ExecContext,
+        value: RawTensor,
+        requires_grad: bool,
+        node: Option<Rc<Node>>,
+    ) -> Tensor {
         Tensor(Rc::new(TensorInner {
             shape: smallvec::SmallVec::from_slice(value.shape()),
             dtype: value.dtype(),
@@ -93,7 +100,11 @@ impl Tensor {
 
     /// A constant filled with `value`.
     pub fn full(ctx: &ExecContext, dtype: DType, shape: &[usize], value: f64) -> Result<Tensor> {
-        Ok(Self::from_raw(ctx, ctx.full_f64(dtype, shape, value)?, false))
+        Ok(Self::from_raw(
+            ctx,
+            ctx.full_f64(dtype, shape, value)?,
+            false,
+        ))
     }
 
     /// A constant of zeros.
@@ -183,7 +194,12 @@ impl Tensor {
     /// A view of the value (bumps the buffer's refcount).
     #[inline]
     pub fn raw(&self) -> Result<RawTensor> {
-        self.0.value.borrow().as_ref().cloned().ok_or(Error::TensorReleased)
+        self.0
+            .value
+            .borrow()
+            .as_ref()
+            .cloned()
+            .ok_or(Error::TensorReleased)
     }
 
     /// Borrows the value without bumping the refcount.
@@ -194,7 +210,8 @@ impl Tensor {
     /// The value, mutably, for in-place updates of leaves (optimizer steps).
     /// Copies the buffer first if another view shares it (copy-on-write).
     pub fn value_mut(&self) -> Result<RefMut<'_, RawTensor>> {
-        let mut v = RefMut::filter_map(self.0.value.borrow_mut(), |v| v.as_mut()).map_err(|_| Error::TensorReleased)?;
+        let mut v = RefMut::filter_map(self.0.value.borrow_mut(), |v| v.as_mut())
+            .map_err(|_| Error::TensorReleased)?;
         if !v.buffer().is_unique() || !v.is_contiguous() || v.offset() != 0 {
             *v = self.0.ctx.copy(&v)?;
         }
@@ -216,7 +233,11 @@ impl Tensor {
 
     /// The accumulated gradient of a leaf, as a constant tensor.
     pub fn grad(&self) -> Option<Tensor> {
-        self.0.grad.borrow().as_ref().map(|g| Tensor::from_raw(&self.0.ctx, g.clone(), false))
+        self.0
+            .grad
+            .borrow()
+            .as_ref()
+            .map(|g| Tensor::from_raw(&self.0.ctx, g.clone(), false))
     }
 
     /// The accumulated gradient of a leaf, as a raw view.
@@ -264,7 +285,9 @@ impl Tensor {
     /// The elements converted to f64, whatever the dtype.
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         let v = self.value()?;
-        Ok(fucina_core::dispatch_any!(v.dtype(), T => v.to_vec::<T>()?.into_iter().map(|x| x.to_f64()).collect()))
+        Ok(
+            fucina_core::dispatch_any!(v.dtype(), T => v.to_vec::<T>()?.into_iter().map(|x| x.to_f64()).collect()),
+        )
     }
 
     /// Runs backward from this scalar (seed 1), accumulating into leaf gradients.

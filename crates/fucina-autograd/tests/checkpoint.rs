@@ -16,8 +16,16 @@ fn block() -> Block {
 
 fn run(ctx: &ExecContext, use_checkpoint: bool) -> (Vec<u64>, Vec<u64>, usize) {
     let mut g = SplitMix64::new(7);
-    let xv: Vec<f32> = g.vec_uniform(16 * 16, -1.0, 1.0).iter().map(|&v| v as f32).collect();
-    let wv: Vec<f32> = g.vec_uniform(16 * 16, -0.5, 0.5).iter().map(|&v| v as f32).collect();
+    let xv: Vec<f32> = g
+        .vec_uniform(16 * 16, -1.0, 1.0)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let wv: Vec<f32> = g
+        .vec_uniform(16 * 16, -0.5, 0.5)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
     let x = Tensor::variable(ctx, &xv, &[16, 16]).unwrap();
     let w = Tensor::variable(ctx, &wv, &[16, 16]).unwrap();
     let retained;
@@ -25,13 +33,25 @@ fn run(ctx: &ExecContext, use_checkpoint: bool) -> (Vec<u64>, Vec<u64>, usize) {
         let _s = ctx.scope();
         let mut h = x.clone();
         for _ in 0..4 {
-            h = if use_checkpoint { checkpoint(block(), &[&h, &w]).unwrap() } else { block()(&[h.clone(), w.clone()]).unwrap() };
+            h = if use_checkpoint {
+                checkpoint(block(), &[&h, &w]).unwrap()
+            } else {
+                block()(&[h.clone(), w.clone()]).unwrap()
+            };
         }
         let loss = h.sum_all().unwrap();
         retained = ctx.stats().outstanding;
         loss.backward().unwrap();
     }
-    let bits = |t: &Tensor| t.grad().unwrap().to_vec::<f32>().unwrap().iter().map(|v| v.to_bits() as u64).collect();
+    let bits = |t: &Tensor| {
+        t.grad()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits() as u64)
+            .collect()
+    };
     (bits(&x), bits(&w), retained)
 }
 
@@ -42,7 +62,10 @@ fn checkpoint_gradients_are_bitwise_equal_and_retain_fewer_buffers() {
     let (gx_ck, gw_ck, kept_ck) = run(&ctx, true);
     assert_eq!(gx_plain, gx_ck);
     assert_eq!(gw_plain, gw_ck);
-    assert!(kept_ck < kept_plain, "checkpoint kept {kept_ck}, plain {kept_plain}");
+    assert!(
+        kept_ck < kept_plain,
+        "checkpoint kept {kept_ck}, plain {kept_plain}"
+    );
     assert_eq!(ctx.stats().outstanding, 0);
 }
 

@@ -20,11 +20,29 @@ impl CustomOp for ASinB {
         let s = ctx.unary(x[1], UnaryOp::Sin)?;
         Ok(ctx.binary(x[0], &s, BinaryOp::Mul)?)
     }
-    fn backward(&self, ctx: &ExecContext, x: &[&RawTensor], _y: &RawTensor, gy: &RawTensor, needs: &[bool]) -> Result<Vec<Option<RawTensor>>> {
-        let ga = if needs[0] { Some(ctx.binary(gy, &ctx.unary(x[1], UnaryOp::Sin)?, BinaryOp::Mul)?) } else { None };
+    fn backward(
+        &self,
+        ctx: &ExecContext,
+        x: &[&RawTensor],
+        _y: &RawTensor,
+        gy: &RawTensor,
+        needs: &[bool],
+    ) -> Result<Vec<Option<RawTensor>>> {
+        let ga = if needs[0] {
+            Some(ctx.binary(gy, &ctx.unary(x[1], UnaryOp::Sin)?, BinaryOp::Mul)?)
+        } else {
+            None
+        };
         let gb = if needs[1] {
             // The deliberate bug: sin instead of cos.
-            let d = ctx.unary(x[1], if self.wrong { UnaryOp::Sin } else { UnaryOp::Cos })?;
+            let d = ctx.unary(
+                x[1],
+                if self.wrong {
+                    UnaryOp::Sin
+                } else {
+                    UnaryOp::Cos
+                },
+            )?;
             Some(ctx.binary(&ctx.binary(gy, x[0], BinaryOp::Mul)?, &d, BinaryOp::Mul)?)
         } else {
             None
@@ -45,7 +63,12 @@ fn a_correct_custom_op_passes_gradcheck() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let xs = inputs(&ctx);
     let op: Rc<dyn CustomOp> = Rc::new(ASinB { wrong: false });
-    let report = gradcheck(|x| custom_op(op.clone(), &[&x[0], &x[1]])?.tanh(), &xs, &GradcheckOpts::f64()).unwrap();
+    let report = gradcheck(
+        |x| custom_op(op.clone(), &[&x[0], &x[1]])?.tanh(),
+        &xs,
+        &GradcheckOpts::f64(),
+    )
+    .unwrap();
     assert_eq!(report.checked, 12);
     assert!(report.max_abs_err < 1e-8, "{report:?}");
     // gradcheck leaves no gradient behind in training state.
@@ -59,7 +82,12 @@ fn a_wrong_custom_backward_fails_naming_input_and_index() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let xs = inputs(&ctx);
     let op: Rc<dyn CustomOp> = Rc::new(ASinB { wrong: true });
-    let err = gradcheck(|x| custom_op(op.clone(), &[&x[0], &x[1]]), &xs, &GradcheckOpts::f64()).unwrap_err();
+    let err = gradcheck(
+        |x| custom_op(op.clone(), &[&x[0], &x[1]]),
+        &xs,
+        &GradcheckOpts::f64(),
+    )
+    .unwrap_err();
     match &err {
         Error::GradcheckFailed { input, index, .. } => {
             assert_eq!(*input, 1);
@@ -68,7 +96,10 @@ fn a_wrong_custom_backward_fails_naming_input_and_index() {
         other => panic!("expected GradcheckFailed, got {other:?}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains("input 1") && msg.contains("element 0"), "{msg}");
+    assert!(
+        msg.contains("input 1") && msg.contains("element 0"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -81,14 +112,24 @@ fn a_custom_backward_with_a_wrong_shape_is_an_error() {
         fn forward(&self, ctx: &ExecContext, x: &[&RawTensor]) -> Result<RawTensor> {
             Ok(ctx.copy(x[0])?)
         }
-        fn backward(&self, ctx: &ExecContext, _x: &[&RawTensor], _y: &RawTensor, _gy: &RawTensor, _n: &[bool]) -> Result<Vec<Option<RawTensor>>> {
+        fn backward(
+            &self,
+            ctx: &ExecContext,
+            _x: &[&RawTensor],
+            _y: &RawTensor,
+            _gy: &RawTensor,
+            _n: &[bool],
+        ) -> Result<Vec<Option<RawTensor>>> {
             Ok(vec![Some(ctx.zeros(fucina_core::DType::F64, &[7])?)])
         }
     }
     let ctx = ExecContext::with_threads(1).unwrap();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
     let y = custom_op(Rc::new(BadShape), &[&x]).unwrap();
-    assert!(matches!(y.sum_all().unwrap().backward(), Err(Error::GradientShapeMismatch { .. })));
+    assert!(matches!(
+        y.sum_all().unwrap().backward(),
+        Err(Error::GradientShapeMismatch { .. })
+    ));
 }
 
 #[test]
@@ -98,7 +139,10 @@ fn gradcheck_f32_profile_and_no_variable_inputs() {
     let r = gradcheck(|x| x[0].tanh()?.mul(&x[0]), &[x], &GradcheckOpts::f32()).unwrap();
     assert_eq!(r.checked, 3);
     let c = Tensor::constant(&ctx, &[1.0f64], &[1]).unwrap();
-    assert!(matches!(gradcheck(|x| x[0].exp(), &[c], &GradcheckOpts::f64()), Err(Error::NoVariableInputs)));
+    assert!(matches!(
+        gradcheck(|x| x[0].exp(), &[c], &GradcheckOpts::f64()),
+        Err(Error::NoVariableInputs)
+    ));
 }
 
 #[test]
@@ -112,7 +156,9 @@ fn builtin_ops_pass_gradcheck_on_noncontiguous_and_broadcast_inputs() {
         let h = x[0].transpose(0, 1)?.exp()?; // [3,2]
         let m = x[2].matmul(&h)?; // [2,2]
         let s = x[0].mul(&x[1])?.sum(&[1], true)?; // [2,1]
-        m.add(&s)?.tanh()?.div(&x[0].narrow(1, 0, 2)?.square()?.add_scalar(1.0)?)
+        m.add(&s)?
+            .tanh()?
+            .div(&x[0].narrow(1, 0, 2)?.square()?.add_scalar(1.0)?)
     };
     let r = gradcheck(f, &[a, b, w], &GradcheckOpts::f64()).unwrap();
     assert_eq!(r.checked, 15);

@@ -12,7 +12,10 @@ fn a_plus_a_accumulates_both_paths() {
     let ctx = ctx();
     let a = Tensor::variable(&ctx, &[1.0f64, -2.0, 3.0], &[3]).unwrap();
     a.add(&a).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![2.0, 2.0, 2.0]);
+    assert_eq!(
+        a.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![2.0, 2.0, 2.0]
+    );
     drop(a);
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -22,7 +25,10 @@ fn x_times_x_is_two_x() {
     let ctx = ctx();
     let x = Tensor::variable(&ctx, &[1.5f64, -2.0, 0.0], &[3]).unwrap();
     x.mul(&x).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, -4.0, 0.0]);
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![3.0, -4.0, 0.0]
+    );
 }
 
 #[test]
@@ -48,8 +54,14 @@ fn broadcast_gradients_are_reduced_by_the_engine() {
     let a = Tensor::variable(&ctx, &[1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let b = Tensor::variable(&ctx, &[10.0f64, 20.0, 30.0], &[3]).unwrap();
     a.mul(&b).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!(b.grad().unwrap().to_vec::<f64>().unwrap(), vec![5.0, 7.0, 9.0]);
-    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![10.0, 20.0, 30.0, 10.0, 20.0, 30.0]);
+    assert_eq!(
+        b.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![5.0, 7.0, 9.0]
+    );
+    assert_eq!(
+        a.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![10.0, 20.0, 30.0, 10.0, 20.0, 30.0]
+    );
 }
 
 #[test]
@@ -57,12 +69,22 @@ fn gradients_accumulate_over_two_backward_calls_until_zero_grad() {
     let ctx = ctx();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
     for _ in 0..2 {
-        x.mul_scalar(3.0).unwrap().sum_all().unwrap().backward().unwrap();
+        x.mul_scalar(3.0)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
     }
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![6.0, 6.0]);
     x.zero_grad();
     assert!(x.grad().is_none());
-    x.mul_scalar(3.0).unwrap().sum_all().unwrap().backward().unwrap();
+    x.mul_scalar(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, 3.0]);
 }
 
@@ -85,7 +107,10 @@ fn non_scalar_backward_needs_a_seed() {
     let ctx = ctx();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
     let y = x.mul_scalar(2.0).unwrap();
-    assert!(matches!(y.backward(), Err(Error::MissingOutputGradient { .. })));
+    assert!(matches!(
+        y.backward(),
+        Err(Error::MissingOutputGradient { .. })
+    ));
     let seed = ctx.from_slice(&[1.0f64, 10.0], &[2]).unwrap();
     y.backward_with(&seed).unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![2.0, 20.0]);
@@ -95,7 +120,10 @@ fn non_scalar_backward_needs_a_seed() {
 fn backward_on_constant_is_an_error() {
     let ctx = ctx();
     let c = Tensor::constant(&ctx, &[1.0f64], &[1]).unwrap();
-    assert!(matches!(c.exp().unwrap().backward(), Err(Error::NoGradient)));
+    assert!(matches!(
+        c.exp().unwrap().backward(),
+        Err(Error::NoGradient)
+    ));
 }
 
 #[test]
@@ -145,7 +173,11 @@ fn matmul_linear_and_cross_entropy_backward_shapes() {
     let w = Tensor::variable(&ctx, &[0.1f64; 12], &[4, 3]).unwrap();
     let b = Tensor::variable(&ctx, &[0.0f64; 4], &[4]).unwrap();
     let t = Tensor::from_raw(&ctx, ctx.from_slice(&[1i64, 3], &[2]).unwrap(), false);
-    let loss = x.linear(&w, Some(&b)).unwrap().cross_entropy(&t, CrossEntropyOpts::default()).unwrap();
+    let loss = x
+        .linear(&w, Some(&b))
+        .unwrap()
+        .cross_entropy(&t, CrossEntropyOpts::default())
+        .unwrap();
     loss.backward().unwrap();
     assert_eq!(w.grad().unwrap().shape(), &[4, 3]);
     assert_eq!(b.grad().unwrap().shape(), &[4]);
@@ -160,7 +192,10 @@ fn dtype_mismatch_is_a_structured_error() {
     let ctx = ctx();
     let a = Tensor::variable(&ctx, &[1.0f64], &[1]).unwrap();
     let b = Tensor::variable(&ctx, &[1.0f32], &[1]).unwrap();
-    assert!(matches!(a.add(&b), Err(Error::Core(fucina_core::Error::DTypeMismatch { .. }))));
+    assert!(matches!(
+        a.add(&b),
+        Err(Error::Core(fucina_core::Error::DTypeMismatch { .. }))
+    ));
     let z = Tensor::zeros(&ctx, DType::F64, &[2]).unwrap();
     assert!(matches!(a.matmul(&z), Err(Error::Core(_))));
 }

@@ -21,7 +21,11 @@ fn every_differentiable_op_passes_gradcheck_in_f64() {
         drop(inputs);
         assert_eq!(ctx.stats().outstanding, 0, "{} leaked buffers", case.name);
     }
-    assert!(failures.is_empty(), "gradcheck failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "gradcheck failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// Every `pub fn` in `src/ops/*.rs` must have a row (or be listed as not differentiable).
@@ -35,14 +39,26 @@ fn every_op_has_a_gradcheck_row() {
         let src = std::fs::read_to_string(&path).unwrap();
         for line in src.lines() {
             let line = line.trim_start();
-            let Some(rest) = line.strip_prefix("pub fn ") else { continue };
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let Some(rest) = line.strip_prefix("pub fn ") else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
             if !rows.contains(name.as_str()) && !NOT_DIFFERENTIABLE.contains(&name.as_str()) {
-                missing.push(format!("{} ({})", name, path.file_name().unwrap().to_string_lossy()));
+                missing.push(format!(
+                    "{} ({})",
+                    name,
+                    path.file_name().unwrap().to_string_lossy()
+                ));
             }
         }
     }
-    assert!(missing.is_empty(), "ops without a gradcheck row: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "ops without a gradcheck row: {missing:?}"
+    );
 }
 
 fn grad_at(f: impl Fn(&Tensor) -> fucina_autograd::Result<Tensor>, x: f64) -> f64 {
@@ -56,21 +72,37 @@ fn grad_at(f: impl Fn(&Tensor) -> fucina_autograd::Result<Tensor>, x: f64) -> f6
 fn kink_conventions_at_zero() {
     assert_eq!(grad_at(|t| t.relu(), 0.0), 0.0, "relu'(0) = 0");
     assert_eq!(grad_at(|t| t.abs(), 0.0), 0.0, "abs'(0) = 0");
-    assert_eq!(grad_at(|t| t.leaky_relu(0.1), 0.0), 0.1, "leaky_relu'(0) = slope");
-    assert_eq!(grad_at(|t| t.clamp(-1.0, 1.0), 1.0), 1.0, "clamp passes at the bound");
+    assert_eq!(
+        grad_at(|t| t.leaky_relu(0.1), 0.0),
+        0.1,
+        "leaky_relu'(0) = slope"
+    );
+    assert_eq!(
+        grad_at(|t| t.clamp(-1.0, 1.0), 1.0),
+        1.0,
+        "clamp passes at the bound"
+    );
     assert_eq!(grad_at(|t| t.clamp(-1.0, 1.0), 1.5), 0.0);
     assert_eq!(grad_at(|t| t.norm(&[], false), 0.0), 0.0, "norm'(0) = 0");
     // maximum/minimum split evenly on ties.
     let ctx = ExecContext::with_threads(1).unwrap();
     let a = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
     let b = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
-    a.maximum(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    a.maximum(&b)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
     assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![0.5]);
     assert_eq!(b.grad().unwrap().to_vec::<f64>().unwrap(), vec![0.5]);
     // max along an axis sends the gradient to the first maximum only.
     let x = Tensor::variable(&ctx, &[1.0f64, 3.0, 3.0, 0.0], &[4]).unwrap();
     x.max(0, false).unwrap().backward().unwrap();
-    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![0.0, 1.0, 0.0, 0.0]);
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![0.0, 1.0, 0.0, 0.0]
+    );
 }
 
 /// No silent gradient cut: every op of the suite, given inputs that require a
@@ -82,8 +114,16 @@ fn no_silent_gradient_cut() {
         for dtype in [DType::F32, DType::F64] {
             let inputs = make_inputs(&ctx, &case, dtype, 7).unwrap();
             if let Ok(y) = (case.f)(&inputs) {
-                assert!(y.requires_grad(), "{} ({dtype}) cut the gradient", case.name);
-                assert!(y.grad_fn_name().is_some(), "{} ({dtype}) recorded no node", case.name);
+                assert!(
+                    y.requires_grad(),
+                    "{} ({dtype}) cut the gradient",
+                    case.name
+                );
+                assert!(
+                    y.grad_fn_name().is_some(),
+                    "{} ({dtype}) recorded no node",
+                    case.name
+                );
             }
         }
     }

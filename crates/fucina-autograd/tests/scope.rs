@@ -11,7 +11,11 @@ fn chain(ctx: &ExecContext) -> (Tensor, usize) {
     let mut x = Tensor::constant(ctx, &vec![0.5f32; 4096], &[64, 64]).unwrap();
     let mut peak = ctx.stats().outstanding;
     for i in 0..16 {
-        let y = if i % 2 == 0 { x.neg().unwrap() } else { x.mul_scalar(0.5).unwrap() };
+        let y = if i % 2 == 0 {
+            x.neg().unwrap()
+        } else {
+            x.mul_scalar(0.5).unwrap()
+        };
         peak = peak.max(ctx.stats().outstanding);
         x = y; // drops the previous handle as it goes
     }

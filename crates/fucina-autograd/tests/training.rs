@@ -17,7 +17,13 @@ impl Adam {
     fn new(params: Vec<Tensor>, lr: f64) -> Adam {
         let m = params.iter().map(|p| vec![0.0; p.numel()]).collect();
         let v = params.iter().map(|p| vec![0.0; p.numel()]).collect();
-        Adam { params, m, v, t: 0, lr }
+        Adam {
+            params,
+            m,
+            v,
+            t: 0,
+            lr,
+        }
     }
     fn step(&mut self) {
         self.t += 1;
@@ -42,7 +48,10 @@ fn init(ctx: &ExecContext, g: &mut SplitMix64, out: usize, inp: usize) -> (Tenso
     let bound = 1.0 / (inp as f64).sqrt();
     let w: Vec<f64> = g.vec_uniform(out * inp, -bound, bound);
     let b: Vec<f64> = g.vec_uniform(out, -bound, bound);
-    (Tensor::variable(ctx, &w, &[out, inp]).unwrap(), Tensor::variable(ctx, &b, &[out]).unwrap())
+    (
+        Tensor::variable(ctx, &w, &[out, inp]).unwrap(),
+        Tensor::variable(ctx, &b, &[out]).unwrap(),
+    )
 }
 
 struct Mlp {
@@ -52,7 +61,12 @@ struct Mlp {
 impl Mlp {
     fn new(ctx: &ExecContext, sizes: &[usize], seed: u64) -> Mlp {
         let mut g = SplitMix64::new(seed);
-        Mlp { layers: sizes.windows(2).map(|w| init(ctx, &mut g, w[1], w[0])).collect() }
+        Mlp {
+            layers: sizes
+                .windows(2)
+                .map(|w| init(ctx, &mut g, w[1], w[0]))
+                .collect(),
+        }
     }
     fn forward(&self, x: &Tensor) -> Tensor {
         let mut h = x.clone();
@@ -65,7 +79,10 @@ impl Mlp {
         h
     }
     fn params(&self) -> Vec<Tensor> {
-        self.layers.iter().flat_map(|(w, b)| [w.clone(), b.clone()]).collect()
+        self.layers
+            .iter()
+            .flat_map(|(w, b)| [w.clone(), b.clone()])
+            .collect()
     }
 }
 
@@ -76,7 +93,8 @@ fn spirals(ctx: &ExecContext, per_class: usize) -> (Tensor, Tensor, Vec<i64>) {
     for class in 0..2i64 {
         for i in 0..per_class {
             let r = i as f64 / per_class as f64 * 5.0 + 0.3;
-            let th = 1.75 * i as f64 / per_class as f64 * std::f64::consts::TAU + class as f64 * std::f64::consts::PI;
+            let th = 1.75 * i as f64 / per_class as f64 * std::f64::consts::TAU
+                + class as f64 * std::f64::consts::PI;
             xs.push(r * th.cos() / 5.0 + 0.01 * g.next_normal());
             xs.push(r * th.sin() / 5.0 + 0.01 * g.next_normal());
             ys.push(class);
@@ -98,7 +116,10 @@ fn memory_is_flat_over_a_thousand_steps() {
     for step in 1..=1000 {
         {
             let _s = ctx.scope();
-            let loss = mlp.forward(&x).cross_entropy(&y, CrossEntropyOpts::default()).unwrap();
+            let loss = mlp
+                .forward(&x)
+                .cross_entropy(&y, CrossEntropyOpts::default())
+                .unwrap();
             loss.backward().unwrap();
         }
         opt.step();
@@ -126,11 +147,17 @@ fn mlp_learns_two_spirals_to_99_percent() {
         {
             let _s = ctx.scope();
             let logits = mlp.forward(&x);
-            let loss = logits.cross_entropy(&y, CrossEntropyOpts::default()).unwrap();
+            let loss = logits
+                .cross_entropy(&y, CrossEntropyOpts::default())
+                .unwrap();
             loss.backward().unwrap();
             if step % 100 == 99 {
                 let l = logits.to_vec::<f64>().unwrap();
-                let correct = labels.iter().enumerate().filter(|(i, &c)| (l[2 * i + 1] > l[2 * i]) as i64 == c).count();
+                let correct = labels
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, &c)| (l[2 * i + 1] > l[2 * i]) as i64 == c)
+                    .count();
                 acc = correct as f64 / labels.len() as f64;
             }
         }

@@ -53,7 +53,10 @@ fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (g.to_f64(), w.to_f64());
-        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}[{i}]: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= atol + rtol * w.abs(),
+            "{what}[{i}]: got {g}, want {w}"
+        );
     }
 }
 
@@ -128,7 +131,9 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, seed: u64, what: &str) {
             Reduction::None => ctx.from_slice(&gyv, &[n]).unwrap(),
             _ => ctx.scalar(gyv[0]).unwrap(),
         };
-        let g = ctx.cross_entropy_backward(x, &t, &saved, &gy, opts).unwrap();
+        let g = ctx
+            .cross_entropy_backward(x, &t, &saved, &gy, opts)
+            .unwrap();
         assert_eq!(g.shape(), &[n, c]);
         let gr = r::cross_entropy_backward(&xv, c, &tv, &gyv, opts);
         assert_close(&vals::<T>(&g), &gr, &format!("grad {tag}"));
@@ -144,9 +149,19 @@ fn sizes_and_views<T: Float>() {
         }
         // Transposed and narrowed logits.
         let base = tensor::<T>(&ctx, &randn(300 + k as u64, c * 5, 3.0), &[c, 5]);
-        check::<T>(&ctx, &base.transpose(0, 1).unwrap(), 7, &format!("transposed C {c}"));
+        check::<T>(
+            &ctx,
+            &base.transpose(0, 1).unwrap(),
+            7,
+            &format!("transposed C {c}"),
+        );
         let wide = tensor::<T>(&ctx, &randn(400 + k as u64, 4 * (c + 2), 3.0), &[4, c + 2]);
-        check::<T>(&ctx, &wide.narrow(1, 2, c).unwrap(), 8, &format!("narrowed C {c}"));
+        check::<T>(
+            &ctx,
+            &wide.narrow(1, 2, c).unwrap(),
+            8,
+            &format!("narrowed C {c}"),
+        );
     }
     for (k, &n) in SIZES.iter().enumerate() {
         let x = tensor::<T>(&ctx, &randn(500 + k as u64, n * 33, 3.0), &[n, 33]);
@@ -170,7 +185,9 @@ fn strided_targets_and_large_logits() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let (n, c) = (5, 4);
     // Targets read from a stride-2 view.
-    let tbase = ctx.from_slice(&[1i64, 9, 3, 9, 0, 9, 2, 9, 3, 9], &[n, 2]).unwrap();
+    let tbase = ctx
+        .from_slice(&[1i64, 9, 3, 9, 0, 9, 2, 9, 3, 9], &[n, 2])
+        .unwrap();
     let t = tbase.select(1, 0).unwrap();
     assert_eq!(t.strides(), &[2]);
     let xv: Vec<f64> = randn(1, n * c, 1.0).iter().map(|v| v + 1e4).collect();
@@ -179,7 +196,10 @@ fn strided_targets_and_large_logits() {
     let (loss, _) = ctx.cross_entropy(&x, &t, opts).unwrap();
     let want = r::cross_entropy(&xv, c, &[1, 3, 0, 2, 3], opts);
     let l = loss.item::<f64>().unwrap();
-    assert!(l.is_finite() && (l - want[0]).abs() < 1e-10, "{l} vs {want:?}");
+    assert!(
+        l.is_finite() && (l - want[0]).abs() < 1e-10,
+        "{l} vs {want:?}"
+    );
     drop((tbase, t, x, loss));
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -222,7 +242,11 @@ fn backward_matches_finite_differences() {
             let lp = loss(&p);
             p[i] -= 2.0 * h;
             let num = (lp - loss(&p)) / (2.0 * h);
-            assert!((g[i] - num).abs() < 1e-7 + 1e-6 * num.abs(), "{opts:?} [{i}]: {} vs {num}", g[i]);
+            assert!(
+                (g[i] - num).abs() < 1e-7 + 1e-6 * num.abs(),
+                "{opts:?} [{i}]: {} vs {num}",
+                g[i]
+            );
         }
     }
     drop(x);
@@ -242,12 +266,17 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
         };
         let (loss, saved) = ctx.cross_entropy(&x, &t, opts).unwrap();
         assert_eq!(saved.count, 0);
-        assert!(loss.to_vec::<f64>().unwrap().iter().all(|&v| v == 0.0), "{reduction:?}");
+        assert!(
+            loss.to_vec::<f64>().unwrap().iter().all(|&v| v == 0.0),
+            "{reduction:?}"
+        );
         let gy = match reduction {
             Reduction::None => ctx.ones(DType::F64, &[3]).unwrap(),
             _ => ctx.scalar(1.0f64).unwrap(),
         };
-        let g = ctx.cross_entropy_backward(&x, &t, &saved, &gy, opts).unwrap();
+        let g = ctx
+            .cross_entropy_backward(&x, &t, &saved, &gy, opts)
+            .unwrap();
         assert!(g.to_vec::<f64>().unwrap().iter().all(|&v| v == 0.0));
     }
     drop((x, t));
@@ -255,7 +284,11 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
 }
 
 fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>().unwrap().iter().map(|v| v.to_f64().to_bits()).collect()
+    t.to_vec::<T>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64().to_bits())
+        .collect()
 }
 
 fn deterministic<T: Float>() {
@@ -280,7 +313,9 @@ fn deterministic<T: Float>() {
                 Reduction::None => tensor::<T>(ctx, &randn(10, n, 1.0), &[n]),
                 _ => ctx.scalar(T::ONE).unwrap(),
             };
-            let g = ctx.cross_entropy_backward(&x, &t, &saved, &gy, opts).unwrap();
+            let g = ctx
+                .cross_entropy_backward(&x, &t, &saved, &gy, opts)
+                .unwrap();
             res.push(bits::<T>(&loss));
             res.push(bits::<T>(&saved.row_max));
             res.push(bits::<T>(&saved.row_sumexp));
@@ -307,30 +342,53 @@ fn rejects_bad_inputs() {
     let bad = ctx.from_slice(&[0i64, 3], &[2]).unwrap();
     assert!(matches!(
         ctx.cross_entropy(&x, &bad, opts),
-        Err(Error::OutOfRange { what: "target", index: 3, bound: 3, .. })
+        Err(Error::OutOfRange {
+            what: "target",
+            index: 3,
+            bound: 3,
+            ..
+        })
     ));
     let neg = ctx.from_slice(&[-1i32, 0], &[2]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x, &neg, opts), Err(Error::OutOfRange { index: -1, .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x, &neg, opts),
+        Err(Error::OutOfRange { index: -1, .. })
+    ));
     // -100 is only ignored when asked.
     let ig = ctx.from_slice(&[-100i64, 0], &[2]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x, &ig, opts), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x, &ig, opts),
+        Err(Error::OutOfRange { .. })
+    ));
     let ign = CrossEntropyOpts {
         ignore_index: Some(-100),
         ..opts
     };
     assert!(ctx.cross_entropy(&x, &ig, ign).is_ok());
     let tf = ctx.from_slice(&[0.0f32, 1.0], &[2]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x, &tf, opts), Err(Error::UnsupportedDType { .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x, &tf, opts),
+        Err(Error::UnsupportedDType { .. })
+    ));
     let t3 = ctx.from_slice(&[0i64, 1, 2], &[3]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x, &t3, opts), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x, &t3, opts),
+        Err(Error::ShapeMismatch { .. })
+    ));
     let x3 = ctx.from_slice(&[0.5f32; 6], &[1, 2, 3]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x3, &t3, opts), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x3, &t3, opts),
+        Err(Error::InvalidArgument { .. })
+    ));
     let smooth = CrossEntropyOpts {
         label_smoothing: 1.5,
         ..opts
     };
     let good = ctx.from_slice(&[0i64, 2], &[2]).unwrap();
-    assert!(matches!(ctx.cross_entropy(&x, &good, smooth), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.cross_entropy(&x, &good, smooth),
+        Err(Error::InvalidArgument { .. })
+    ));
     let (_, saved) = ctx.cross_entropy(&x, &good, opts).unwrap();
     let gy_bad = ctx.from_slice(&[1.0f32, 1.0], &[2]).unwrap();
     assert!(matches!(

@@ -34,20 +34,33 @@ fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (g.to_f64(), w.to_f64());
-        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}[{i}]: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= atol + rtol * w.abs(),
+            "{what}[{i}]: got {g}, want {w}"
+        );
     }
 }
 
 /// Checks layer norm and RMS norm, forward and backward, on view `x` `[.., d]`
 /// with optional (possibly strided) weight and bias views.
-fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, w: Option<&RawTensor>, b: Option<&RawTensor>, seed: u64, what: &str) {
+fn check<T: Float>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    w: Option<&RawTensor>,
+    b: Option<&RawTensor>,
+    seed: u64,
+    what: &str,
+) {
     let shape = x.shape().to_vec();
     let d = *shape.last().unwrap();
     let lead = &shape[..shape.len() - 1];
     let xv = vals::<T>(x);
     let wv = w.map(vals::<T>);
     let bv = b.map(vals::<T>);
-    let gyv: Vec<T> = randn(seed, xv.len(), 1.0, 0.0).into_iter().map(T::from_f64).collect();
+    let gyv: Vec<T> = randn(seed, xv.len(), 1.0, 0.0)
+        .into_iter()
+        .map(T::from_f64)
+        .collect();
     let gy = ctx.from_slice(&gyv, &shape).unwrap();
 
     let (y, mean, rstd) = ctx.layer_norm(x, w, b, EPS).unwrap();
@@ -64,12 +77,20 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, w: Option<&RawTensor>, b: O
         .layer_norm_backward(x, w, &mt, &rt, &gy, true, true, true)
         .unwrap();
     let (gxr, gwr, gbr) = r::layer_norm_backward(&xv, d, wv.as_deref(), &mr, &rr, &gyv);
-    assert_close(&vals::<T>(&gx.unwrap()), &gxr, &format!("layer_norm gx {what}"));
+    assert_close(
+        &vals::<T>(&gx.unwrap()),
+        &gxr,
+        &format!("layer_norm gx {what}"),
+    );
     assert_eq!(gw.is_some(), w.is_some(), "gw present iff weight");
     if let Some(gw) = gw {
         assert_close(&vals::<T>(&gw), &gwr, &format!("layer_norm gw {what}"));
     }
-    assert_close(&vals::<T>(&gb.unwrap()), &gbr, &format!("layer_norm gb {what}"));
+    assert_close(
+        &vals::<T>(&gb.unwrap()),
+        &gbr,
+        &format!("layer_norm gb {what}"),
+    );
     // Only what is asked for is computed.
     let (gx, gw, gb) = ctx
         .layer_norm_backward(x, w, &mt, &rt, &gy, false, true, false)
@@ -83,7 +104,11 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, w: Option<&RawTensor>, b: O
     let rt = ctx.from_slice(&rr, lead).unwrap();
     let (gx, gw) = ctx.rms_norm_backward(x, w, &rt, &gy, true, true).unwrap();
     let (gxr, gwr) = r::rms_norm_backward(&xv, d, wv.as_deref(), &rr, &gyv);
-    assert_close(&vals::<T>(&gx.unwrap()), &gxr, &format!("rms_norm gx {what}"));
+    assert_close(
+        &vals::<T>(&gx.unwrap()),
+        &gxr,
+        &format!("rms_norm gx {what}"),
+    );
     assert_eq!(gw.is_some(), w.is_some());
     if let Some(gw) = gw {
         assert_close(&vals::<T>(&gw), &gwr, &format!("rms_norm gw {what}"));
@@ -96,7 +121,11 @@ fn sizes_and_views<T: Float>() {
         let w = tensor::<T>(&ctx, &randn(500 + k as u64, d, 0.5, 1.0), &[d]);
         let b = tensor::<T>(&ctx, &randn(600 + k as u64, d, 0.5, 0.0), &[d]);
         for rows in [1, 3, 17] {
-            let x = tensor::<T>(&ctx, &randn(k as u64 * 7 + rows as u64, rows * d, 2.0, 1.5), &[rows, d]);
+            let x = tensor::<T>(
+                &ctx,
+                &randn(k as u64 * 7 + rows as u64, rows * d, 2.0, 1.5),
+                &[rows, d],
+            );
             let tag = format!("[{rows}, {d}]");
             check::<T>(&ctx, &x, Some(&w), Some(&b), k as u64, &tag);
             check::<T>(&ctx, &x, None, None, k as u64, &tag);
@@ -106,8 +135,19 @@ fn sizes_and_views<T: Float>() {
         // Non-contiguous: transposed x, narrowed x, rank-3 x, strided weight.
         let base = tensor::<T>(&ctx, &randn(700 + k as u64, d * 5, 1.0, 0.0), &[d, 5]);
         let xt = base.transpose(0, 1).unwrap();
-        check::<T>(&ctx, &xt, Some(&w), Some(&b), 1, &format!("transposed d {d}"));
-        let wide = tensor::<T>(&ctx, &randn(800 + k as u64, 4 * (d + 3), 1.0, 0.0), &[4, d + 3]);
+        check::<T>(
+            &ctx,
+            &xt,
+            Some(&w),
+            Some(&b),
+            1,
+            &format!("transposed d {d}"),
+        );
+        let wide = tensor::<T>(
+            &ctx,
+            &randn(800 + k as u64, 4 * (d + 3), 1.0, 0.0),
+            &[4, d + 3],
+        );
         let xn = wide.narrow(1, 1, d).unwrap();
         let wbase = tensor::<T>(&ctx, &randn(900 + k as u64, d * 2, 0.5, 1.0), &[d, 2]);
         let ws = wbase.select(1, 1).unwrap();
@@ -116,7 +156,11 @@ fn sizes_and_views<T: Float>() {
         check::<T>(&ctx, &x3, Some(&w), Some(&b), 3, &format!("rank 3 d {d}"));
     }
     for (k, &rows) in SIZES.iter().enumerate() {
-        let x = tensor::<T>(&ctx, &randn(1000 + k as u64, rows * 33, 1.0, -2.0), &[rows, 33]);
+        let x = tensor::<T>(
+            &ctx,
+            &randn(1000 + k as u64, rows * 33, 1.0, -2.0),
+            &[rows, 33],
+        );
         let w = tensor::<T>(&ctx, &randn(1100, 33, 0.5, 1.0), &[33]);
         let b = tensor::<T>(&ctx, &randn(1200, 33, 0.5, 0.0), &[33]);
         check::<T>(&ctx, &x, Some(&w), Some(&b), 4, &format!("[{rows}, 33]"));
@@ -151,7 +195,10 @@ fn finite_diff(v: &[f64], gy: &[f64], f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64
 
 fn assert_fd(got: &[f64], want: &[f64], what: &str) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-6 + 1e-6 * w.abs(), "{what}[{i}]: analytic {g}, numeric {w}");
+        assert!(
+            (g - w).abs() <= 1e-6 + 1e-6 * w.abs(),
+            "{what}[{i}]: analytic {g}, numeric {w}"
+        );
     }
 }
 
@@ -173,9 +220,15 @@ fn backward_matches_finite_differences() {
     let (gx, gw, gb) = ctx
         .layer_norm_backward(&x, Some(&w), &mean, &rstd, &gy, true, true, true)
         .unwrap();
-    let fx = finite_diff(&xv, &gyv, |v| r::layer_norm(v, d, Some(&wv), Some(&bv), eps).0);
-    let fw = finite_diff(&wv, &gyv, |v| r::layer_norm(&xv, d, Some(v), Some(&bv), eps).0);
-    let fb = finite_diff(&bv, &gyv, |v| r::layer_norm(&xv, d, Some(&wv), Some(v), eps).0);
+    let fx = finite_diff(&xv, &gyv, |v| {
+        r::layer_norm(v, d, Some(&wv), Some(&bv), eps).0
+    });
+    let fw = finite_diff(&wv, &gyv, |v| {
+        r::layer_norm(&xv, d, Some(v), Some(&bv), eps).0
+    });
+    let fb = finite_diff(&bv, &gyv, |v| {
+        r::layer_norm(&xv, d, Some(&wv), Some(v), eps).0
+    });
     assert_fd(&gx.unwrap().to_vec::<f64>().unwrap(), &fx, "layer_norm gx");
     assert_fd(&gw.unwrap().to_vec::<f64>().unwrap(), &fw, "layer_norm gw");
     assert_fd(&gb.unwrap().to_vec::<f64>().unwrap(), &fb, "layer_norm gb");
@@ -185,25 +238,41 @@ fn backward_matches_finite_differences() {
         .layer_norm_backward(&x, None, &mean0, &rstd0, &gy, true, false, false)
         .unwrap();
     let fx0 = finite_diff(&xv, &gyv, |v| r::layer_norm(v, d, None, None, eps).0);
-    assert_fd(&gx0.unwrap().to_vec::<f64>().unwrap(), &fx0, "layer_norm gx (no affine)");
+    assert_fd(
+        &gx0.unwrap().to_vec::<f64>().unwrap(),
+        &fx0,
+        "layer_norm gx (no affine)",
+    );
 
     let (_, rrstd) = ctx.rms_norm(&x, Some(&w), eps).unwrap();
-    let (gx, gw) = ctx.rms_norm_backward(&x, Some(&w), &rrstd, &gy, true, true).unwrap();
+    let (gx, gw) = ctx
+        .rms_norm_backward(&x, Some(&w), &rrstd, &gy, true, true)
+        .unwrap();
     let fx = finite_diff(&xv, &gyv, |v| r::rms_norm(v, d, Some(&wv), eps).0);
     let fw = finite_diff(&wv, &gyv, |v| r::rms_norm(&xv, d, Some(v), eps).0);
     assert_fd(&gx.unwrap().to_vec::<f64>().unwrap(), &fx, "rms_norm gx");
     assert_fd(&gw.unwrap().to_vec::<f64>().unwrap(), &fw, "rms_norm gw");
     let (_, rrstd0) = ctx.rms_norm(&x, None, eps).unwrap();
-    let (gx0, gw0) = ctx.rms_norm_backward(&x, None, &rrstd0, &gy, true, true).unwrap();
+    let (gx0, gw0) = ctx
+        .rms_norm_backward(&x, None, &rrstd0, &gy, true, true)
+        .unwrap();
     assert!(gw0.is_none());
     let fx0 = finite_diff(&xv, &gyv, |v| r::rms_norm(v, d, None, eps).0);
-    assert_fd(&gx0.unwrap().to_vec::<f64>().unwrap(), &fx0, "rms_norm gx (no weight)");
+    assert_fd(
+        &gx0.unwrap().to_vec::<f64>().unwrap(),
+        &fx0,
+        "rms_norm gx (no weight)",
+    );
     drop((x, w, b, gy, mean, rstd, mean0, rstd0, rrstd, rrstd0));
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>().unwrap().iter().map(|v| v.to_f64().to_bits()).collect()
+    t.to_vec::<T>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64().to_bits())
+        .collect()
 }
 
 fn deterministic<T: Float>() {
@@ -223,7 +292,9 @@ fn deterministic<T: Float>() {
             .layer_norm_backward(&x, Some(&w), &mean, &rstd, &gy, true, true, true)
             .unwrap();
         let (ry, rr) = ctx.rms_norm(&x, Some(&w), EPS).unwrap();
-        let (rgx, rgw) = ctx.rms_norm_backward(&x, Some(&w), &rr, &gy, true, true).unwrap();
+        let (rgx, rgw) = ctx
+            .rms_norm_backward(&x, Some(&w), &rr, &gy, true, true)
+            .unwrap();
         outs.push(vec![
             bits::<T>(&y),
             bits::<T>(&mean),
@@ -254,15 +325,36 @@ fn rejects_bad_inputs() {
     let x = ctx.from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
     let w4 = ctx.from_slice(&[1.0f32; 4], &[4]).unwrap();
     let w64 = ctx.from_slice(&[1.0f64; 3], &[3]).unwrap();
-    assert!(matches!(ctx.layer_norm(&x, Some(&w4), None, EPS), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(ctx.layer_norm(&x, None, Some(&w64), EPS), Err(Error::DTypeMismatch { .. })));
-    assert!(matches!(ctx.rms_norm(&x, Some(&w4), EPS), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(ctx.layer_norm(&x, None, None, -1.0), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(ctx.rms_norm(&x, None, f64::NAN), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.layer_norm(&x, Some(&w4), None, EPS),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ctx.layer_norm(&x, None, Some(&w64), EPS),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        ctx.rms_norm(&x, Some(&w4), EPS),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        ctx.layer_norm(&x, None, None, -1.0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        ctx.rms_norm(&x, None, f64::NAN),
+        Err(Error::InvalidArgument { .. })
+    ));
     let s = ctx.scalar(1.0f32).unwrap();
-    assert!(matches!(ctx.layer_norm(&s, None, None, EPS), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.layer_norm(&s, None, None, EPS),
+        Err(Error::InvalidArgument { .. })
+    ));
     let xi = ctx.from_slice(&[1i32; 6], &[2, 3]).unwrap();
-    assert!(matches!(ctx.rms_norm(&xi, None, EPS), Err(Error::UnsupportedDType { .. })));
+    assert!(matches!(
+        ctx.rms_norm(&xi, None, EPS),
+        Err(Error::UnsupportedDType { .. })
+    ));
     let (_, mean, rstd) = ctx.layer_norm(&x, None, None, EPS).unwrap();
     let bad = ctx.from_slice(&[1.0f32; 3], &[3]).unwrap();
     assert!(matches!(

@@ -69,7 +69,11 @@ fn check_all<T: Float>(ctx: &ExecContext, x: &RawTensor, axis: usize, seed: u64,
     let mut s3 = shape.clone();
     s3[axis] = 1;
     assert_eq!(lsek.shape(), &s3[..]);
-    assert_close(&vals::<T>(&lsek), &lser, &format!("logsumexp keepdim {what}"));
+    assert_close(
+        &vals::<T>(&lsek),
+        &lser,
+        &format!("logsumexp keepdim {what}"),
+    );
 
     // Backward kernels are fed the reference forward so only the backward is under test.
     let yref = ctx.from_slice(&yr, &shape).unwrap();
@@ -80,14 +84,22 @@ fn check_all<T: Float>(ctx: &ExecContext, x: &RawTensor, axis: usize, seed: u64,
     let lyref = ctx.from_slice(&lyr, &shape).unwrap();
     let lg = ctx.log_softmax_backward(&lyref, &gy, axis).unwrap();
     let lgr = r::log_softmax_backward(&lyr, &gyv, &shape, axis);
-    assert_close(&vals::<T>(&lg), &lgr, &format!("log_softmax_backward {what}"));
+    assert_close(
+        &vals::<T>(&lg),
+        &lgr,
+        &format!("log_softmax_backward {what}"),
+    );
 }
 
 fn last_axis_sizes<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     for (k, &len) in SIZES.iter().enumerate() {
         for rows in [1, 3, 17] {
-            let x = tensor::<T>(&ctx, &randn(k as u64 * 31 + rows as u64, rows * len, 4.0), &[rows, len]);
+            let x = tensor::<T>(
+                &ctx,
+                &randn(k as u64 * 31 + rows as u64, rows * len, 4.0),
+                &[rows, len],
+            );
             check_all::<T>(&ctx, &x, 1, k as u64, &format!("[{rows}, {len}]"));
         }
     }
@@ -124,7 +136,11 @@ fn other_axes_and_views<T: Float>() {
         check_all::<T>(&ctx, &xt, 1, 3, &format!("transposed len {len}"));
         check_all::<T>(&ctx, &xt, 0, 4, &format!("transposed axis 0 len {len}"));
         // Narrowed: columns 2..2+len of a [4, len + 5] base.
-        let wide = tensor::<T>(&ctx, &randn(77 + len as u64, 4 * (len + 5), 3.0), &[4, len + 5]);
+        let wide = tensor::<T>(
+            &ctx,
+            &randn(77 + len as u64, 4 * (len + 5), 3.0),
+            &[4, len + 5],
+        );
         let xn = wide.narrow(1, 2, len).unwrap();
         check_all::<T>(&ctx, &xn, 1, 5, &format!("narrowed len {len}"));
         // Broadcast: one row repeated 3 times (stride 0 on the row axis).
@@ -165,9 +181,16 @@ fn stable_for_large_and_infinite_logits() {
     assert!((lse as f64 - (1001.0 + (1.0 + e).ln())).abs() < 1e-3);
     // All −∞ row: logsumexp −∞ (not NaN); +∞ present: +∞.
     let x2 = ctx
-        .from_slice(&[f64::NEG_INFINITY, f64::NEG_INFINITY, 1.0, f64::INFINITY], &[2, 2])
+        .from_slice(
+            &[f64::NEG_INFINITY, f64::NEG_INFINITY, 1.0, f64::INFINITY],
+            &[2, 2],
+        )
         .unwrap();
-    let l2 = ctx.logsumexp(&x2, 1, false).unwrap().to_vec::<f64>().unwrap();
+    let l2 = ctx
+        .logsumexp(&x2, 1, false)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
     assert_eq!(l2, vec![f64::NEG_INFINITY, f64::INFINITY]);
     drop((x, x2));
     assert_eq!(ctx.stats().outstanding, 0);
@@ -191,14 +214,21 @@ fn finite_diff(x: &[f64], gy: &[f64], f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64
 
 fn assert_fd(got: &[f64], want: &[f64], what: &str) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-7 + 1e-6 * w.abs(), "{what}[{i}]: analytic {g}, numeric {w}");
+        assert!(
+            (g - w).abs() <= 1e-7 + 1e-6 * w.abs(),
+            "{what}[{i}]: analytic {g}, numeric {w}"
+        );
     }
 }
 
 #[test]
 fn backward_matches_finite_differences() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    for (shape, axis) in [(vec![3usize, 5], 1usize), (vec![3, 5], 0), (vec![2, 3, 4], 1)] {
+    for (shape, axis) in [
+        (vec![3usize, 5], 1usize),
+        (vec![3, 5], 0),
+        (vec![2, 3, 4], 1),
+    ] {
         let n: usize = shape.iter().product();
         let xv = randn(11, n, 2.0);
         let gyv = randn(12, n, 1.0);
@@ -206,12 +236,20 @@ fn backward_matches_finite_differences() {
         let gy = ctx.from_slice(&gyv, &shape).unwrap();
 
         let y = ctx.softmax(&x, axis).unwrap();
-        let g = ctx.softmax_backward(&y, &gy, axis).unwrap().to_vec::<f64>().unwrap();
+        let g = ctx
+            .softmax_backward(&y, &gy, axis)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::softmax(v, &shape, axis));
         assert_fd(&g, &num, "softmax_backward");
 
         let ly = ctx.log_softmax(&x, axis).unwrap();
-        let lg = ctx.log_softmax_backward(&ly, &gy, axis).unwrap().to_vec::<f64>().unwrap();
+        let lg = ctx
+            .log_softmax_backward(&ly, &gy, axis)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::log_softmax(v, &shape, axis));
         assert_fd(&lg, &num, "log_softmax_backward");
     }
@@ -224,7 +262,11 @@ fn backward_matches_finite_differences() {
         let gy = ctx.from_slice(&gyv, &shape).unwrap();
         let last = shape.len() - 1;
         let y = ctx.softmax_causal(&x).unwrap();
-        let g = ctx.softmax_backward(&y, &gy, last).unwrap().to_vec::<f64>().unwrap();
+        let g = ctx
+            .softmax_backward(&y, &gy, last)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::softmax_causal(v, &shape));
         assert_fd(&g, &num, "softmax_causal backward");
 
@@ -238,7 +280,11 @@ fn backward_matches_finite_differences() {
             .map(|(&g, &l)| if l.is_finite() { g } else { 0.0 })
             .collect();
         let gyt = ctx.from_slice(&gym, &shape).unwrap();
-        let lg = ctx.log_softmax_causal_backward(&ly, &gyt).unwrap().to_vec::<f64>().unwrap();
+        let lg = ctx
+            .log_softmax_causal_backward(&ly, &gyt)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         let num = finite_diff(&xv, &gym, |v| {
             r::log_softmax_causal(v, &shape)
                 .into_iter()
@@ -252,7 +298,13 @@ fn backward_matches_finite_differences() {
 
 fn causal_matches_reference<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
-    let mut shapes = vec![vec![2usize, 5, 5], vec![3, 4, 7], vec![1, 6, 3], vec![7, 1], vec![2, 2, 3, 9]];
+    let mut shapes = vec![
+        vec![2usize, 5, 5],
+        vec![3, 4, 7],
+        vec![1, 6, 3],
+        vec![7, 1],
+        vec![2, 2, 3, 9],
+    ];
     for &n in &SIZES {
         shapes.push(vec![n, n]);
         shapes.push(vec![3, n]);
@@ -263,22 +315,39 @@ fn causal_matches_reference<T: Float>() {
         let xv = vals::<T>(&x);
         let y = vals::<T>(&ctx.softmax_causal(&x).unwrap());
         let yr = r::softmax_causal(&xv, shape);
-        assert!(y.iter().all(|v| !v.is_nan()), "NaN in causal softmax {shape:?}");
+        assert!(
+            y.iter().all(|v| !v.is_nan()),
+            "NaN in causal softmax {shape:?}"
+        );
         assert_close(&y, &yr, &format!("softmax_causal {shape:?}"));
         let ly = ctx.log_softmax_causal(&x).unwrap();
         let lyv = vals::<T>(&ly);
         let lyr = r::log_softmax_causal(&xv, shape);
-        assert!(lyv.iter().all(|v| !v.is_nan()), "NaN in causal log_softmax {shape:?}");
+        assert!(
+            lyv.iter().all(|v| !v.is_nan()),
+            "NaN in causal log_softmax {shape:?}"
+        );
         assert_close(&lyv, &lyr, &format!("log_softmax_causal {shape:?}"));
-        let gyv: Vec<T> = randn(k as u64 + 500, n, 1.0).into_iter().map(T::from_f64).collect();
+        let gyv: Vec<T> = randn(k as u64 + 500, n, 1.0)
+            .into_iter()
+            .map(T::from_f64)
+            .collect();
         let gy = ctx.from_slice(&gyv, shape).unwrap();
         let g = vals::<T>(&ctx.log_softmax_causal_backward(&ly, &gy).unwrap());
-        assert_close(&g, &r::log_softmax_causal_backward(&lyr, &gyv, shape), "causal bwd");
+        assert_close(
+            &g,
+            &r::log_softmax_causal_backward(&lyr, &gyv, shape),
+            "causal bwd",
+        );
         // Non-contiguous input: a transposed square block.
         if shape.len() == 2 && shape[0] == shape[1] {
             let xt = x.transpose(0, 1).unwrap();
             let y = vals::<T>(&ctx.softmax_causal(&xt).unwrap());
-            assert_close(&y, &r::softmax_causal(&vals::<T>(&xt), shape), "causal transposed");
+            assert_close(
+                &y,
+                &r::softmax_causal(&vals::<T>(&xt), shape),
+                "causal transposed",
+            );
         }
     }
     // rows > cols: the first rows − cols rows are fully masked and give zeros.
@@ -301,7 +370,11 @@ fn causal_matches_reference_f64() {
 }
 
 fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>().unwrap().iter().map(|v| v.to_f64().to_bits()).collect()
+    t.to_vec::<T>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64().to_bits())
+        .collect()
 }
 
 fn deterministic<T: Float>() {
@@ -344,21 +417,43 @@ fn bitwise_identical_across_thread_counts() {
 fn rejects_bad_inputs() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let x = ctx.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
-    assert!(matches!(ctx.softmax(&x, 2), Err(Error::OutOfRange { what: "axis", .. })));
-    assert!(matches!(ctx.logsumexp(&x, 5, true), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        ctx.softmax(&x, 2),
+        Err(Error::OutOfRange { what: "axis", .. })
+    ));
+    assert!(matches!(
+        ctx.logsumexp(&x, 5, true),
+        Err(Error::OutOfRange { .. })
+    ));
     let xi = ctx.from_slice(&[1i64, 2], &[2]).unwrap();
-    assert!(matches!(ctx.log_softmax(&xi, 0), Err(Error::UnsupportedDType { .. })));
+    assert!(matches!(
+        ctx.log_softmax(&xi, 0),
+        Err(Error::UnsupportedDType { .. })
+    ));
     let g64 = ctx.from_slice(&[1.0f64; 4], &[2, 2]).unwrap();
-    assert!(matches!(ctx.softmax_backward(&x, &g64, 1), Err(Error::DTypeMismatch { .. })));
+    assert!(matches!(
+        ctx.softmax_backward(&x, &g64, 1),
+        Err(Error::DTypeMismatch { .. })
+    ));
     let g3 = ctx.from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
-    assert!(matches!(ctx.log_softmax_backward(&x, &g3, 1), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(
+        ctx.log_softmax_backward(&x, &g3, 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
     let v = ctx.from_slice(&[1.0f32, 2.0], &[2]).unwrap();
-    assert!(matches!(ctx.softmax_causal(&v), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        ctx.softmax_causal(&v),
+        Err(Error::InvalidArgument { .. })
+    ));
     // Empty tensors are fine.
     let e = ctx.zeros(DType::F32, &[0, 4]).unwrap();
     assert_eq!(ctx.softmax(&e, 1).unwrap().shape(), &[0, 4]);
     let e2 = ctx.zeros(DType::F64, &[3, 0]).unwrap();
-    let l = ctx.logsumexp(&e2, 1, false).unwrap().to_vec::<f64>().unwrap();
+    let l = ctx
+        .logsumexp(&e2, 1, false)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
     assert_eq!(l, vec![f64::NEG_INFINITY; 3]);
     drop((x, xi, g64, g3, v, e, e2));
     assert_eq!(ctx.stats().outstanding, 0);

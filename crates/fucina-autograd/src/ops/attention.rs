@@ -24,7 +24,15 @@ impl Backward for AttentionBackward {
         "scaled_dot_product_attention"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let (gq, gk, gv) = ctx.attention_backward(&self.q, &self.k, &self.v, &self.probs, gy, self.opts, [needs[0], needs[1], needs[2]])?;
+        let (gq, gk, gv) = ctx.attention_backward(
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.probs,
+            gy,
+            self.opts,
+            [needs[0], needs[1], needs[2]],
+        )?;
         Ok(smallvec::smallvec![gq, gk, gv, None])
     }
 }
@@ -33,7 +41,13 @@ impl Tensor {
     /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]`;
     /// `mask`: an additive float bias or a U8 keep-mask broadcastable to
     /// `[B,H,T,S]` (a constant); `opts`: causal flag and scale (default 1/√D).
-    pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, opts: AttentionOpts) -> Result<Tensor> {
+    pub fn scaled_dot_product_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        opts: AttentionOpts,
+    ) -> Result<Tensor> {
         if mask.is_some_and(|m| m.requires_grad()) {
             return Err(not_differentiable("scaled_dot_product_attention (mask)"));
         }
@@ -43,8 +57,20 @@ impl Tensor {
         let (out, probs) = ctx.attention(&qr, &kr, &vr, mr.as_ref(), opts)?;
         let mut inputs = vec![q, k, v];
         inputs.extend(mask);
-        Ok(record(ctx, "scaled_dot_product_attention", out, &inputs, |_| {
-            Box::new(AttentionBackward { q: qr, k: kr, v: vr, probs, opts })
-        }))
+        Ok(record(
+            ctx,
+            "scaled_dot_product_attention",
+            out,
+            &inputs,
+            |_| {
+                Box::new(AttentionBackward {
+                    q: qr,
+                    k: kr,
+                    v: vr,
+                    probs,
+                    opts,
+                })
+            },
+        ))
     }
 }

@@ -22,7 +22,11 @@ impl Backward for ConcatBackward {
         let mut out = Grads::new();
         let mut start = 0;
         for (i, &len) in self.lens.iter().enumerate() {
-            out.push(if needs[i] { Some(gy.narrow(self.axis, start, len)?) } else { None });
+            out.push(if needs[i] {
+                Some(gy.narrow(self.axis, start, len)?)
+            } else {
+                None
+            });
             start += len;
         }
         Ok(out)
@@ -51,7 +55,12 @@ impl Backward for PadBackward {
 impl Tensor {
     /// Concatenates along `axis` (all other dims equal).
     pub fn concat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
-        let first = xs.first().ok_or_else(|| Error::Core(fucina_core::Error::InvalidArgument { op: "concat", msg: "no tensors".into() }))?;
+        let first = xs.first().ok_or_else(|| {
+            Error::Core(fucina_core::Error::InvalidArgument {
+                op: "concat",
+                msg: "no tensors".into(),
+            })
+        })?;
         let a = axis_of("concat", first, axis)?;
         let raws: Vec<RawTensor> = xs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
         let refs: Vec<&RawTensor> = raws.iter().collect();
@@ -60,12 +69,17 @@ impl Tensor {
         drop(refs);
         let lens: Vec<usize> = raws.iter().map(|r| r.shape()[a]).collect();
         drop(raws);
-        Ok(record(ctx, "concat", y, xs, |_| Box::new(ConcatBackward { axis: a, lens })))
+        Ok(record(ctx, "concat", y, xs, |_| {
+            Box::new(ConcatBackward { axis: a, lens })
+        }))
     }
 
     /// Stacks equal-shape tensors along a new `axis`.
     pub fn stack(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
-        let ups: Vec<Tensor> = xs.iter().map(|t| t.unsqueeze(axis)).collect::<Result<_>>()?;
+        let ups: Vec<Tensor> = xs
+            .iter()
+            .map(|t| t.unsqueeze(axis))
+            .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = ups.iter().collect();
         Tensor::concat(&refs, axis)
     }
@@ -74,7 +88,11 @@ impl Tensor {
     pub fn split(&self, axis: isize, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let a = axis_of("split", self, axis)?;
         if sizes.iter().sum::<usize>() != self.shape()[a] {
-            return Err(fucina_core::Error::InvalidArgument { op: "split", msg: format!("sizes {sizes:?} do not sum to {}", self.shape()[a]) }.into());
+            return Err(fucina_core::Error::InvalidArgument {
+                op: "split",
+                msg: format!("sizes {sizes:?} do not sum to {}", self.shape()[a]),
+            }
+            .into());
         }
         let mut start = 0;
         sizes
@@ -91,7 +109,11 @@ impl Tensor {
     pub fn chunk(&self, n: usize, axis: isize) -> Result<Vec<Tensor>> {
         let a = axis_of("chunk", self, axis)?;
         if n == 0 {
-            return Err(fucina_core::Error::InvalidArgument { op: "chunk", msg: "n must be positive".into() }.into());
+            return Err(fucina_core::Error::InvalidArgument {
+                op: "chunk",
+                msg: "n must be positive".into(),
+            }
+            .into());
         }
         let d = self.shape()[a];
         let step = d.div_ceil(n).max(1);
@@ -110,6 +132,8 @@ impl Tensor {
         let ctx = self.ctx();
         let y = ctx.pad(&*self.value()?, pads, value)?;
         let pads = pads.to_vec();
-        Ok(record(ctx, "pad", y, &[self], |_| Box::new(PadBackward { pads })))
+        Ok(record(ctx, "pad", y, &[self], |_| {
+            Box::new(PadBackward { pads })
+        }))
     }
 }

@@ -21,7 +21,11 @@ impl Backward for UnaryBackward {
         self.op.name()
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.unary_backward(&self.saved, gy, self.op)?)])
+        Ok(smallvec::smallvec![Some(ctx.unary_backward(
+            &self.saved,
+            gy,
+            self.op
+        )?)])
     }
 }
 
@@ -74,7 +78,8 @@ impl Backward for BinaryBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         // Only Pow reads `out`; the others are given gy in its place (unused).
         let out = self.out.as_ref().unwrap_or(gy);
-        let (ga, gb) = ctx.binary_backward(&self.a, &self.b, out, gy, self.op, [needs[0], needs[1]])?;
+        let (ga, gb) =
+            ctx.binary_backward(&self.a, &self.b, out, gy, self.op, [needs[0], needs[1]])?;
         Ok(smallvec::smallvec![ga, gb])
     }
 }
@@ -222,14 +227,30 @@ impl Tensor {
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
         };
-        Ok(record(ctx, name, y, &[self, other], |y| -> Box<dyn Backward> {
-            match op {
-                BinaryOp::Add => Box::new(AddSubBackward { sub: false }),
-                BinaryOp::Sub => Box::new(AddSubBackward { sub: true }),
-                BinaryOp::Pow => Box::new(BinaryBackward { op, a, b, out: Some(y.clone()) }),
-                _ => Box::new(BinaryBackward { op, a, b, out: None }),
-            }
-        }))
+        Ok(record(
+            ctx,
+            name,
+            y,
+            &[self, other],
+            |y| -> Box<dyn Backward> {
+                match op {
+                    BinaryOp::Add => Box::new(AddSubBackward { sub: false }),
+                    BinaryOp::Sub => Box::new(AddSubBackward { sub: true }),
+                    BinaryOp::Pow => Box::new(BinaryBackward {
+                        op,
+                        a,
+                        b,
+                        out: Some(y.clone()),
+                    }),
+                    _ => Box::new(BinaryBackward {
+                        op,
+                        a,
+                        b,
+                        out: None,
+                    }),
+                }
+            },
+        ))
     }
 
     /// a + b with broadcasting.
@@ -275,7 +296,9 @@ impl Tensor {
         let c = cond.raw()?;
         let ctx = self.ctx();
         let y = ctx.where_cond(&c, &*self.value()?, &*other.value()?)?;
-        Ok(record(ctx, "where", y, &[self, other], |_| Box::new(WhereBackward { cond: c })))
+        Ok(record(ctx, "where", y, &[self, other], |_| {
+            Box::new(WhereBackward { cond: c })
+        }))
     }
 
     /// `x` with `value` written where the U8 `mask` (broadcast to x) is 1.
@@ -283,7 +306,9 @@ impl Tensor {
         let m = mask.raw()?;
         let ctx = self.ctx();
         let y = ctx.masked_fill(&*self.value()?, &m, value)?;
-        Ok(record(ctx, "masked_fill", y, &[self], |_| Box::new(MaskedFillBackward { mask: m })))
+        Ok(record(ctx, "masked_fill", y, &[self], |_| {
+            Box::new(MaskedFillBackward { mask: m })
+        }))
     }
 
     /// Inverted dropout with a counter-based mask: a pure function of
@@ -291,7 +316,9 @@ impl Tensor {
     pub fn dropout(&self, p: f64, seed: u64) -> Result<Tensor> {
         let ctx = self.ctx();
         let y = ctx.dropout(&*self.value()?, p, seed)?;
-        Ok(record(ctx, "dropout", y, &[self], |_| Box::new(DropoutBackward { p, seed })))
+        Ok(record(ctx, "dropout", y, &[self], |_| {
+            Box::new(DropoutBackward { p, seed })
+        }))
     }
 }
 
@@ -306,8 +333,16 @@ impl Backward for WhereBackward {
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let zero = ctx.zeros(gy.dtype(), &[])?;
-        let ga = if needs[0] { Some(ctx.where_cond(&self.cond, gy, &zero)?) } else { None };
-        let gb = if needs[1] { Some(ctx.where_cond(&self.cond, &zero, gy)?) } else { None };
+        let ga = if needs[0] {
+            Some(ctx.where_cond(&self.cond, gy, &zero)?)
+        } else {
+            None
+        };
+        let gb = if needs[1] {
+            Some(ctx.where_cond(&self.cond, &zero, gy)?)
+        } else {
+            None
+        };
         Ok(smallvec::smallvec![ga, gb])
     }
 }
@@ -322,7 +357,9 @@ impl Backward for MaskedFillBackward {
         "masked_fill"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.masked_fill(gy, &self.mask, 0.0)?)])
+        Ok(smallvec::smallvec![Some(
+            ctx.masked_fill(gy, &self.mask, 0.0)?
+        )])
     }
 }
 
@@ -337,7 +374,9 @@ impl Backward for DropoutBackward {
         "dropout"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.dropout_backward(gy, self.p, self.seed)?)])
+        Ok(smallvec::smallvec![Some(
+            ctx.dropout_backward(gy, self.p, self.seed)?
+        )])
     }
 }
 

@@ -28,7 +28,10 @@ impl Backward for EmbeddingBackward {
         "embedding"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?), None])
+        Ok(smallvec::smallvec![
+            Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?),
+            None
+        ])
     }
 }
 
@@ -44,7 +47,10 @@ impl Backward for IndexSelectBackward {
         "index_select"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.index_add(&self.in_shape, self.axis, &self.idx, gy)?), None])
+        Ok(smallvec::smallvec![
+            Some(ctx.index_add(&self.in_shape, self.axis, &self.idx, gy)?),
+            None
+        ])
     }
 }
 
@@ -60,7 +66,10 @@ impl Backward for GatherBackward {
         "gather"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.scatter_add(&self.in_shape, self.axis, &self.idx, gy)?), None])
+        Ok(smallvec::smallvec![
+            Some(ctx.scatter_add(&self.in_shape, self.axis, &self.idx, gy)?),
+            None
+        ])
     }
 }
 
@@ -76,7 +85,11 @@ impl Backward for ScatterAddBackward {
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let gx = if needs[0] { Some(gy.clone()) } else { None };
-        let gs = if needs[2] { Some(ctx.gather(gy, self.axis, &self.idx)?) } else { None };
+        let gs = if needs[2] {
+            Some(ctx.gather(gy, self.axis, &self.idx)?)
+        } else {
+            None
+        };
         Ok(smallvec::smallvec![gx, None, gs])
     }
 }
@@ -89,7 +102,9 @@ impl Tensor {
         let idsr = ids.raw()?;
         let y = ctx.embedding(&*self.value()?, &idsr)?;
         let vocab = self.shape()[0];
-        Ok(record(ctx, "embedding", y, &[self, ids], |_| Box::new(EmbeddingBackward { vocab, ids: idsr })))
+        Ok(record(ctx, "embedding", y, &[self, ids], |_| {
+            Box::new(EmbeddingBackward { vocab, ids: idsr })
+        }))
     }
 
     /// Entries of `axis` picked by a 1-D integer index.
@@ -100,7 +115,13 @@ impl Tensor {
         let ir = idx.raw()?;
         let y = ctx.index_select(&*self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, "index_select", y, &[self, idx], |_| Box::new(IndexSelectBackward { in_shape, axis: a, idx: ir })))
+        Ok(record(ctx, "index_select", y, &[self, idx], |_| {
+            Box::new(IndexSelectBackward {
+                in_shape,
+                axis: a,
+                idx: ir,
+            })
+        }))
     }
 
     /// torch.gather / take_along_axis: `out[.., j, ..] = x[.., idx[.., j, ..], ..]`.
@@ -111,7 +132,13 @@ impl Tensor {
         let ir = idx.raw()?;
         let y = ctx.gather(&*self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, "gather", y, &[self, idx], |_| Box::new(GatherBackward { in_shape, axis: a, idx: ir })))
+        Ok(record(ctx, "gather", y, &[self, idx], |_| {
+            Box::new(GatherBackward {
+                in_shape,
+                axis: a,
+                idx: ir,
+            })
+        }))
     }
 
     /// Alias of [`Tensor::gather`] (NumPy's name).
@@ -127,9 +154,15 @@ impl Tensor {
         let ctx = self.ctx();
         let ir = idx.raw()?;
         let s = ctx.scatter_add(self.shape(), a, &ir, &*src.value()?)?;
-        let y = ctx.binary(&*self.value()?, &s, fucina_core::kernels::elementwise::BinaryOp::Add)?;
+        let y = ctx.binary(
+            &*self.value()?,
+            &s,
+            fucina_core::kernels::elementwise::BinaryOp::Add,
+        )?;
         drop(s);
-        Ok(record(ctx, "scatter_add", y, &[self, idx, src], |_| Box::new(ScatterAddBackward { axis: a, idx: ir })))
+        Ok(record(ctx, "scatter_add", y, &[self, idx, src], |_| {
+            Box::new(ScatterAddBackward { axis: a, idx: ir })
+        }))
     }
 
     /// One-hot encoding of integer indices: `idx.shape + [classes]` (not differentiable).

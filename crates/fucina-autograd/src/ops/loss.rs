@@ -9,9 +9,6 @@ use crate::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
 use crate::tensor::Tensor;
 
-
-
-
 /// dlogits = gy · (softmax(x) − target distribution) [/ count for mean];
 /// ignored rows get 0.
 struct CrossEntropyBackward {
@@ -26,7 +23,8 @@ impl Backward for CrossEntropyBackward {
         "cross_entropy"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        let g = ctx.cross_entropy_backward(&self.logits, &self.targets, &self.saved, gy, self.opts)?;
+        let g =
+            ctx.cross_entropy_backward(&self.logits, &self.targets, &self.saved, gy, self.opts)?;
         Ok(smallvec::smallvec![Some(g), None])
     }
 }
@@ -43,7 +41,12 @@ impl Tensor {
         let ctx = self.ctx();
         let (loss, saved) = ctx.cross_entropy(&x, &t, opts)?;
         Ok(record(ctx, "cross_entropy", loss, &[self, targets], |_| {
-            Box::new(CrossEntropyBackward { logits: x, targets: t, saved, opts })
+            Box::new(CrossEntropyBackward {
+                logits: x,
+                targets: t,
+                saved,
+                opts,
+            })
         }))
     }
 }
@@ -60,20 +63,37 @@ impl Tensor {
     /// Negative log-likelihood of `[N, C]` log-probabilities at `[N]` integer
     /// targets; `ignore_index` rows are excluded (mean over the rest; all
     /// ignored gives 0).
-    pub fn nll_loss(&self, targets: &Tensor, ignore_index: Option<i64>, reduction: Reduction) -> Result<Tensor> {
+    pub fn nll_loss(
+        &self,
+        targets: &Tensor,
+        ignore_index: Option<i64>,
+        reduction: Reduction,
+    ) -> Result<Tensor> {
         if targets.requires_grad() {
             return Err(not_differentiable("nll_loss (targets)"));
         }
         let ctx = self.ctx();
-        let tv: Vec<i64> = targets.to_vec_f64()?.into_iter().map(|v| v as i64).collect();
+        let tv: Vec<i64> = targets
+            .to_vec_f64()?
+            .into_iter()
+            .map(|v| v as i64)
+            .collect();
         let keep: Vec<bool> = tv.iter().map(|&t| Some(t) != ignore_index).collect();
         // Ignored rows gather class 0 and are then zeroed by the weight.
-        let safe: Vec<i64> = tv.iter().zip(&keep).map(|(&t, &k)| if k { t } else { 0 }).collect();
+        let safe: Vec<i64> = tv
+            .iter()
+            .zip(&keep)
+            .map(|(&t, &k)| if k { t } else { 0 })
+            .collect();
         let n = safe.len();
         let idx = Tensor::from_raw(ctx, ctx.from_slice(&safe, &[n, 1])?, false);
         let picked = self.gather(1, &idx)?.reshape(&[n as isize])?;
         let wv: Vec<f64> = keep.iter().map(|&k| if k { 1.0 } else { 0.0 }).collect();
-        let w = Tensor::from_raw(ctx, ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?, false);
+        let w = Tensor::from_raw(
+            ctx,
+            ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?,
+            false,
+        );
         let per_row = picked.mul(&w)?.neg()?;
         match reduction {
             Reduction::None => Ok(per_row),
@@ -92,14 +112,19 @@ impl Tensor {
 
     /// Binary cross-entropy on logits: softplus(x) − x·y (stable; gradient σ(x) − y).
     pub fn bce_with_logits(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-        self.softplus()?.sub(&self.mul(target)?)?.reduce_loss(reduction)
+        self.softplus()?
+            .sub(&self.mul(target)?)?
+            .reduce_loss(reduction)
     }
 
     /// Huber loss with threshold `delta`: ½d² where |d| < δ, else δ(|d| − ½δ).
     pub fn huber_loss(&self, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
         let d = self.sub(target)?;
         let ad = d.abs()?;
-        let small = ad.compare(&Tensor::scalar(self.ctx(), self.dtype(), delta)?, fucina_core::kernels::elementwise::CmpOp::Lt)?;
+        let small = ad.compare(
+            &Tensor::scalar(self.ctx(), self.dtype(), delta)?,
+            fucina_core::kernels::elementwise::CmpOp::Lt,
+        )?;
         let quad = d.square()?.mul_scalar(0.5)?;
         let lin = ad.sub_scalar(0.5 * delta)?.mul_scalar(delta)?;
         quad.where_cond(&small, &lin)?.reduce_loss(reduction)

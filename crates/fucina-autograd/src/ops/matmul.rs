@@ -27,8 +27,16 @@ impl Backward for MatmulBackward {
         "matmul"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let ga = if needs[0] { Some(ctx.matmul(gy, &t_last(&self.b)?)?) } else { None };
-        let gb = if needs[1] { Some(ctx.matmul(&t_last(&self.a)?, gy)?) } else { None };
+        let ga = if needs[0] {
+            Some(ctx.matmul(gy, &t_last(&self.b)?)?)
+        } else {
+            None
+        };
+        let gb = if needs[1] {
+            Some(ctx.matmul(&t_last(&self.a)?, gy)?)
+        } else {
+            None
+        };
         Ok(smallvec::smallvec![ga, gb])
     }
 }
@@ -47,7 +55,11 @@ impl Backward for LinearBackward {
         let n = self.w.shape()[0];
         let k = self.w.shape()[1];
         let rows = gy.numel() / n.max(1);
-        let gx = if needs[0] { Some(ctx.matmul(gy, &self.w)?) } else { None };
+        let gx = if needs[0] {
+            Some(ctx.matmul(gy, &self.w)?)
+        } else {
+            None
+        };
         let (mut gw, mut gb) = (None, None);
         if needs[1] || needs.get(2).copied().unwrap_or(false) {
             let gy2 = ctx.reshape(gy, &[rows, n])?;
@@ -71,7 +83,9 @@ impl Tensor {
         let b = other.raw()?;
         let ctx = self.ctx();
         let y = ctx.matmul(&a, &b)?;
-        Ok(record(ctx, "matmul", y, &[self, other], |_| Box::new(MatmulBackward { a, b })))
+        Ok(record(ctx, "matmul", y, &[self, other], |_| {
+            Box::new(MatmulBackward { a, b })
+        }))
     }
 
     /// `x·Wᵀ + b` with `W` of shape `[N, K]` and optional bias `[N]` (fused).
@@ -92,6 +106,8 @@ impl Tensor {
             Some(b) => vec![self, weight, b],
             None => vec![self, weight],
         };
-        Ok(record(ctx, "linear", y, &inputs, |_| Box::new(LinearBackward { x, w })))
+        Ok(record(ctx, "linear", y, &inputs, |_| {
+            Box::new(LinearBackward { x, w })
+        }))
     }
 }

@@ -4,16 +4,16 @@
 //! node that holds `clone_view`s of exactly what its formula needs. The math
 //! of each backward is written next to it.
 
+pub mod attention;
+pub mod concat;
 pub mod elementwise;
+pub mod index;
+pub mod loss;
 pub mod matmul;
+pub mod norm;
 pub mod reduce;
 pub mod shape;
-pub mod loss;
 pub mod softmax;
-pub mod norm;
-pub mod index;
-pub mod concat;
-pub mod attention;
 
 use fucina_core::shape::normalize_axis;
 
@@ -36,7 +36,12 @@ pub(crate) fn axes_of(op: &'static str, t: &Tensor, axes: &[isize]) -> Result<Ve
 /// Checks that both operands share a dtype.
 pub(crate) fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.dtype() != b.dtype() {
-        return Err(fucina_core::Error::DTypeMismatch { op, lhs: a.dtype(), rhs: b.dtype() }.into());
+        return Err(fucina_core::Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        }
+        .into());
     }
     Ok(())
 }

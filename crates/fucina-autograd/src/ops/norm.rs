@@ -25,7 +25,16 @@ impl Backward for LayerNormBackward {
         let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
         let nb_idx = if self.w.is_some() { 2 } else { 1 };
         let nb = self.has_bias && needs.get(nb_idx).copied().unwrap_or(false);
-        let (gx, gw, gb) = ctx.layer_norm_backward(&self.x, self.w.as_ref(), &self.mean, &self.rstd, gy, needs[0], nw, nb)?;
+        let (gx, gw, gb) = ctx.layer_norm_backward(
+            &self.x,
+            self.w.as_ref(),
+            &self.mean,
+            &self.rstd,
+            gy,
+            needs[0],
+            nw,
+            nb,
+        )?;
         let mut out: Grads = smallvec::smallvec![gx];
         if self.w.is_some() {
             out.push(gw);
@@ -51,7 +60,8 @@ impl Backward for RmsNormBackward {
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
-        let (gx, gw) = ctx.rms_norm_backward(&self.x, self.w.as_ref(), &self.rstd, gy, needs[0], nw)?;
+        let (gx, gw) =
+            ctx.rms_norm_backward(&self.x, self.w.as_ref(), &self.rstd, gy, needs[0], nw)?;
         let mut out: Grads = smallvec::smallvec![gx];
         if self.w.is_some() {
             out.push(gw);
@@ -63,7 +73,12 @@ impl Backward for RmsNormBackward {
 impl Tensor {
     /// Layer norm over the last axis (biased variance), with optional affine
     /// weight and bias of shape `[D]`.
-    pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
         let ctx = self.ctx();
         let x = self.raw()?;
         let w = weight.map(|w| w.raw()).transpose()?;
@@ -73,7 +88,15 @@ impl Tensor {
         inputs.extend(weight);
         inputs.extend(bias);
         let has_bias = bias.is_some();
-        Ok(record(ctx, "layer_norm", y, &inputs, |_| Box::new(LayerNormBackward { x, w, mean, rstd, has_bias })))
+        Ok(record(ctx, "layer_norm", y, &inputs, |_| {
+            Box::new(LayerNormBackward {
+                x,
+                w,
+                mean,
+                rstd,
+                has_bias,
+            })
+        }))
     }
 
     /// RMS norm over the last axis: x / √(mean(x²) + ε) · w.
@@ -84,6 +107,8 @@ impl Tensor {
         let (y, rstd) = ctx.rms_norm(&x, w.as_ref(), eps)?;
         let mut inputs: Vec<&Tensor> = vec![self];
         inputs.extend(weight);
-        Ok(record(ctx, "rms_norm", y, &inputs, |_| Box::new(RmsNormBackward { x, w, rstd })))
+        Ok(record(ctx, "rms_norm", y, &inputs, |_| {
+            Box::new(RmsNormBackward { x, w, rstd })
+        }))
     }
 }

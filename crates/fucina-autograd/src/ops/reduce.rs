@@ -12,7 +12,11 @@ use crate::tensor::Tensor;
 
 /// The shape `gy` has with the reduced axes kept as size 1.
 fn keepdim_shape(in_shape: &[usize], axes: &[usize]) -> Dims {
-    in_shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect()
+    in_shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect()
 }
 
 /// sum: gx = broadcast(gy) over the reduced axes; mean: the same times 1/n.
@@ -51,9 +55,19 @@ impl Tensor {
         let y = ctx.reduce(&x, op, &ax, keepdim)?;
         let n: usize = ax.iter().map(|&a| self.shape()[a]).product();
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, if mean { "mean" } else { "sum" }, y, &[self], |_| {
-            Box::new(SumBackward { in_shape, axes: ax, scale: mean.then(|| 1.0 / n as f64) })
-        }))
+        Ok(record(
+            ctx,
+            if mean { "mean" } else { "sum" },
+            y,
+            &[self],
+            |_| {
+                Box::new(SumBackward {
+                    in_shape,
+                    axes: ax,
+                    scale: mean.then(|| 1.0 / n as f64),
+                })
+            },
+        ))
     }
 
     /// Sum over `axes` (negative counts from the end; empty = all).
@@ -92,9 +106,20 @@ impl Backward for ExtremumBackward {
         "max/min"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        let idx = self.idx_keepdim.as_ref().ok_or(crate::Error::MissingGradient { op: "max/min", input: 0 })?;
+        let idx = self
+            .idx_keepdim
+            .as_ref()
+            .ok_or(crate::Error::MissingGradient {
+                op: "max/min",
+                input: 0,
+            })?;
         let g = ctx.reshape(gy, idx.shape())?;
-        Ok(smallvec::smallvec![Some(ctx.scatter_add(&self.in_shape, self.axis, idx, &g)?)])
+        Ok(smallvec::smallvec![Some(ctx.scatter_add(
+            &self.in_shape,
+            self.axis,
+            idx,
+            &g
+        )?)])
     }
 }
 
@@ -108,7 +133,9 @@ impl Backward for CumsumBackward {
         "cumsum"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.cumsum_reverse(gy, self.axis)?)])
+        Ok(smallvec::smallvec![Some(
+            ctx.cumsum_reverse(gy, self.axis)?
+        )])
     }
 }
 
@@ -128,7 +155,11 @@ impl Backward for NormBackward {
         let zero = ctx.compare_scalar(&self.y_keepdim, 0.0, CmpOp::Eq)?;
         let ratio = ctx.binary(&gy, &self.y_keepdim, BinaryOp::Div)?;
         let ratio = ctx.masked_fill(&ratio, &zero, 0.0)?;
-        Ok(smallvec::smallvec![Some(ctx.binary(&self.x, &ratio, BinaryOp::Mul)?)])
+        Ok(smallvec::smallvec![Some(ctx.binary(
+            &self.x,
+            &ratio,
+            BinaryOp::Mul
+        )?)])
     }
 }
 
@@ -138,16 +169,31 @@ impl Tensor {
         let a = crate::ops::axis_of(name, self, axis)?;
         let ctx = self.ctx();
         let x = self.value()?;
-        let y = ctx.reduce(&x, if max { ReduceOp::Max } else { ReduceOp::Min }, &[a], keepdim)?;
+        let y = ctx.reduce(
+            &x,
+            if max { ReduceOp::Max } else { ReduceOp::Min },
+            &[a],
+            keepdim,
+        )?;
         let record_needed = crate::graph::should_record(&[self]);
         let idx = if record_needed {
-            Some(if max { ctx.argmax(&x, a, true)? } else { ctx.argmin(&x, a, true)? })
+            Some(if max {
+                ctx.argmax(&x, a, true)?
+            } else {
+                ctx.argmin(&x, a, true)?
+            })
         } else {
             None
         };
         drop(x);
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, name, y, &[self], |_| Box::new(ExtremumBackward { in_shape, axis: a, idx_keepdim: idx })))
+        Ok(record(ctx, name, y, &[self], |_| {
+            Box::new(ExtremumBackward {
+                in_shape,
+                axis: a,
+                idx_keepdim: idx,
+            })
+        }))
     }
 
     /// Maximum along `axis`; the gradient goes to the first maximum.
@@ -173,7 +219,11 @@ impl Tensor {
     /// Indices (I64 constant) of the first maximum along `axis`.
     pub fn argmax(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
         let a = crate::ops::axis_of("argmax", self, axis)?;
-        let t = Tensor::from_raw(self.ctx(), self.ctx().argmax(&*self.value()?, a, keepdim)?, false);
+        let t = Tensor::from_raw(
+            self.ctx(),
+            self.ctx().argmax(&*self.value()?, a, keepdim)?,
+            false,
+        );
         crate::scope::adopt(&t);
         Ok(t)
     }
@@ -186,7 +236,9 @@ impl Tensor {
         let axi: Vec<isize> = ax.iter().map(|&a| a as isize).collect();
         let mu = self.mean(&axi, true)?;
         let d = self.sub(&mu)?;
-        d.square()?.sum(&axi, keepdim)?.div_scalar((n as f64 - ddof as f64).max(0.0))
+        d.square()?
+            .sum(&axi, keepdim)?
+            .div_scalar((n as f64 - ddof as f64).max(0.0))
     }
 
     /// L2 norm over `axes` (empty = all); gradient 0 where the norm is 0.
@@ -200,10 +252,18 @@ impl Tensor {
         let y = if keepdim {
             y_kd.clone()
         } else {
-            let shape: Vec<usize> = self.shape().iter().enumerate().filter(|(i, _)| !ax.contains(i)).map(|(_, &d)| d).collect();
+            let shape: Vec<usize> = self
+                .shape()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !ax.contains(i))
+                .map(|(_, &d)| d)
+                .collect();
             y_kd.reshape(&shape)?
         };
-        Ok(record(ctx, "norm", y, &[self], |_| Box::new(NormBackward { x, y_keepdim: y_kd })))
+        Ok(record(ctx, "norm", y, &[self], |_| {
+            Box::new(NormBackward { x, y_keepdim: y_kd })
+        }))
     }
 
     /// Cumulative sum along `axis`.
@@ -211,6 +271,8 @@ impl Tensor {
         let a = crate::ops::axis_of("cumsum", self, axis)?;
         let ctx = self.ctx();
         let y = ctx.cumsum(&*self.value()?, a)?;
-        Ok(record(ctx, "cumsum", y, &[self], |_| Box::new(CumsumBackward { axis: a })))
+        Ok(record(ctx, "cumsum", y, &[self], |_| {
+            Box::new(CumsumBackward { axis: a })
+        }))
     }
 }

@@ -11,17 +11,29 @@ use crate::ops::axis_of;
 use crate::tensor::Tensor;
 
 /// Resolves a shape with at most one −1 against `numel`.
-pub(crate) fn resolve_shape(op: &'static str, from: &[usize], shape: &[isize]) -> Result<Vec<usize>> {
+pub(crate) fn resolve_shape(
+    op: &'static str,
+    from: &[usize],
+    shape: &[isize],
+) -> Result<Vec<usize>> {
     let numel: usize = from.iter().product();
     let mut infer = None;
     let mut known = 1usize;
     for (i, &d) in shape.iter().enumerate() {
         if d == -1 {
             if infer.replace(i).is_some() {
-                return Err(CoreError::InvalidArgument { op, msg: "only one dimension can be -1".into() }.into());
+                return Err(CoreError::InvalidArgument {
+                    op,
+                    msg: "only one dimension can be -1".into(),
+                }
+                .into());
             }
         } else if d < 0 {
-            return Err(CoreError::InvalidArgument { op, msg: format!("invalid dimension {d}") }.into());
+            return Err(CoreError::InvalidArgument {
+                op,
+                msg: format!("invalid dimension {d}"),
+            }
+            .into());
         } else {
             known *= d as usize;
         }
@@ -29,12 +41,22 @@ pub(crate) fn resolve_shape(op: &'static str, from: &[usize], shape: &[isize]) -
     let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
         if known == 0 || numel % known != 0 {
-            return Err(CoreError::BadView { op, from: from.to_vec(), to: out }.into());
+            return Err(CoreError::BadView {
+                op,
+                from: from.to_vec(),
+                to: out,
+            }
+            .into());
         }
         out[i] = numel / known;
     }
     if out.iter().product::<usize>() != numel {
-        return Err(CoreError::BadView { op, from: from.to_vec(), to: out }.into());
+        return Err(CoreError::BadView {
+            op,
+            from: from.to_vec(),
+            to: out,
+        }
+        .into());
     }
     Ok(out)
 }
@@ -99,7 +121,12 @@ impl Backward for NarrowBackward {
 }
 
 impl Tensor {
-    fn view_op(&self, name: &'static str, y: RawTensor, make: impl FnOnce() -> Box<dyn Backward>) -> Tensor {
+    fn view_op(
+        &self,
+        name: &'static str,
+        y: RawTensor,
+        make: impl FnOnce() -> Box<dyn Backward>,
+    ) -> Tensor {
         record(self.ctx(), name, y, &[self], |_| make())
     }
 
@@ -129,7 +156,11 @@ impl Tensor {
         let s = axis_of("flatten", self, start)?;
         let e = axis_of("flatten", self, end)?;
         if s > e {
-            return Err(CoreError::InvalidArgument { op: "flatten", msg: format!("start {start} after end {end}") }.into());
+            return Err(CoreError::InvalidArgument {
+                op: "flatten",
+                msg: format!("start {start} after end {end}"),
+            }
+            .into());
         }
         let mut shape: Vec<usize> = self.shape()[..s].to_vec();
         shape.push(self.shape()[s..=e].iter().product());
@@ -150,14 +181,21 @@ impl Tensor {
     /// The matrix transpose of a 2-D tensor.
     pub fn t(&self) -> Result<Tensor> {
         if self.rank() != 2 {
-            return Err(CoreError::InvalidArgument { op: "t", msg: format!("expects 2-D, got {:?}", self.shape()) }.into());
+            return Err(CoreError::InvalidArgument {
+                op: "t",
+                msg: format!("expects 2-D, got {:?}", self.shape()),
+            }
+            .into());
         }
         self.transpose(0, 1)
     }
 
     /// Reorders axes: output axis i is input axis `perm[i]` (a view).
     pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
-        let p: Vec<usize> = perm.iter().map(|&a| axis_of("permute", self, a)).collect::<Result<_>>()?;
+        let p: Vec<usize> = perm
+            .iter()
+            .map(|&a| axis_of("permute", self, a))
+            .collect::<Result<_>>()?;
         let y = self.value()?.permute(&p)?;
         let mut inverse = vec![0; p.len()];
         for (i, &pi) in p.iter().enumerate() {
@@ -179,7 +217,14 @@ impl Tensor {
         let r = self.rank() as isize + 1;
         let a = if axis < 0 { axis + r } else { axis };
         if a < 0 || a >= r {
-            return Err(CoreError::OutOfRange { op: "unsqueeze", what: "axis", index: axis as i64, bound: r as usize, shape: self.shape().to_vec() }.into());
+            return Err(CoreError::OutOfRange {
+                op: "unsqueeze",
+                what: "axis",
+                index: axis as i64,
+                bound: r as usize,
+                shape: self.shape().to_vec(),
+            }
+            .into());
         }
         let y = self.value()?.unsqueeze(a as usize)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
@@ -197,7 +242,13 @@ impl Tensor {
         let a = axis_of("narrow", self, axis)?;
         let y = self.value()?.narrow(a, start, len)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(self.view_op("narrow", y, || Box::new(NarrowBackward { in_shape, axis: a, start })))
+        Ok(self.view_op("narrow", y, || {
+            Box::new(NarrowBackward {
+                in_shape,
+                axis: a,
+                start,
+            })
+        }))
     }
 
     /// Index `index` of `axis`, removing the axis (a view).

@@ -46,9 +46,16 @@ impl Backward for LogsumexpBackward {
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
-        let p = ctx.unary(&ctx.binary(&self.x, &self.lse_keepdim, BinaryOp::Sub)?, UnaryOp::Exp)?;
+        let p = ctx.unary(
+            &ctx.binary(&self.x, &self.lse_keepdim, BinaryOp::Sub)?,
+            UnaryOp::Exp,
+        )?;
         let gy = ctx.reshape(gy, self.lse_keepdim.shape())?;
-        Ok(smallvec::smallvec![Some(ctx.binary(&p, &gy, BinaryOp::Mul)?)])
+        Ok(smallvec::smallvec![Some(ctx.binary(
+            &p,
+            &gy,
+            BinaryOp::Mul
+        )?)])
     }
 }
 
@@ -65,7 +72,13 @@ impl Tensor {
             (true, true) => ctx.log_softmax_causal(&x)?,
         };
         drop(x);
-        Ok(record(ctx, name, y, &[self], |y| Box::new(SoftmaxBackward { y: y.clone(), axis: a, log })))
+        Ok(record(ctx, name, y, &[self], |y| {
+            Box::new(SoftmaxBackward {
+                y: y.clone(),
+                axis: a,
+                log,
+            })
+        }))
     }
 
     /// Softmax along `axis`.

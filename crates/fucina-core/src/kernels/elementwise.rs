@@ -712,9 +712,13 @@ impl<T: Float> UnaryVisitor<T> for Backward<'_> {
     type Out = Result<RawTensor>;
     fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
         // gx = gy · f'(.)
-        map2::<T, T, T>(self.ctx, "unary_backward", self.saved, self.gy, move |s, g| {
-            g * k.df(s)
-        })
+        map2::<T, T, T>(
+            self.ctx,
+            "unary_backward",
+            self.saved,
+            self.gy,
+            move |s, g| g * k.df(s),
+        )
     }
 }
 
@@ -1420,9 +1424,7 @@ pub mod reference {
                 let inner = k(super::SQRT_2_OVER_PI) * (x + k(super::GELU_C) * x * x * x);
                 h * x * (T::ONE + inner.tanh())
             }
-            UnaryOp::GeluErf => {
-                h * x * (T::ONE + (x * k(std::f64::consts::FRAC_1_SQRT_2)).erf())
-            }
+            UnaryOp::GeluErf => h * x * (T::ONE + (x * k(std::f64::consts::FRAC_1_SQRT_2)).erf()),
             UnaryOp::Silu => x * sigmoid(x),
             UnaryOp::Softplus => {
                 if x > k(20.0) {
@@ -1522,7 +1524,8 @@ pub mod reference {
                 let u = c * (x + k(super::GELU_C) * x * x * x);
                 let ch = u.cosh_ref();
                 let sech2 = one / (ch * ch);
-                k(0.5) * (one + u.tanh()) + k(0.5) * x * sech2 * c * (one + k(3.0 * super::GELU_C) * x * x)
+                k(0.5) * (one + u.tanh())
+                    + k(0.5) * x * sech2 * c * (one + k(3.0 * super::GELU_C) * x * x)
             }
             UnaryOp::GeluErf => {
                 let cdf = k(0.5) * (one + (x / k(std::f64::consts::SQRT_2)).erf());
@@ -1614,11 +1617,7 @@ pub mod reference {
             BinaryOp::Mul => (b, a),
             BinaryOp::Div => (one / b, -a / (b * b)),
             BinaryOp::Pow => (
-                if b == zero {
-                    zero
-                } else {
-                    b * a.powf(b - one)
-                },
+                if b == zero { zero } else { b * a.powf(b - one) },
                 if a == zero && b >= zero {
                     zero
                 } else {
@@ -1626,8 +1625,16 @@ pub mod reference {
                 },
             ),
             BinaryOp::Maximum | BinaryOp::Minimum => {
-                let a_wins = if op == BinaryOp::Maximum { a > b } else { a < b };
-                let b_wins = if op == BinaryOp::Maximum { b > a } else { b < a };
+                let a_wins = if op == BinaryOp::Maximum {
+                    a > b
+                } else {
+                    a < b
+                };
+                let b_wins = if op == BinaryOp::Maximum {
+                    b > a
+                } else {
+                    b < a
+                };
                 if a == b {
                     (half, half)
                 } else {
@@ -1654,7 +1661,10 @@ pub mod reference {
             .iter()
             .map(|t| t.broadcast_to(&out_shape))
             .collect::<Result<_>>()?;
-        let stores: Vec<&[T]> = views.iter().map(|v| v.storage::<T>()).collect::<Result<_>>()?;
+        let stores: Vec<&[T]> = views
+            .iter()
+            .map(|v| v.storage::<T>())
+            .collect::<Result<_>>()?;
         let n = shape::numel(&out_shape);
         let mut vals = vec![];
         let mut out = Vec::with_capacity(n);
@@ -1674,12 +1684,20 @@ pub mod reference {
     }
 
     /// The reference of `ctx.binary`: (output shape, values).
-    pub fn binary<T: Float>(a: &RawTensor, b: &RawTensor, op: BinaryOp) -> Result<(Vec<usize>, Vec<T>)> {
+    pub fn binary<T: Float>(
+        a: &RawTensor,
+        b: &RawTensor,
+        op: BinaryOp,
+    ) -> Result<(Vec<usize>, Vec<T>)> {
         broadcast_eval::<T, T>(&[a, b], |v| binary_scalar(op, v[0], v[1]))
     }
 
     /// The reference of `ctx.compare`.
-    pub fn compare<T: Element + PartialOrd>(a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<Vec<u8>> {
+    pub fn compare<T: Element + PartialOrd>(
+        a: &RawTensor,
+        b: &RawTensor,
+        op: CmpOp,
+    ) -> Result<Vec<u8>> {
         Ok(broadcast_eval::<T, u8>(&[a, b], |v| op.eval(v[0], v[1]) as u8)?.1)
     }
 }

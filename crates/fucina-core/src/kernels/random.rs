@@ -28,7 +28,12 @@ fn check_p(op: &'static str, p: f64) -> Result<()> {
 }
 
 /// `out[i] = keep(i) ? x[i] · scale : 0` over the row-major elements of `x`.
-fn masked_scale<T: Float>(ctx: &ExecContext, x: &RawTensor, p: f64, seed: u64) -> Result<RawTensor> {
+fn masked_scale<T: Float>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    p: f64,
+    seed: u64,
+) -> Result<RawTensor> {
     let thr = keep_threshold(p);
     let scale = T::from_f64(1.0 / (1.0 - p));
     let xc = ctx.contiguous(x)?;
@@ -152,8 +157,7 @@ pub mod reference {
     /// The reference of `ctx.dropout` (row-major logical order).
     pub fn dropout<T: Float>(x: &RawTensor, p: f64, seed: u64) -> Result<Vec<T>> {
         let scale = T::from_f64(1.0 / (1.0 - p));
-        Ok(x
-            .to_vec::<T>()?
+        Ok(x.to_vec::<T>()?
             .into_iter()
             .enumerate()
             .map(|(i, v)| if keep(p, seed, i) { v * scale } else { T::ZERO })

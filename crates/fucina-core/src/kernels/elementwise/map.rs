@@ -45,8 +45,7 @@ impl<const N: usize> Plan<N> {
                 continue;
             }
             let last = shape.len();
-            let merge = last > 0
-                && (0..N).all(|k| strides[k][last - 1] == ops[k].0[d] * n);
+            let merge = last > 0 && (0..N).all(|k| strides[k][last - 1] == ops[k].0[d] * n);
             if merge {
                 shape[last - 1] *= n;
                 for k in 0..N {
