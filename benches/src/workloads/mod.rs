@@ -4,16 +4,17 @@
 //! (same shapes, same step structure). Add a module here and a line in [`build`].
 
 pub mod gemm;
+pub mod train_mlp;
 
 use fucina_core::{ExecContext, Result};
 
 use crate::Workload;
 
 /// Workloads this build implements, in `--workload all` order.
-pub const AVAILABLE: &[&str] = &["gemm"];
+pub const AVAILABLE: &[&str] = &["tiny", "mlp", "gemm"];
 
 /// Workloads of `torch_workloads.py` not implemented yet.
-pub const PLANNED: &[&str] = &["tiny", "mlp", "gpt", "minilm"];
+pub const PLANNED: &[&str] = &["gpt", "minilm"];
 
 /// Per-workload options from the command line.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,16 @@ pub fn build(name: &str, ctx: &ExecContext, opts: &Options) -> Option<Result<Box
         "gemm" => Some(
             gemm::Gemm::new(ctx, opts.gemm_shape, opts.gemm_layout)
                 .map(|w| Box::new(w) as Box<dyn Workload>),
+        ),
+        "tiny" => Some(
+            train_mlp::MlpTrain::tiny(ctx)
+                .map(|w| Box::new(w) as Box<dyn Workload>)
+                .map_err(train_mlp::core_error),
+        ),
+        "mlp" => Some(
+            train_mlp::MlpTrain::mlp(ctx)
+                .map(|w| Box::new(w) as Box<dyn Workload>)
+                .map_err(train_mlp::core_error),
         ),
         _ => None,
     }

@@ -1,0 +1,277 @@
+//! Adam and AdamW, in PyTorch's single-tensor update order exactly.
+//!
+//! Per element, in the parameter's dtype, with scalars prepared in f64:
+//! AdamW decays the parameter (`p ← p·(1 − lr·wd)`) before the moments; Adam
+//! adds `wd·p` to the gradient instead. Then `m ← lerp(m, g, 1 − β1)`,
+//! `v ← β2·v + (1 − β2)·g·g`, `p ← p − lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + ε)`.
+//! Each step rounds as ATen's CPU kernels do (`add` with alpha, `lerp` and
+//! `addcmul` fuse their last multiply-add; `addcdiv` is `p + (value·m)/d`).
+
+use fucina_core::{DType, ExecContext, Float, RawTensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::{
+    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
+    Disjoint, Moment,
+};
+use crate::optimizer::{Algorithm, Optim};
+
+/// Hyperparameters of Adam / AdamW (one parameter group).
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// use fucina_optim::{AdamConfig, AdamW, Optimizer};
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let w = Tensor::variable(&ctx, &[1.0f32, -1.0], &[2])?;
+/// let mut opt = AdamW::single(vec![w.clone()], AdamConfig::adamw(0.1))?;
+/// w.set_grad(Some(ctx.from_slice(&[0.5f32, -0.5], &[2])?))?;
+/// opt.step()?;
+/// opt.zero_grad();
+/// let v = w.to_vec::<f32>()?;
+/// assert!((v[0] - (1.0 * (1.0 - 0.1 * 0.01) - 0.1)).abs() < 1e-6); // first Adam step moves by lr
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdamConfig {
+    /// Learning rate (PyTorch default 1e-3).
+    pub lr: f64,
+    /// (β1, β2), default (0.9, 0.999).
+    pub betas: (f64, f64),
+    /// Added after the bias-corrected square root, default 1e-8.
+    pub eps: f64,
+    /// Weight decay: coupled L2 for Adam (default 0), decoupled for AdamW (default 0.01).
+    pub weight_decay: f64,
+    /// True for AdamW (decoupled decay applied to the parameter before the moments).
+    pub decoupled: bool,
+    /// Store the first moment in bf16 (opt-in).
+    pub bf16_exp_avg: bool,
+    /// Store the second moment in bf16 (opt-in; with β2 = 0.999 its per-step change
+    /// is below bf16 resolution, so prefer keeping it in full precision).
+    pub bf16_exp_avg_sq: bool,
+}
+
+impl AdamConfig {
+    /// PyTorch's `Adam` defaults with learning rate `lr`.
+    pub fn adam(lr: f64) -> Self {
+        AdamConfig {
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            bf16_exp_avg: false,
+            bf16_exp_avg_sq: false,
+        }
+    }
+
+    /// PyTorch's `AdamW` defaults (weight decay 0.01) with learning rate `lr`.
+    pub fn adamw(lr: f64) -> Self {
+        AdamConfig {
+            weight_decay: 0.01,
+            decoupled: true,
+            ..Self::adam(lr)
+        }
+    }
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        Self::adamw(1e-3)
+    }
+}
+
+/// Adam (coupled weight decay): `Optim<AdamConfig>` with `decoupled: false`.
+pub type Adam = Optim<AdamConfig>;
+/// AdamW (decoupled weight decay): the same optimizer with `decoupled: true`.
+pub type AdamW = Optim<AdamConfig>;
+
+impl Algorithm for AdamConfig {
+    const NAME: &'static str = "adam";
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (b1, b2) = self.betas;
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return Err(Error::config(
+                "adam",
+                format!("lr {} must be finite and ≥ 0", self.lr),
+            ));
+        }
+        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
+            return Err(Error::config(
+                "adam",
+                format!("betas ({b1}, {b2}) must lie in [0, 1)"),
+            ));
+        }
+        if !(self.eps.is_finite() && self.eps >= 0.0) {
+            return Err(Error::config(
+                "adam",
+                format!("eps {} must be finite and ≥ 0", self.eps),
+            ));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(Error::config(
+                "adam",
+                format!("weight_decay {} must be finite and ≥ 0", self.weight_decay),
+            ));
+        }
+        Ok(())
+    }
+
+    fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
+        vec![
+            ("exp_avg", moment_dtype(dtype, self.bf16_exp_avg)),
+            ("exp_avg_sq", moment_dtype(dtype, self.bf16_exp_avg_sq)),
+        ]
+    }
+
+    fn update(
+        &self,
+        ctx: &ExecContext,
+        lr_factor: f64,
+        step: u64,
+        param: &mut RawTensor,
+        grad: &RawTensor,
+        bufs: &mut [Buf],
+    ) -> Result<()> {
+        let [m, v] = bufs else {
+            return Err(Error::StateMismatch(format!(
+                "adam: {} state buffers, expected 2",
+                bufs.len()
+            )));
+        };
+        let s = AdamScalars::new(self, self.lr * lr_factor, step);
+        let (dm, dv) = (m.dtype(), v.dtype());
+        param_type!(param.dtype(), "adam", T => {
+            moment_type!(dm, T, M1 => moment_type!(dv, T, M2 => {
+                adam_kernel::<T, M1, M2>(ctx, &s, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m, v)
+            }))
+        })
+    }
+}
+
+/// The per-step scalars of an Adam update, prepared in f64.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdamScalars {
+    pub(crate) decay: Option<f64>,
+    pub(crate) l2: Option<f64>,
+    pub(crate) w1: f64,
+    pub(crate) beta2: f64,
+    pub(crate) one_minus_beta2: f64,
+    pub(crate) bc2_sqrt: f64,
+    pub(crate) eps: f64,
+    pub(crate) neg_step_size: f64,
+}
+
+impl AdamScalars {
+    pub(crate) fn new(c: &AdamConfig, lr: f64, step: u64) -> Self {
+        let (b1, b2) = c.betas;
+        let t = step as f64;
+        let bc1 = 1.0 - b1.powf(t);
+        let bc2 = 1.0 - b2.powf(t);
+        let wd = c.weight_decay;
+        AdamScalars {
+            decay: (c.decoupled && wd != 0.0).then_some(1.0 - lr * wd),
+            l2: (!c.decoupled && wd != 0.0).then_some(wd),
+            w1: 1.0 - b1,
+            beta2: b2,
+            one_minus_beta2: 1.0 - b2,
+            bc2_sqrt: bc2.sqrt(),
+            eps: c.eps,
+            neg_step_size: -(lr / bc1),
+        }
+    }
+}
+
+/// The fused single-pass Adam/AdamW loop (see the module docs for the math).
+pub(crate) fn adam_kernel<T, M1, M2>(
+    ctx: &ExecContext,
+    s: &AdamScalars,
+    param: &mut [T],
+    grad: &[T],
+    m: &mut Buf,
+    v: &mut Buf,
+) -> Result<()>
+where
+    T: Float,
+    M1: Moment<T> + BufElem,
+    M2: Moment<T> + BufElem,
+{
+    let n = param.len();
+    let m = typed::<M1>(m, "adam exp_avg", n)?;
+    let v = typed::<M2>(v, "adam exp_avg_sq", n)?;
+    let c = |x: f64| T::from_f64(x);
+    let k = AdamChunk {
+        p: Disjoint::new(param),
+        m,
+        v,
+        g: grad,
+        decay: s.decay.map(c),
+        l2: s.l2.map(c),
+        w1: c(s.w1),
+        w1m1: c(s.w1) - T::ONE,
+        b2: c(s.beta2),
+        omb2: c(s.one_minus_beta2),
+        bc2s: c(s.bc2_sqrt),
+        eps: c(s.eps),
+        nss: c(s.neg_step_size),
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct AdamChunk<'a, T, M1, M2> {
+    p: Disjoint<T>,
+    m: Disjoint<M1>,
+    v: Disjoint<M2>,
+    g: &'a [T],
+    decay: Option<T>,
+    l2: Option<T>,
+    w1: T,
+    w1m1: T,
+    b2: T,
+    omb2: T,
+    bc2s: T,
+    eps: T,
+    nss: T,
+}
+
+impl<T: Float, M1: Moment<T>, M2: Moment<T>> ChunkKernel for AdamChunk<'_, T, M1, M2> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r` of every buffer.
+        let (p, m, v) = unsafe {
+            (
+                self.p.range(r.clone()),
+                self.m.range(r.clone()),
+                self.v.range(r.clone()),
+            )
+        };
+        let n = p.len();
+        let (m, v, g) = (&mut m[..n], &mut v[..n], &self.g[r][..n]);
+        for i in 0..n {
+            let mut pi = p[i];
+            let mut gi = g[i];
+            if let Some(wd) = self.l2 {
+                gi = pi.mul_add(wd, gi); // grad.add(param, alpha=wd)
+            }
+            if let Some(d) = self.decay {
+                pi *= d; // param.mul_(1 - lr·wd)
+            }
+            let mi = lerp(m[i].load(), gi, self.w1, self.w1m1); // exp_avg.lerp_(grad, 1 - β1)
+            let vi = (self.omb2 * gi).mul_add(gi, v[i].load() * self.b2); // v·β2, then addcmul
+            let denom = vi.sqrt() / self.bc2s + self.eps;
+            p[i] = pi + (self.nss * mi) / denom; // addcdiv: p + (value·m)/denom
+            m[i] = M1::store(mi);
+            v[i] = M2::store(vi);
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Gradient clipping: by global L2 norm over many parameters, and by value.
+//!
+//! The norm accumulates in f64 over fixed chunks combined in a fixed order,
+//! so it is bitwise identical for any thread count. Parameters without a
+//! gradient are skipped. Gradients are scaled in place when their buffer is
+//! not shared, else through a fresh copy.
+
+use fucina_autograd::Tensor;
+use fucina_core::{Element, ExecContext, Float, RawTensor};
+
+use crate::error::{Error, Result};
+use crate::kernel::{Disjoint, CHUNK};
+
+/// Σ x² of a contiguous slice in f64: per-chunk partials summed in chunk order.
+fn sum_squares<T: Float>(ctx: &ExecContext, x: &[T]) -> f64 {
+    let n_chunks = x.len().div_ceil(CHUNK);
+    let mut partial = vec![0.0f64; n_chunks];
+    let pd = Disjoint::new(&mut partial);
+    ctx.for_chunks(n_chunks, x.len() > CHUNK, |c| {
+        let s: f64 = x[c * CHUNK..((c + 1) * CHUNK).min(x.len())]
+            .iter()
+            .map(|&v| {
+                let v = v.to_f64();
+                v * v
+            })
+            .sum();
+        // SAFETY: chunk c writes only partial[c].
+        unsafe { pd.range(c..c + 1)[0] = s };
+    });
+    partial.iter().sum()
+}
+
+/// The global L2 norm of the gradients of `params` (f64 accumulation).
+pub fn grad_norm(params: &[Tensor]) -> Result<f64> {
+    let mut total = 0.0f64;
+    for p in params {
+        let Some(g) = p.grad_raw() else { continue };
+        let g = p.ctx().contiguous(&g)?;
+        total += fucina_core::dispatch_float!(g.dtype(), "grad_norm", T => {
+            Ok::<f64, fucina_core::Error>(sum_squares(p.ctx(), g.as_slice::<T>()?))
+        })?;
+    }
+    Ok(total.sqrt())
+}
+
+/// Applies `f` to a gradient's elements in place (copying first if shared).
+fn map_grad(p: &Tensor, f: impl Fn(f64) -> f64 + Sync + Send + Copy) -> Result<()> {
+    let Some(g) = p.grad_raw() else { return Ok(()) };
+    p.set_grad(None)?;
+    let ctx = p.ctx().clone();
+    let mut g: RawTensor = g;
+    if !g.buffer().is_unique() || !g.is_contiguous() {
+        g = ctx.copy(&g)?;
+    }
+    let r = fucina_core::dispatch_float!(g.dtype(), "clip_grad", T => {
+        let s = g.as_mut_slice::<T>()?;
+        let d = Disjoint::new(s);
+        let n = s.len();
+        crate::kernel::for_each_chunk(&ctx, n, |r| {
+            // SAFETY: each chunk owns the disjoint range `r`.
+            for v in unsafe { d.range(r) } {
+                *v = T::from_f64(f(v.to_f64()));
+            }
+        });
+        Ok::<(), fucina_core::Error>(())
+    });
+    p.set_grad(Some(g))?;
+    Ok(r?)
+}
+
+/// Scales all gradients so that their global L2 norm is at most `max_norm`,
+/// and returns the norm **before** clipping (PyTorch's `clip_grad_norm_`).
+///
+/// `total = √(Σ‖g‖²)` over every parameter (f64); when `total > max_norm`
+/// each gradient is multiplied by `max_norm / (total + 1e-6)`, in its own
+/// dtype. A non-finite total is returned without touching the gradients
+/// (skip that step). Order in a step: backward → clip → step → zero_grad.
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let a = Tensor::variable(&ctx, &[0.0f32; 2], &[2])?;
+/// a.set_grad(Some(ctx.from_slice(&[3.0f32, 4.0], &[2])?))?;
+/// let norm = fucina_optim::clip_grad_norm(&[a.clone()], 1.0)?;
+/// assert_eq!(norm, 5.0);
+/// let g = a.grad().unwrap().to_vec::<f32>()?;
+/// assert!((g[0] - 0.6).abs() < 1e-6 && (g[1] - 0.8).abs() < 1e-6);
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
+    if !(max_norm.is_finite() && max_norm >= 0.0) {
+        return Err(Error::config(
+            "clip_grad_norm",
+            format!("max_norm {max_norm} must be finite and ≥ 0"),
+        ));
+    }
+    let total = grad_norm(params)?;
+    if total.is_finite() && total > max_norm {
+        let coef = max_norm / (total + 1e-6);
+        for p in params {
+            // f32 gradients scale by the f32-rounded coefficient, as in PyTorch.
+            let c32 = coef as f32 as f64;
+            let c = if p.dtype() == fucina_core::DType::F32 {
+                c32
+            } else {
+                coef
+            };
+            map_grad(p, move |g| g * c)?;
+        }
+    }
+    Ok(total)
+}
+
+/// Clamps every gradient element into `[-clip, clip]` (PyTorch's `clip_grad_value_`).
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let a = Tensor::variable(&ctx, &[0.0f64; 3], &[3])?;
+/// a.set_grad(Some(ctx.from_slice(&[-3.0f64, 0.5, 9.0], &[3])?))?;
+/// fucina_optim::clip_grad_value(&[a.clone()], 1.0)?;
+/// assert_eq!(a.grad().unwrap().to_vec::<f64>()?, vec![-1.0, 0.5, 1.0]);
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+pub fn clip_grad_value(params: &[Tensor], clip: f64) -> Result<()> {
+    if !(clip.is_finite() && clip >= 0.0) {
+        return Err(Error::config(
+            "clip_grad_value",
+            format!("clip {clip} must be finite and ≥ 0"),
+        ));
+    }
+    for p in params {
+        map_grad(
+            p,
+            move |g| if g.is_nan() { g } else { g.clamp(-clip, clip) },
+        )?;
+    }
+    Ok(())
+}

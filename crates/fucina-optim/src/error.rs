@@ -1,0 +1,81 @@
+//! The structured error type of fucina-optim.
+//!
+//! Wraps autograd's and core's errors and adds I/O, file-format and
+//! state-mismatch variants. Nothing in this crate panics on a bad file: a
+//! missing, truncated or mismatched file is one of these errors.
+
+use std::path::PathBuf;
+
+/// Errors raised by optimizers, schedules, clipping and checkpoints.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error from autograd (a released tensor, a gradient of the wrong shape, ...).
+    #[error(transparent)]
+    Autograd(#[from] fucina_autograd::Error),
+    /// A shape, dtype or memory error from the core kernels.
+    #[error(transparent)]
+    Core(#[from] fucina_core::Error),
+    /// A file system error, with the path it concerns.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A safetensors file that does not parse (truncated, corrupt header, ...).
+    #[error("safetensors: {0}")]
+    Safetensors(String),
+    /// A JSON document (trainer state, optimizer metadata) that does not parse.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A hyperparameter out of its valid range.
+    #[error("{optimizer}: invalid hyperparameter: {msg}")]
+    InvalidConfig {
+        /// The optimizer or schedule.
+        optimizer: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
+    /// Saved state that does not fit the optimizer or model it is loaded into
+    /// (wrong optimizer, group/param counts, names, shapes or dtypes).
+    #[error("state mismatch: {0}")]
+    StateMismatch(String),
+    /// A parameter group index out of range.
+    #[error("param group {index} out of range ({len} groups)")]
+    NoSuchGroup {
+        /// The requested group.
+        index: usize,
+        /// How many groups there are.
+        len: usize,
+    },
+    /// A failure injected by a test at a named point of a checkpoint save.
+    #[error("injected failure at `{0}`")]
+    Injected(&'static str),
+}
+
+impl From<safetensors::SafeTensorError> for Error {
+    fn from(e: safetensors::SafeTensorError) -> Self {
+        Error::Safetensors(e.to_string())
+    }
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn config(optimizer: &'static str, msg: impl Into<String>) -> Error {
+        Error::InvalidConfig {
+            optimizer,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

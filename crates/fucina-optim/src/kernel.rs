@@ -1,0 +1,331 @@
+//! Shared machinery of the fused update loops: fixed-size chunking over the
+//! context's threads, disjoint mutable slices, and moment storage types.
+//!
+//! Chunk boundaries depend only on the element count ([`CHUNK`]), never on the
+//! thread count, and every element's update reads and writes only that
+//! element, so an update is bitwise identical for any number of threads.
+
+use std::ops::Range;
+
+use fucina_core::kernels::copy::SendPtr;
+use fucina_core::{bf16, DType, Element, ExecContext, Float};
+
+/// Elements per parallel chunk of an update (fixed: results never depend on threads).
+pub const CHUNK: usize = 1 << 14;
+
+/// The body of a fused update over a range of elements. Implementations mark
+/// `run` `#[inline(always)]`, so it is compiled into each vector-ISA variant
+/// of [`run_chunks`] (AVX-512 or AVX2 + FMA on x86-64, where `mul_add` is one
+/// instruction and the loop vectorises); results are identical on every path
+/// (FMA is exactly rounded everywhere).
+pub(crate) trait ChunkKernel: Sync {
+    /// Updates elements `r`. Callers give each range to one chunk only.
+    fn run(&self, r: Range<usize>);
+}
+
+/// Runs `k` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`.
+pub(crate) fn run_chunks<K: ChunkKernel>(ctx: &ExecContext, n: usize, k: &K) {
+    let n_chunks = n.div_ceil(CHUNK);
+    ctx.for_chunks(n_chunks, n > CHUNK, |c| {
+        let lo = c * CHUNK;
+        dispatch(k, lo..(lo + CHUNK).min(n))
+    });
+}
+
+#[inline]
+fn dispatch<K: ChunkKernel>(k: &K, r: Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+        unsafe fn avx512<K: ChunkKernel>(k: &K, r: Range<usize>) {
+            k.run(r)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<K: ChunkKernel>(k: &K, r: Range<usize>) {
+            k.run(r)
+        }
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { avx512(k, r) };
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { avx2(k, r) };
+        }
+    }
+    k.run(r)
+}
+
+/// Runs `f` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`
+/// (for loops without multiply-adds; fused updates use [`run_chunks`]).
+pub(crate) fn for_each_chunk(ctx: &ExecContext, n: usize, f: impl Fn(Range<usize>) + Send + Sync) {
+    let n_chunks = n.div_ceil(CHUNK);
+    ctx.for_chunks(n_chunks, n > CHUNK, |c| {
+        let lo = c * CHUNK;
+        f(lo..(lo + CHUNK).min(n))
+    });
+}
+
+/// A mutable slice whose disjoint ranges may be handed to different chunks.
+#[derive(Clone, Copy)]
+pub(crate) struct Disjoint<T> {
+    ptr: SendPtr<T>,
+    len: usize,
+}
+
+impl<T> Disjoint<T> {
+    pub(crate) fn new(s: &mut [T]) -> Self {
+        Disjoint {
+            ptr: SendPtr(s.as_mut_ptr()),
+            len: s.len(),
+        }
+    }
+
+    /// The elements `r` of the slice.
+    ///
+    /// # Safety
+    /// Callers hand each range to one chunk only (ranges never overlap while borrowed).
+    pub(crate) unsafe fn range<'a>(self, r: Range<usize>) -> &'a mut [T] {
+        debug_assert!(r.start <= r.end && r.end <= self.len);
+        // SAFETY: in bounds (asserted above; ranges come from `for_each_chunk`
+        // over this slice's length) and disjoint by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.0.add(r.start), r.end - r.start) }
+    }
+}
+
+/// How a moment buffer of a parameter of compute type `T` is stored.
+pub(crate) trait Moment<T>: Element {
+    /// Widens a stored value to the compute type.
+    fn load(self) -> T;
+    /// Rounds a computed value to storage (round to nearest even for bf16).
+    fn store(v: T) -> Self;
+}
+
+impl Moment<f32> for f32 {
+    #[inline(always)]
+    fn load(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn store(v: f32) -> f32 {
+        v
+    }
+}
+impl Moment<f64> for f64 {
+    #[inline(always)]
+    fn load(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn store(v: f64) -> f64 {
+        v
+    }
+}
+impl Moment<f32> for bf16 {
+    #[inline(always)]
+    fn load(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn store(v: f32) -> bf16 {
+        bf16::from_f32(v)
+    }
+}
+impl Moment<f64> for bf16 {
+    #[inline(always)]
+    fn load(self) -> f64 {
+        self.to_f64()
+    }
+    #[inline(always)]
+    fn store(v: f64) -> bf16 {
+        bf16::from_f64(v)
+    }
+}
+
+/// One optimizer state buffer (a moment), stored as f32, f64 or bf16.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Buf {
+    /// f32 storage.
+    F32(Vec<f32>),
+    /// f64 storage.
+    F64(Vec<f64>),
+    /// bf16 storage (opt-in, halves the state's memory).
+    BF16(Vec<bf16>),
+}
+
+impl Buf {
+    /// A zero buffer of `n` elements stored as `dtype` (f32, f64 or bf16).
+    pub fn zeros(dtype: DType, n: usize) -> Option<Buf> {
+        match dtype {
+            DType::F32 => Some(Buf::F32(vec![0.0; n])),
+            DType::F64 => Some(Buf::F64(vec![0.0; n])),
+            DType::BF16 => Some(Buf::BF16(vec![bf16::ZERO; n])),
+            _ => None,
+        }
+    }
+
+    /// The storage dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buf::F32(_) => DType::F32,
+            Buf::F64(_) => DType::F64,
+            Buf::BF16(_) => DType::BF16,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Buf::F32(v) => v.len(),
+            Buf::F64(v) => v.len(),
+            Buf::BF16(v) => v.len(),
+        }
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The raw little-endian bytes (for safetensors).
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Buf::F32(v) => bytemuck::cast_slice(v),
+            Buf::F64(v) => bytemuck::cast_slice(v),
+            Buf::BF16(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// A buffer of `dtype` read from little-endian bytes (any alignment).
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Option<Buf> {
+        let n = bytes.len() / dtype.size_of();
+        if n * dtype.size_of() != bytes.len() {
+            return None;
+        }
+        let mut b = Buf::zeros(dtype, n)?;
+        match &mut b {
+            Buf::F32(v) => bytemuck::cast_slice_mut::<f32, u8>(v).copy_from_slice(bytes),
+            Buf::F64(v) => bytemuck::cast_slice_mut::<f64, u8>(v).copy_from_slice(bytes),
+            Buf::BF16(v) => bytemuck::cast_slice_mut::<bf16, u8>(v).copy_from_slice(bytes),
+        }
+        Some(b)
+    }
+
+    /// The values widened to f64 (tests, inspection).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Buf::F64(v) => v.clone(),
+            Buf::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+        }
+    }
+}
+
+/// Typed access to a [`Buf`].
+pub(crate) trait BufElem: Element {
+    fn slice(b: &mut Buf) -> Option<&mut [Self]>;
+}
+impl BufElem for f32 {
+    fn slice(b: &mut Buf) -> Option<&mut [f32]> {
+        match b {
+            Buf::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl BufElem for f64 {
+    fn slice(b: &mut Buf) -> Option<&mut [f64]> {
+        match b {
+            Buf::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl BufElem for bf16 {
+    fn slice(b: &mut Buf) -> Option<&mut [bf16]> {
+        match b {
+            Buf::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The typed elements of `b`, or a state-mismatch error naming `what`.
+pub(crate) fn typed<M: BufElem>(b: &mut Buf, what: &str, n: usize) -> crate::Result<Disjoint<M>> {
+    let dt = b.dtype();
+    let s = M::slice(b).ok_or_else(|| {
+        crate::Error::StateMismatch(format!("{what}: stored as {dt}, expected {}", M::DTYPE))
+    })?;
+    if s.len() != n {
+        return Err(crate::Error::StateMismatch(format!(
+            "{what}: {} elements, parameter has {n}",
+            s.len()
+        )));
+    }
+    Ok(Disjoint::new(s))
+}
+
+/// PyTorch's `lerp(start, end, w)` as its CPU kernel rounds it: one fused
+/// multiply-add, `fma(w, end − start, start)` when |w| < 0.5, else
+/// `fma(w − 1, end − start, end)`; `w_minus_1` is `w − 1` rounded to `T`.
+#[inline(always)]
+pub(crate) fn lerp<T: Float>(start: T, end: T, w: T, w_minus_1: T) -> T {
+    if w.abs() < T::from_f64(0.5) {
+        w.mul_add(end - start, start)
+    } else {
+        w_minus_1.mul_add(end - start, end)
+    }
+}
+
+/// The storage dtype of a moment: bf16 when asked, else the parameter's own.
+pub(crate) fn moment_dtype(param: DType, bf16_storage: bool) -> DType {
+    if bf16_storage {
+        DType::BF16
+    } else {
+        param
+    }
+}
+
+/// Binds `$M` to the Rust storage type of a moment of dtype `$dt` for
+/// parameters of compute type `$T` (`$T` itself or bf16).
+macro_rules! moment_type {
+    ($dt:expr, $T:ty, $M:ident => $body:expr) => {
+        match $dt {
+            fucina_core::DType::BF16 => {
+                type $M = fucina_core::bf16;
+                $body
+            }
+            d if d == <$T as fucina_core::Element>::DTYPE => {
+                type $M = $T;
+                $body
+            }
+            d => Err($crate::Error::StateMismatch(format!(
+                "moment stored as {d} for a {} parameter",
+                <$T as fucina_core::Element>::DTYPE
+            ))),
+        }
+    };
+}
+pub(crate) use moment_type;
+
+/// Binds `$T` to f32 or f64 for a parameter of dtype `$dt`; any other dtype
+/// is an `UnsupportedDType` error naming `$op` (in this crate's error type).
+macro_rules! param_type {
+    ($dt:expr, $op:expr, $T:ident => $body:expr) => {
+        match $dt {
+            fucina_core::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            fucina_core::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            d => Err($crate::Error::Core(fucina_core::Error::UnsupportedDType {
+                op: $op,
+                dtype: d,
+            })),
+        }
+    };
+}
+pub(crate) use param_type;

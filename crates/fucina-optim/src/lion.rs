@@ -1,0 +1,172 @@
+//! Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms").
+//!
+//! Per element: `c ← β1·m + (1 − β1)·g`; `p ← p·(1 − lr·wd)`;
+//! `p ← p − lr·sign(c)` (sign(0) = 0); `m ← β2·m + (1 − β2)·g`.
+
+use fucina_core::{DType, ExecContext, Float, RawTensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::{
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
+    Moment,
+};
+use crate::optimizer::{Algorithm, Optim};
+
+/// Hyperparameters of Lion (one parameter group).
+///
+/// ```
+/// use fucina_optim::LionConfig;
+/// let c = LionConfig::new(1e-4);
+/// assert_eq!(c.betas, (0.9, 0.99));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LionConfig {
+    /// Learning rate (typically 3–10× smaller than AdamW's), default 1e-4.
+    pub lr: f64,
+    /// (β1, β2): interpolation for the update and for the moment, default (0.9, 0.99).
+    pub betas: (f64, f64),
+    /// Decoupled weight decay, default 0.
+    pub weight_decay: f64,
+    /// Store the moment in bf16 (opt-in).
+    pub bf16_exp_avg: bool,
+}
+
+impl LionConfig {
+    /// The paper's defaults with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        LionConfig {
+            lr,
+            betas: (0.9, 0.99),
+            weight_decay: 0.0,
+            bf16_exp_avg: false,
+        }
+    }
+}
+
+/// Lion.
+pub type Lion = Optim<LionConfig>;
+
+impl Algorithm for LionConfig {
+    const NAME: &'static str = "lion";
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (b1, b2) = self.betas;
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !ok(self.lr)
+            || !ok(self.weight_decay)
+            || !(0.0..=1.0).contains(&b1)
+            || !(0.0..=1.0).contains(&b2)
+        {
+            return Err(Error::config(
+                "lion",
+                format!("invalid hyperparameters: {self:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
+        vec![("exp_avg", moment_dtype(dtype, self.bf16_exp_avg))]
+    }
+
+    fn update(
+        &self,
+        ctx: &ExecContext,
+        lr_factor: f64,
+        _step: u64,
+        param: &mut RawTensor,
+        grad: &RawTensor,
+        bufs: &mut [Buf],
+    ) -> Result<()> {
+        let [m] = bufs else {
+            return Err(Error::StateMismatch(format!(
+                "lion: {} state buffers, expected 1",
+                bufs.len()
+            )));
+        };
+        let dt = m.dtype();
+        let lr = self.lr * lr_factor;
+        param_type!(param.dtype(), "lion", T => moment_type!(dt, T, M => {
+            lion_kernel::<T, M>(ctx, self, lr, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m)
+        }))
+    }
+}
+
+#[inline(always)]
+fn sign<T: Float>(x: T) -> T {
+    if x > T::ZERO {
+        T::ONE
+    } else if x < T::ZERO {
+        -T::ONE
+    } else {
+        x // ±0 (and NaN) pass through, as torch.sign
+    }
+}
+
+fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
+    ctx: &ExecContext,
+    c: &LionConfig,
+    lr: f64,
+    param: &mut [T],
+    grad: &[T],
+    m: &mut Buf,
+) -> Result<()> {
+    let n = param.len();
+    let m = typed::<M>(m, "lion exp_avg", n)?;
+    let f = |x: f64| T::from_f64(x);
+    let (b1, b2) = c.betas;
+    let k = LionChunk {
+        p: Disjoint::new(param),
+        m,
+        g: grad,
+        b1: f(b1),
+        omb1: f(1.0 - b1),
+        b2: f(b2),
+        omb2: f(1.0 - b2),
+        decay: (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay)),
+        neg_lr: f(-lr),
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct LionChunk<'a, T, M> {
+    p: Disjoint<T>,
+    m: Disjoint<M>,
+    g: &'a [T],
+    b1: T,
+    omb1: T,
+    b2: T,
+    omb2: T,
+    decay: Option<T>,
+    neg_lr: T,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for LionChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let (p, m) = unsafe { (self.p.range(r.clone()), self.m.range(r.clone())) };
+        let n = p.len();
+        let (m, g) = (&mut m[..n], &self.g[r][..n]);
+        for i in 0..n {
+            let (gi, mi) = (g[i], m[i].load());
+            let u = gi.mul_add(self.omb1, mi * self.b1); // m·β1 + (1 − β1)·g
+            let mut pi = p[i];
+            if let Some(d) = self.decay {
+                pi *= d;
+            }
+            p[i] = sign(u).mul_add(self.neg_lr, pi);
+            m[i] = M::store(gi.mul_add(self.omb2, mi * self.b2));
+        }
+    }
+}

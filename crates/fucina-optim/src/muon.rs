@@ -1,0 +1,344 @@
+//! Muon: momentum orthogonalised by a Newton–Schulz iteration, for matrix
+//! parameters (rank ≥ 2, flattened to `shape[0] × rest`); every other
+//! parameter (and any group with `use_muon: false`, e.g. embeddings and heads)
+//! takes the AdamW fallback.
+//!
+//! Per matrix (torch.optim.Muon's order, Newton–Schulz in the parameter's
+//! dtype): `b ← lerp(b, g, 1 − μ)`; `u ← lerp(g, b, μ)` (Nesterov) or `b`;
+//! `X ← u/max(‖u‖, ε)` (transposed when tall); 5× { `A ← XXᵀ`;
+//! `B ← b·A + c·A²`; `X ← a·X + B·X` } with (a, b, c) = (3.4445, −4.7750,
+//! 2.0315); `p ← p·(1 − lr·wd)`; `p ← p − lr·√max(1, rows/cols)·X`.
+
+use fucina_core::{DType, ExecContext, Float, RawTensor};
+use serde::{Deserialize, Serialize};
+
+use crate::adam::AdamConfig;
+use crate::error::{Error, Result};
+use crate::kernel::{
+    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
+    Disjoint, Moment,
+};
+use crate::optimizer::{Algorithm, Optim};
+
+/// How Muon scales its learning rate by the matrix shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MuonLrAdjust {
+    /// `lr·√max(1, rows/cols)` (Keller Jordan's original; torch's default).
+    #[default]
+    Original,
+    /// `lr·0.2·√max(rows, cols)`: matches AdamW's update RMS, so AdamW's lr and decay carry over.
+    MatchRmsAdamW,
+}
+
+/// Hyperparameters of Muon (one parameter group), with the AdamW fallback's.
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// use fucina_optim::{Muon, MuonConfig, Optimizer};
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let w = Tensor::variable(&ctx, &[0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3])?; // Muon
+/// let b = Tensor::variable(&ctx, &[0.0f32; 2], &[2])?; // AdamW fallback
+/// let mut opt = Muon::single(vec![w.clone(), b.clone()], MuonConfig::default())?;
+/// w.set_grad(Some(ctx.from_slice(&[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3])?))?;
+/// b.set_grad(Some(ctx.from_slice(&[1.0f32, -1.0], &[2])?))?;
+/// opt.step()?;
+/// assert_eq!(opt.param_state(0, 0).unwrap().bufs.len(), 1); // momentum
+/// assert_eq!(opt.param_state(0, 1).unwrap().bufs.len(), 2); // Adam moments
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MuonConfig {
+    /// Learning rate of the Muon update, default 0.02.
+    pub lr: f64,
+    /// Momentum μ, default 0.95.
+    pub momentum: f64,
+    /// Nesterov momentum, default true.
+    pub nesterov: bool,
+    /// Newton–Schulz iterations, default 5.
+    pub ns_steps: usize,
+    /// Newton–Schulz quintic coefficients (a, b, c), default (3.4445, −4.7750, 2.0315).
+    pub ns_coefficients: (f64, f64, f64),
+    /// Floor of the norm the momentum is divided by, default 1e-7.
+    pub eps: f64,
+    /// Decoupled weight decay of Muon parameters, default 0.
+    pub weight_decay: f64,
+    /// Learning-rate scaling by shape.
+    pub adjust_lr: MuonLrAdjust,
+    /// False sends every parameter of the group to the AdamW fallback.
+    pub use_muon: bool,
+    /// Store the momentum in bf16 (opt-in).
+    pub bf16_momentum: bool,
+    /// The fallback for non-matrix parameters (its lr is scheduled like Muon's).
+    pub adamw: AdamConfig,
+}
+
+impl Default for MuonConfig {
+    fn default() -> Self {
+        MuonConfig {
+            lr: 0.02,
+            momentum: 0.95,
+            nesterov: true,
+            ns_steps: 5,
+            ns_coefficients: (3.4445, -4.7750, 2.0315),
+            eps: 1e-7,
+            weight_decay: 0.0,
+            adjust_lr: MuonLrAdjust::Original,
+            use_muon: true,
+            bf16_momentum: false,
+            adamw: AdamConfig::adamw(1e-3),
+        }
+    }
+}
+
+impl MuonConfig {
+    fn is_muon(&self, shape: &[usize]) -> bool {
+        self.use_muon && shape.len() >= 2 && shape.iter().all(|&d| d > 0)
+    }
+}
+
+/// Muon with an AdamW fallback.
+pub type Muon = Optim<MuonConfig>;
+
+impl Algorithm for MuonConfig {
+    const NAME: &'static str = "muon";
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn validate(&self) -> Result<()> {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !ok(self.lr)
+            || !ok(self.weight_decay)
+            || !ok(self.eps)
+            || !(0.0..1.0).contains(&self.momentum)
+        {
+            return Err(Error::config(
+                "muon",
+                format!("invalid hyperparameters: {self:?}"),
+            ));
+        }
+        let (a, b, c) = self.ns_coefficients;
+        if !(a.is_finite() && b.is_finite() && c.is_finite()) {
+            return Err(Error::config(
+                "muon",
+                "Newton–Schulz coefficients must be finite",
+            ));
+        }
+        self.adamw.validate()
+    }
+
+    fn buffers(&self, shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
+        if self.is_muon(shape) {
+            vec![("momentum_buffer", moment_dtype(dtype, self.bf16_momentum))]
+        } else {
+            self.adamw.buffers(shape, dtype)
+        }
+    }
+
+    fn update(
+        &self,
+        ctx: &ExecContext,
+        lr_factor: f64,
+        step: u64,
+        param: &mut RawTensor,
+        grad: &RawTensor,
+        bufs: &mut [Buf],
+    ) -> Result<()> {
+        if !self.is_muon(param.shape()) {
+            return self.adamw.update(ctx, lr_factor, step, param, grad, bufs);
+        }
+        let [b] = bufs else {
+            return Err(Error::StateMismatch(format!(
+                "muon: {} state buffers, expected 1",
+                bufs.len()
+            )));
+        };
+        let rows = param.shape()[0];
+        let cols = param.numel() / rows;
+        let dt = b.dtype();
+        let lr = self.lr * lr_factor;
+        param_type!(param.dtype(), "muon", T => moment_type!(dt, T, M => {
+            muon_kernel::<T, M>(ctx, self, lr, rows, cols, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, b)
+        }))
+    }
+}
+
+fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
+    ctx: &ExecContext,
+    c: &MuonConfig,
+    lr: f64,
+    rows: usize,
+    cols: usize,
+    param: &mut [T],
+    grad: &[T],
+    buf: &mut Buf,
+) -> Result<()> {
+    let n = param.len();
+    let b = typed::<M>(buf, "muon momentum_buffer", n)?;
+    let f = |x: f64| T::from_f64(x);
+    // 1. momentum and the (Nesterov) update direction
+    let mut u = vec![T::ZERO; n];
+    let ud = Disjoint::new(&mut u);
+    let (w, wm1) = (f(1.0 - c.momentum), f(1.0 - c.momentum) - T::ONE);
+    let (mu, mum1) = (f(c.momentum), f(c.momentum) - T::ONE);
+    run_chunks(
+        ctx,
+        n,
+        &MomentumChunk {
+            b,
+            u: ud,
+            g: grad,
+            w,
+            wm1,
+            mu,
+            mum1,
+            nesterov: c.nesterov,
+        },
+    );
+    // 2. orthogonalise (wide orientation: r ≤ k)
+    let tall = rows > cols;
+    let (r, k) = if tall { (cols, rows) } else { (rows, cols) };
+    let mut x = if tall { transpose(&u, rows, cols) } else { u };
+    newton_schulz(ctx, c, &mut x, r, k);
+    let x = if tall { transpose(&x, r, k) } else { x };
+    // 3. apply
+    let ratio = match c.adjust_lr {
+        MuonLrAdjust::Original => (rows as f64 / cols as f64).max(1.0).sqrt(),
+        MuonLrAdjust::MatchRmsAdamW => 0.2 * (rows.max(cols) as f64).sqrt(),
+    };
+    let decay = (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay));
+    let neg = f(-(lr * ratio));
+    run_chunks(
+        ctx,
+        n,
+        &ApplyChunk {
+            p: Disjoint::new(param),
+            x: &x,
+            decay,
+            neg,
+        },
+    );
+    Ok(())
+}
+
+/// `X ← NS⁵(X / max(‖X‖, ε))` for a row-major `r × k` matrix with r ≤ k.
+fn newton_schulz<T: Float>(ctx: &ExecContext, c: &MuonConfig, x: &mut [T], r: usize, k: usize) {
+    let f = |v: f64| T::from_f64(v);
+    let sumsq: f64 = x.iter().map(|&v| v.to_f64() * v.to_f64()).sum();
+    let norm = f(sumsq.sqrt()).max(f(c.eps));
+    for v in x.iter_mut() {
+        *v /= norm;
+    }
+    let (a, b, cc) = c.ns_coefficients;
+    let (a, b, cc) = (f(a), f(b), f(cc));
+    for _ in 0..c.ns_steps {
+        let xt = transpose(x, r, k);
+        let gram = matmul(ctx, x, &xt, r, k, r); // A = X Xᵀ
+        let gram2 = matmul(ctx, &gram, &gram, r, r, r); // A²
+        let bm: Vec<T> = gram
+            .iter()
+            .zip(&gram2)
+            .map(|(&g1, &g2)| b * g1 + cc * g2)
+            .collect();
+        let bx = matmul(ctx, &bm, x, r, r, k); // B X
+        for (xv, &y) in x.iter_mut().zip(&bx) {
+            *xv = a * *xv + y;
+        }
+    }
+}
+
+/// The transpose of a row-major `m × n` matrix.
+fn transpose<T: Float>(a: &[T], m: usize, n: usize) -> Vec<T> {
+    let mut t = vec![T::ZERO; a.len()];
+    for i in 0..m {
+        for j in 0..n {
+            t[j * m + i] = a[i * n + j];
+        }
+    }
+    t
+}
+
+/// `C = A·B` for row-major `A: m × k`, `B: k × n`; rows of C are split into
+/// fixed blocks across threads, each row summed in k order (deterministic).
+fn matmul<T: Float>(ctx: &ExecContext, a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; m * n];
+    let rows_per_chunk = (crate::kernel::CHUNK / n.max(1)).clamp(1, 64);
+    let o = Disjoint::new(&mut out);
+    ctx.for_chunks(m.div_ceil(rows_per_chunk), m * n * k >= 1 << 16, |ch| {
+        let r0 = ch * rows_per_chunk;
+        let r1 = (r0 + rows_per_chunk).min(m);
+        // SAFETY: each chunk owns rows r0..r1 of the output.
+        let o = unsafe { o.range(r0 * n..r1 * n) };
+        for (ri, i) in (r0..r1).enumerate() {
+            let orow = &mut o[ri * n..(ri + 1) * n];
+            for p in 0..k {
+                let av = a[i * k + p];
+                let brow = &b[p * n..(p + 1) * n];
+                for (ov, &bv) in orow.iter_mut().zip(brow) {
+                    *ov += av * bv;
+                }
+            }
+        }
+    });
+    out
+}
+
+/// `b ← lerp(b, g, 1 − μ)`; `u ← lerp(g, b, μ)` (Nesterov) or `b`.
+struct MomentumChunk<'a, T, M> {
+    b: Disjoint<M>,
+    u: Disjoint<T>,
+    g: &'a [T],
+    w: T,
+    wm1: T,
+    mu: T,
+    mum1: T,
+    nesterov: bool,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for MomentumChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let (b, u) = unsafe { (self.b.range(r.clone()), self.u.range(r.clone())) };
+        let g = &self.g[r];
+        for i in 0..b.len() {
+            let bi = lerp(b[i].load(), g[i], self.w, self.wm1);
+            b[i] = M::store(bi);
+            u[i] = if self.nesterov {
+                lerp(g[i], bi, self.mu, self.mum1)
+            } else {
+                bi
+            };
+        }
+    }
+}
+
+/// `p ← p·(1 − lr·wd)`; `p ← p − adjusted_lr·X` (one FMA, as `add_` with alpha).
+struct ApplyChunk<'a, T> {
+    p: Disjoint<T>,
+    x: &'a [T],
+    decay: Option<T>,
+    neg: T,
+}
+
+impl<T: Float> ChunkKernel for ApplyChunk<'_, T> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let p = unsafe { self.p.range(r.clone()) };
+        let x = &self.x[r];
+        for i in 0..p.len() {
+            let mut pi = p[i];
+            if let Some(d) = self.decay {
+                pi *= d;
+            }
+            p[i] = x[i].mul_add(self.neg, pi);
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! SGD with momentum, dampening, Nesterov and coupled weight decay
+//! (PyTorch's single-tensor order).
+//!
+//! Per element: `g ← g + wd·p`; with momentum, the buffer starts as the first
+//! (decayed) gradient, then `b ← μ·b + (1 − τ)·g`; `g ← g + μ·b` (Nesterov) or
+//! `g ← b`; finally `p ← p − lr·g`.
+
+use fucina_core::{DType, ExecContext, Float, RawTensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::{
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
+    Moment,
+};
+use crate::optimizer::{Algorithm, Optim};
+
+/// Hyperparameters of SGD (one parameter group); defaults are PyTorch's.
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// use fucina_optim::{Optimizer, Sgd, SgdConfig};
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let w = Tensor::variable(&ctx, &[1.0f64], &[1])?;
+/// let mut opt = Sgd::single(vec![w.clone()], SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
+/// for _ in 0..2 {
+///     w.set_grad(Some(ctx.from_slice(&[1.0f64], &[1])?))?;
+///     opt.step()?;
+/// }
+/// // buffer 1, then 0.9·1 + 1 = 1.9: w = 1 − 0.1 − 0.19
+/// assert!((w.to_vec::<f64>()?[0] - 0.71).abs() < 1e-12);
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor μ (0 = plain SGD).
+    pub momentum: f64,
+    /// Dampening τ of the momentum.
+    pub dampening: f64,
+    /// Coupled L2 weight decay.
+    pub weight_decay: f64,
+    /// Nesterov momentum (needs momentum > 0 and dampening 0).
+    pub nesterov: bool,
+    /// Store the momentum buffer in bf16 (opt-in).
+    pub bf16_momentum: bool,
+}
+
+impl SgdConfig {
+    /// Plain SGD with learning rate `lr` (PyTorch defaults: no momentum, no decay).
+    pub fn new(lr: f64) -> Self {
+        SgdConfig {
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            bf16_momentum: false,
+        }
+    }
+}
+
+/// Stochastic gradient descent.
+pub type Sgd = Optim<SgdConfig>;
+
+impl Algorithm for SgdConfig {
+    const NAME: &'static str = "sgd";
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn validate(&self) -> Result<()> {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !ok(self.lr)
+            || !ok(self.momentum)
+            || !ok(self.weight_decay)
+            || !self.dampening.is_finite()
+        {
+            return Err(Error::config(
+                "sgd",
+                format!("lr, momentum and weight_decay must be finite and ≥ 0: {self:?}"),
+            ));
+        }
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::config(
+                "sgd",
+                "nesterov needs momentum > 0 and dampening 0",
+            ));
+        }
+        Ok(())
+    }
+
+    fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
+        if self.momentum != 0.0 {
+            vec![("momentum_buffer", moment_dtype(dtype, self.bf16_momentum))]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn update(
+        &self,
+        ctx: &ExecContext,
+        lr_factor: f64,
+        step: u64,
+        param: &mut RawTensor,
+        grad: &RawTensor,
+        bufs: &mut [Buf],
+    ) -> Result<()> {
+        let lr = self.lr * lr_factor;
+        match bufs {
+            [] if self.momentum == 0.0 => param_type!(param.dtype(), "sgd", T => {
+                sgd_kernel::<T, T>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, None)
+            }),
+            [b] if self.momentum != 0.0 => {
+                let db = b.dtype();
+                param_type!(param.dtype(), "sgd", T => moment_type!(db, T, M => {
+                    sgd_kernel::<T, M>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, Some(b))
+                }))
+            }
+            _ => Err(Error::StateMismatch(format!(
+                "sgd: {} state buffers for momentum {}",
+                bufs.len(),
+                self.momentum
+            ))),
+        }
+    }
+}
+
+fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
+    ctx: &ExecContext,
+    c: &SgdConfig,
+    lr: f64,
+    step: u64,
+    param: &mut [T],
+    grad: &[T],
+    buf: Option<&mut Buf>,
+) -> Result<()> {
+    let n = param.len();
+    let b = match buf {
+        Some(b) => Some(typed::<M>(b, "sgd momentum_buffer", n)?),
+        None => None,
+    };
+    let f = |x: f64| T::from_f64(x);
+    let k = SgdChunk {
+        p: Disjoint::new(param),
+        b,
+        g: grad,
+        wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
+        mu: f(c.momentum),
+        one_minus_damp: f(1.0 - c.dampening),
+        neg_lr: f(-lr),
+        first: step == 1,
+        nesterov: c.nesterov,
+    };
+    run_chunks(ctx, n, &k);
+    Ok(())
+}
+
+struct SgdChunk<'a, T, M> {
+    p: Disjoint<T>,
+    b: Option<Disjoint<M>>,
+    g: &'a [T],
+    wd: Option<T>,
+    mu: T,
+    one_minus_damp: T,
+    neg_lr: T,
+    first: bool,
+    nesterov: bool,
+}
+
+impl<T: Float, M: Moment<T>> ChunkKernel for SgdChunk<'_, T, M> {
+    #[inline(always)]
+    fn run(&self, r: std::ops::Range<usize>) {
+        // SAFETY: each chunk owns the disjoint range `r`.
+        let p = unsafe { self.p.range(r.clone()) };
+        let n = p.len();
+        let g = &self.g[r.clone()][..n];
+        match self.b {
+            None => {
+                for i in 0..n {
+                    let mut gi = g[i];
+                    if let Some(wd) = self.wd {
+                        gi = p[i].mul_add(wd, gi); // grad.add(param, alpha=wd)
+                    }
+                    p[i] = gi.mul_add(self.neg_lr, p[i]); // param.add_(grad, alpha=-lr): one FMA
+                }
+            }
+            Some(b) => {
+                // SAFETY: as above.
+                let b = unsafe { &mut b.range(r)[..n] };
+                for i in 0..n {
+                    let mut gi = g[i];
+                    if let Some(wd) = self.wd {
+                        gi = p[i].mul_add(wd, gi);
+                    }
+                    // the buffer starts as the first gradient, then b·μ + (1 − τ)·g
+                    let bi = if self.first {
+                        gi
+                    } else {
+                        gi.mul_add(self.one_minus_damp, b[i].load() * self.mu)
+                    };
+                    b[i] = M::store(bi);
+                    let d = if self.nesterov {
+                        bi.mul_add(self.mu, gi)
+                    } else {
+                        bi
+                    };
+                    p[i] = d.mul_add(self.neg_lr, p[i]);
+                }
+            }
+        }
+    }
+}

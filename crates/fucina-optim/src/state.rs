@@ -1,0 +1,255 @@
+//! Optimizer state as safetensors: every moment a tensor named
+//! `state.{group}.{param}.{buffer}`, and one metadata entry `fucina_optim`
+//! holding JSON (optimizer name, global step, per-group config and schedule,
+//! per-parameter shape, dtype, step count and buffer names).
+//!
+//! Loading validates everything (optimizer, group and parameter counts,
+//! shapes, dtypes, buffer names, element counts) into a fresh state first and
+//! swaps it in only when all of it fits: a failed load changes nothing.
+
+use std::collections::HashMap;
+
+use fucina_core::DType;
+use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::Buf;
+use crate::optimizer::{Algorithm, Optim, ParamState};
+use crate::schedule::Schedule;
+
+/// The metadata key of the optimizer description.
+pub const METADATA_KEY: &str = "fucina_optim";
+const FORMAT: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Meta<C> {
+    format: u32,
+    optimizer: String,
+    step: u64,
+    groups: Vec<GroupMeta<C>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct GroupMeta<C> {
+    config: C,
+    schedule: Schedule,
+    params: Vec<ParamMeta>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ParamMeta {
+    shape: Vec<usize>,
+    dtype: String,
+    step: u64,
+    buffers: Vec<String>,
+}
+
+/// safetensors' dtype for a buffer dtype.
+pub(crate) fn st_dtype(d: DType) -> Option<StDtype> {
+    Some(match d {
+        DType::F32 => StDtype::F32,
+        DType::F64 => StDtype::F64,
+        DType::BF16 => StDtype::BF16,
+        DType::F16 => StDtype::F16,
+        DType::I32 => StDtype::I32,
+        DType::I64 => StDtype::I64,
+        DType::U32 => StDtype::U32,
+        DType::U8 => StDtype::U8,
+    })
+}
+
+/// Our dtype for a safetensors dtype (None for the ones fucina has not).
+pub(crate) fn from_st_dtype(d: StDtype) -> Option<DType> {
+    Some(match d {
+        StDtype::F32 => DType::F32,
+        StDtype::F64 => DType::F64,
+        StDtype::BF16 => DType::BF16,
+        StDtype::F16 => DType::F16,
+        StDtype::I32 => DType::I32,
+        StDtype::I64 => DType::I64,
+        StDtype::U32 => DType::U32,
+        StDtype::U8 => DType::U8,
+        _ => return None,
+    })
+}
+
+fn tensor_name(g: usize, p: usize, buf: &str) -> String {
+    format!("state.{g}.{p}.{buf}")
+}
+
+pub(crate) fn to_bytes<A: Algorithm>(opt: &Optim<A>) -> Result<Vec<u8>> {
+    let mut groups = Vec::with_capacity(opt.groups.len());
+    let mut views: Vec<(String, TensorView<'_>)> = Vec::new();
+    for (gi, g) in opt.groups.iter().enumerate() {
+        let mut params = Vec::with_capacity(g.params.len());
+        for (pi, p) in g.params.iter().enumerate() {
+            let st = &opt.state[gi][pi];
+            let specs = if st.bufs.is_empty() {
+                Vec::new()
+            } else {
+                g.config.buffers(p.shape(), p.dtype())
+            };
+            if specs.len() != st.bufs.len() {
+                return Err(Error::StateMismatch(format!(
+                    "group {gi} param {pi}: {} buffers, config says {}",
+                    st.bufs.len(),
+                    specs.len()
+                )));
+            }
+            for ((name, _), b) in specs.iter().zip(&st.bufs) {
+                let dt = st_dtype(b.dtype())
+                    .ok_or_else(|| Error::StateMismatch(format!("buffer dtype {}", b.dtype())))?;
+                let view = TensorView::new(dt, p.shape().to_vec(), b.bytes())?;
+                views.push((tensor_name(gi, pi, name), view));
+            }
+            params.push(ParamMeta {
+                shape: p.shape().to_vec(),
+                dtype: p.dtype().name().to_string(),
+                step: st.step,
+                buffers: specs.iter().map(|(n, _)| n.to_string()).collect(),
+            });
+        }
+        groups.push(GroupMeta {
+            config: g.config.clone(),
+            schedule: g.schedule,
+            params,
+        });
+    }
+    let meta = Meta {
+        format: FORMAT,
+        optimizer: A::NAME.to_string(),
+        step: opt.steps,
+        groups,
+    };
+    let mut md = HashMap::new();
+    md.insert(METADATA_KEY.to_string(), serde_json::to_string(&meta)?);
+    Ok(safetensors::serialize(views, &Some(md))?)
+}
+
+pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Result<()> {
+    let st = SafeTensors::deserialize(bytes)?;
+    let (_, header) = SafeTensors::read_metadata(bytes)?;
+    let md = header
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get(METADATA_KEY))
+        .ok_or_else(|| {
+            Error::StateMismatch(format!(
+                "no `{METADATA_KEY}` metadata: not an optimizer state file"
+            ))
+        })?;
+    let value: serde_json::Value = serde_json::from_str(md)?;
+    let saved = value
+        .get("optimizer")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
+    if saved != A::NAME {
+        return Err(Error::StateMismatch(format!(
+            "state of optimizer `{saved}` loaded into `{}`",
+            A::NAME
+        )));
+    }
+    let meta: Meta<A> = serde_json::from_value(value)?;
+    if meta.format != FORMAT {
+        return Err(Error::StateMismatch(format!(
+            "state format {} (this build reads {FORMAT})",
+            meta.format
+        )));
+    }
+    if meta.optimizer != A::NAME {
+        return Err(Error::StateMismatch(format!(
+            "state of optimizer `{}` loaded into `{}`",
+            meta.optimizer,
+            A::NAME
+        )));
+    }
+    if meta.groups.len() != opt.groups.len() {
+        return Err(Error::StateMismatch(format!(
+            "{} param groups saved, optimizer has {}",
+            meta.groups.len(),
+            opt.groups.len()
+        )));
+    }
+    let mut new_state = Vec::with_capacity(meta.groups.len());
+    let mut used = 0usize;
+    for (gi, (gm, g)) in meta.groups.iter().zip(&opt.groups).enumerate() {
+        gm.config.validate()?;
+        gm.schedule.validate()?;
+        if gm.params.len() != g.params.len() {
+            return Err(Error::StateMismatch(format!(
+                "group {gi}: {} params saved, optimizer has {}",
+                gm.params.len(),
+                g.params.len()
+            )));
+        }
+        let mut states = Vec::with_capacity(g.params.len());
+        for (pi, (pm, p)) in gm.params.iter().zip(&g.params).enumerate() {
+            if pm.shape != p.shape() || pm.dtype != p.dtype().name() {
+                return Err(Error::StateMismatch(format!(
+                    "group {gi} param {pi}: saved {:?} {}, parameter is {:?} {}",
+                    pm.shape,
+                    pm.dtype,
+                    p.shape(),
+                    p.dtype()
+                )));
+            }
+            let specs = if pm.buffers.is_empty() {
+                Vec::new()
+            } else {
+                gm.config.buffers(p.shape(), p.dtype())
+            };
+            let names: Vec<&str> = specs.iter().map(|(n, _)| *n).collect();
+            if names != pm.buffers.iter().map(String::as_str).collect::<Vec<_>>() {
+                return Err(Error::StateMismatch(format!(
+                    "group {gi} param {pi}: buffers {:?}, config expects {names:?}",
+                    pm.buffers
+                )));
+            }
+            if pm.step == 0 && !specs.is_empty() {
+                return Err(Error::StateMismatch(format!(
+                    "group {gi} param {pi}: buffers without a step"
+                )));
+            }
+            let mut bufs = Vec::with_capacity(specs.len());
+            for (name, dt) in specs {
+                let tn = tensor_name(gi, pi, name);
+                let view = st
+                    .tensor(&tn)
+                    .map_err(|_| Error::StateMismatch(format!("missing tensor `{tn}`")))?;
+                if from_st_dtype(view.dtype()) != Some(dt) || view.shape() != p.shape() {
+                    return Err(Error::StateMismatch(format!(
+                        "`{tn}`: {:?} {:?}, expected {dt} {:?}",
+                        view.dtype(),
+                        view.shape(),
+                        p.shape()
+                    )));
+                }
+                let b = Buf::from_bytes(dt, view.data())
+                    .filter(|b| b.len() == p.numel())
+                    .ok_or_else(|| Error::StateMismatch(format!("`{tn}`: bad byte length")))?;
+                bufs.push(b);
+                used += 1;
+            }
+            states.push(ParamState {
+                step: pm.step,
+                bufs,
+            });
+        }
+        new_state.push(states);
+    }
+    if used != st.len() {
+        return Err(Error::StateMismatch(format!(
+            "{} tensors in the file, {used} expected",
+            st.len()
+        )));
+    }
+    // Everything fits: commit.
+    for (g, gm) in opt.groups.iter_mut().zip(meta.groups) {
+        g.config = gm.config;
+        g.schedule = gm.schedule;
+    }
+    opt.state = new_state;
+    opt.steps = meta.step;
+    Ok(())
+}
