@@ -1,0 +1,72 @@
+//! Shared helpers for the kernel tests: the awkward sizes and the strided
+//! layouts every fast kernel is compared with its reference on.
+#![allow(dead_code)]
+
+use fucina_core::{Element, ExecContext, RawTensor};
+
+pub const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
+
+#[derive(Clone, Copy, Debug)]
+pub enum Layout {
+    Contig,
+    Reversed,
+    Narrowed,
+}
+pub const LAYOUTS: [Layout; 3] = [Layout::Contig, Layout::Reversed, Layout::Narrowed];
+
+/// A tensor of logical `shape` holding `data` (row-major) in the given layout.
+pub fn make<T: Element>(
+    ctx: &ExecContext,
+    data: &[f64],
+    shape: &[usize],
+    layout: Layout,
+) -> RawTensor {
+    let v: Vec<T> = data.iter().map(|&x| T::from_f64(x)).collect();
+    let rank = shape.len();
+    let n = v.len();
+    match layout {
+        Layout::Contig => ctx.from_slice(&v, shape).unwrap(),
+        Layout::Reversed if rank < 2 => {
+            let mut buf = vec![T::from_f64(-777.0); 2 * n.max(1)];
+            for i in 0..n {
+                buf[2 * i] = v[i];
+            }
+            let base = ctx.from_slice(&buf, &[buf.len()]).unwrap();
+            base.view_with_strides(shape, &vec![2; rank], 0).unwrap()
+        }
+        Layout::Reversed => {
+            // base has the reversed shape; permuting all axes back gives `shape`.
+            let rev: Vec<usize> = shape.iter().rev().copied().collect();
+            let mut buf = vec![T::from_f64(0.0); n];
+            for i in 0..n {
+                let mut rem = i;
+                let mut idx = vec![0; rank];
+                for d in (0..rank).rev() {
+                    idx[d] = rem % shape[d];
+                    rem /= shape[d];
+                }
+                let mut lin = 0;
+                for d in (0..rank).rev() {
+                    lin = lin * shape[d] + idx[d];
+                }
+                buf[lin] = v[i];
+            }
+            let base = ctx.from_slice(&buf, &rev).unwrap();
+            let perm: Vec<usize> = (0..rank).rev().collect();
+            base.permute(&perm).unwrap()
+        }
+        Layout::Narrowed if rank == 0 => ctx.from_slice(&v, shape).unwrap(),
+        Layout::Narrowed => {
+            let mut ps = shape.to_vec();
+            ps[rank - 1] += 3;
+            let inner = shape[rank - 1];
+            let mut buf = vec![T::from_f64(-777.0); ps.iter().product()];
+            for i in 0..n {
+                let (row, j) = (i / inner, i % inner);
+                buf[row * (inner + 3) + 1 + j] = v[i];
+            }
+            let base = ctx.from_slice(&buf, &ps).unwrap();
+            base.narrow(rank - 1, 1, inner).unwrap()
+        }
+    }
+}
