@@ -775,8 +775,15 @@ pub mod reference {
         out
     }
 
-    /// Causal softmax over the last axis (`j > i + cols − rows` masked; fully masked rows are 0).
-    pub fn softmax_causal<T: Float>(x: &[T], shape: &[usize]) -> Vec<T> {
+    /// One causal row pass over the last axis: entry (i, j) is kept iff
+    /// `j ≤ i + cols − rows`; kept entries get `f(x, row max, Σ exp(x − max))`
+    /// over the kept entries, masked ones get `masked`.
+    fn causal_map<T: Float>(
+        x: &[T],
+        shape: &[usize],
+        masked: T,
+        f: impl Fn(T, T, T) -> T,
+    ) -> Vec<T> {
         let r = shape.len();
         let (rows, cols) = (shape[r - 2], shape[r - 1]);
         let mut y = vec![T::ZERO; x.len()];
@@ -792,41 +799,20 @@ pub mod reference {
                 s += (xr[j] - m).exp();
             }
             for j in 0..cols {
-                yr[j] = if keep(j) {
-                    (xr[j] - m).exp() / s
-                } else {
-                    T::ZERO
-                };
+                yr[j] = if keep(j) { f(xr[j], m, s) } else { masked };
             }
         }
         y
     }
 
+    /// Causal softmax over the last axis (`j > i + cols − rows` masked; fully masked rows are 0).
+    pub fn softmax_causal<T: Float>(x: &[T], shape: &[usize]) -> Vec<T> {
+        causal_map(x, shape, T::ZERO, |v, m, s| (v - m).exp() / s)
+    }
+
     /// Causal log-softmax over the last axis (masked entries −∞).
     pub fn log_softmax_causal<T: Float>(x: &[T], shape: &[usize]) -> Vec<T> {
-        let r = shape.len();
-        let (rows, cols) = (shape[r - 2], shape[r - 1]);
-        let mut y = vec![T::ZERO; x.len()];
-        for (row, (xr, yr)) in x.chunks(cols).zip(y.chunks_mut(cols)).enumerate() {
-            let i = (row % rows) as i64;
-            let keep = |j: usize| j as i64 <= i + cols as i64 - rows as i64;
-            let mut m = T::NEG_INFINITY;
-            for j in (0..cols).filter(|&j| keep(j)) {
-                m = m.max(xr[j]);
-            }
-            let mut s = T::ZERO;
-            for j in (0..cols).filter(|&j| keep(j)) {
-                s += (xr[j] - m).exp();
-            }
-            for j in 0..cols {
-                yr[j] = if keep(j) {
-                    xr[j] - m - s.ln()
-                } else {
-                    T::NEG_INFINITY
-                };
-            }
-        }
-        y
+        causal_map(x, shape, T::NEG_INFINITY, |v, m, s| v - m - s.ln())
     }
 
     /// Backward of the causal log-softmax (0 on masked entries).
