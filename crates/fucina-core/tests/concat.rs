@@ -5,21 +5,8 @@ use fucina_core::kernels::concat::{chunk, reference, split};
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
-
-fn bits<T: Element>(v: &[T]) -> Vec<u64> {
-    v.iter().map(|x| x.to_f64().to_bits()).collect()
-}
-
-fn rand_t<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
-    let n: usize = shape.iter().product();
-    let v: Vec<T> = rng
-        .vec_uniform(n, -2.0, 2.0)
-        .into_iter()
-        .map(T::from_f64)
-        .collect();
-    ctx.from_slice(&v, shape).unwrap()
-}
+mod common;
+use common::{bits, rand_t, SIZES};
 
 /// A view of logical `shape` whose axes 0 and `rank-1` are swapped in storage.
 fn transposed<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {

@@ -2,6 +2,7 @@
 //! layouts every fast kernel is compared with its reference on.
 #![allow(dead_code)]
 
+use fucina_core::rng::SplitMix64;
 use fucina_core::{Element, ExecContext, RawTensor};
 
 pub const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
@@ -69,4 +70,20 @@ pub fn make<T: Element>(
             base.narrow(rank - 1, 1, inner).unwrap()
         }
     }
+}
+
+/// The bit patterns of `v` (through f64), for bitwise thread-count comparisons.
+pub fn bits<T: Element>(v: &[T]) -> Vec<u64> {
+    v.iter().map(|x| x.to_f64().to_bits()).collect()
+}
+
+/// A contiguous tensor of `shape` with values uniform in [-2, 2).
+pub fn rand_t<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<T> = rng
+        .vec_uniform(n, -2.0, 2.0)
+        .into_iter()
+        .map(T::from_f64)
+        .collect();
+    ctx.from_slice(&v, shape).unwrap()
 }
