@@ -681,18 +681,24 @@ pub mod reference {
         }
     }
 
+    /// The row max and Σ exp(x − max) over the entries `idx`, serially.
+    fn max_sumexp<T: Float>(x: &[T], idx: &[usize]) -> (T, T) {
+        let mut m = T::NEG_INFINITY;
+        for &i in idx {
+            m = m.max(x[i]);
+        }
+        let mut s = T::ZERO;
+        for &i in idx {
+            s += (x[i] - m).exp();
+        }
+        (m, s)
+    }
+
     /// Softmax along `axis`.
     pub fn softmax<T: Float>(x: &[T], shape: &[usize], axis: usize) -> Vec<T> {
         let mut y = vec![T::ZERO; x.len()];
         for_each_row(shape, axis, |idx| {
-            let mut m = T::NEG_INFINITY;
-            for &i in idx {
-                m = m.max(x[i]);
-            }
-            let mut s = T::ZERO;
-            for &i in idx {
-                s += (x[i] - m).exp();
-            }
+            let (m, s) = max_sumexp(x, idx);
             for &i in idx {
                 y[i] = (x[i] - m).exp() / s;
             }
@@ -704,14 +710,7 @@ pub mod reference {
     pub fn log_softmax<T: Float>(x: &[T], shape: &[usize], axis: usize) -> Vec<T> {
         let mut y = vec![T::ZERO; x.len()];
         for_each_row(shape, axis, |idx| {
-            let mut m = T::NEG_INFINITY;
-            for &i in idx {
-                m = m.max(x[i]);
-            }
-            let mut s = T::ZERO;
-            for &i in idx {
-                s += (x[i] - m).exp();
-            }
+            let (m, s) = max_sumexp(x, idx);
             for &i in idx {
                 y[i] = x[i] - m - s.ln();
             }
