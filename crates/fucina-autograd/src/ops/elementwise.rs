@@ -65,15 +65,7 @@ struct BinaryBackward {
 
 impl Backward for BinaryBackward {
     fn name(&self) -> &'static str {
-        match self.op {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
-        }
+        self.op.name()
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         // Only Pow reads `out`; the others are given gy in its place (unused).
@@ -218,15 +210,7 @@ impl Tensor {
         let b = other.raw()?;
         let ctx = self.ctx();
         let y = ctx.binary(&a, &b, op)?;
-        let name = match op {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
-        };
+        let name = op.name();
         Ok(record(
             ctx,
             name,
