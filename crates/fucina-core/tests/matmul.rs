@@ -301,6 +301,7 @@ fn matmul_vectors_like_torch() {
 fn thread_determinism<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
+    let c3 = ExecContext::with_threads(3).unwrap();
     let mut rng = SplitMix64::new(16);
     for &(batch, m, k, n) in &[
         (1usize, 300usize, 257usize, 520usize),
@@ -324,7 +325,7 @@ fn thread_determinism<T: Float>() {
             .map(T::from_f64)
             .collect();
         let mut outs = Vec::new();
-        for ctx in [&c1, &c2] {
+        for ctx in [&c1, &c2, &c3] {
             let a = ctx.from_slice(&av, &[batch, m, k]).unwrap();
             let b = ctx.from_slice(&bv, &[k, n]).unwrap();
             let bt = ctx.from_slice(&bv, &[n, k]).unwrap();
@@ -340,19 +341,23 @@ fn thread_determinism<T: Float>() {
             outs.push((mm, lin, c.to_vec::<T>().unwrap()));
         }
         let bits = |v: &Vec<T>| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<u64>>();
-        for (which, x, y) in [
-            ("matmul", &outs[0].0, &outs[1].0),
-            ("linear", &outs[0].1, &outs[1].1),
-            ("gemm", &outs[0].2, &outs[1].2),
-        ] {
-            assert!(
-                bits(x) == bits(y),
-                "{which} {batch}x{m}x{k}x{n}: 1-thread and 2-thread results differ"
-            );
+        for (t, other) in outs.iter().enumerate().skip(1) {
+            for (which, x, y) in [
+                ("matmul", &outs[0].0, &other.0),
+                ("linear", &outs[0].1, &other.1),
+                ("gemm", &outs[0].2, &other.2),
+            ] {
+                assert!(
+                    bits(x) == bits(y),
+                    "{which} {batch}x{m}x{k}x{n}: 1-thread and {}-thread results differ",
+                    t + 1
+                );
+            }
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
+    for ctx in [&c1, &c2, &c3] {
+        assert_eq!(ctx.stats().outstanding, 0);
+    }
 }
 
 #[test]
@@ -363,6 +368,69 @@ fn bitwise_equal_across_threads_f32() {
 #[test]
 fn bitwise_equal_across_threads_f64() {
     thread_determinism::<f64>();
+}
+
+/// Shapes spanning several K steps and column blocks of the packed path, on transposed views,
+/// with alpha and beta, against the reference.
+fn large_blocks<T: Float>() {
+    let ctx = ExecContext::with_threads(2).unwrap();
+    let mut rng = SplitMix64::new(23);
+    for &(m, k, n) in &[
+        (70usize, 600usize, 1100usize),
+        (13, 1030, 40),
+        (600, 20, 530),
+    ] {
+        let a = rand_tensor::<T>(&ctx, &mut rng, &[k, m]);
+        let b = rand_tensor::<T>(&ctx, &mut rng, &[n, k]);
+        let c0 = rand_tensor::<T>(&ctx, &mut rng, &[m, n]);
+        let (at, bt) = (a.transpose(0, 1).unwrap(), b.transpose(0, 1).unwrap());
+        let mut fast = ctx.copy(&c0).unwrap();
+        ctx.gemm(0.5, &at, &bt, 1.5, &mut fast).unwrap();
+        let mut refr = ctx.copy(&c0).unwrap();
+        reference::gemm::<T>(0.5, &at, &bt, 1.5, &mut refr).unwrap();
+        assert_close::<T>(&fast, &refr, k, 2.0, &format!("aᵀbᵀ {m}x{k}x{n}"));
+        let fast = ctx.matmul(&ctx.copy(&at).unwrap(), &bt).unwrap();
+        let refr = reference::matmul::<T>(&ctx, &at, &bt).unwrap();
+        assert_close::<T>(&fast, &refr, k, 1.0, &format!("a·bᵀ {m}x{k}x{n}"));
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn large_blocks_match_reference_f32() {
+    large_blocks::<f32>();
+}
+
+#[test]
+fn large_blocks_match_reference_f64() {
+    large_blocks::<f64>();
+}
+
+/// Runs this test binary again with `FUCINA_GEMM` forcing each GEMM path, so both stay
+/// tested whichever one this CPU picks by default.
+#[test]
+fn every_gemm_path_passes_this_suite() {
+    if std::env::var_os("FUCINA_GEMM").is_some() {
+        return;
+    }
+    for path in ["tiled", "packed"] {
+        let exe = std::env::current_exe().expect("test binary path");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--skip",
+                "every_gemm_path_passes_this_suite",
+                "--test-threads=2",
+            ])
+            .env("FUCINA_GEMM", path)
+            .output()
+            .expect("spawn the test binary");
+        assert!(
+            out.status.success(),
+            "FUCINA_GEMM={path}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

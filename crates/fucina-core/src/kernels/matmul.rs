@@ -1,11 +1,20 @@
 //! GEMM (C = alpha·op(A)·op(B) + beta·C) over strided and batched views, matmul and linear.
 //!
-//! Fast path: `matrixmultiply`'s single-threaded sgemm/dgemm (AVX-512 micro-kernel picked at
-//! runtime, AVX2/FMA and scalar fallbacks) run on a fixed grid of C tiles whose boundaries depend
-//! only on (batch, M, N, K), in parallel through `for_chunks`. Every C element is reduced over K
-//! inside exactly one kernel call, the same way for any thread count, so results are bitwise
-//! identical for any thread count. Strided views (transposes included) reach the kernel as row and
-//! column strides: operands are never copied. C must be the sole owner of its buffer.
+//! Validation and layout live here; two fast paths run the product:
+//! - [`packed`] (x86_64 with AVX2 + FMA): own packing and 6×16 (f32) / 6×8 (f64) micro-kernels
+//!   in [`avx2`], packed B shared by all threads, jobs over rows and column runs;
+//! - [`tiled`] (elsewhere, and on AVX-512 CPUs): `matrixmultiply` on a fixed grid of C tiles.
+//!
+//! `FUCINA_GEMM=packed|tiled` overrides the choice (read once). Both reduce each C element over
+//! K the same way for any thread count, so results are bitwise identical for any number of
+//! threads. Strided views (transposes included) reach the kernels as row and column strides:
+//! operands are never copied. C must be the sole owner of its buffer.
+
+mod avx2;
+mod packed;
+mod tiled;
+
+use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
@@ -15,94 +24,6 @@ use crate::exec::ExecContext;
 use crate::kernels::copy::SendPtr;
 use crate::shape::{self, Dims};
 use crate::tensor::RawTensor;
-
-/// Tile edges are multiples of this (the AVX-512 f32 micro-kernel is 16×16).
-const TILE_ALIGN: usize = 16;
-/// A tile is never split below this many rows or columns.
-const MIN_TILE_DIM: usize = 64;
-/// A tile is never split below this many FLOPs (keeps packing overhead small).
-const MIN_TILE_FLOPS: usize = 1 << 21;
-/// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
-const TARGET_CHUNKS: usize = 8;
-/// Below this many FLOPs in total a GEMM runs on the calling thread only.
-const PAR_MIN_FLOPS: usize = 1 << 23;
-
-/// Element types with a fast GEMM kernel (f32, f64).
-trait GemmKernel: Float {
-    /// `C ← alpha·A·B + beta·C` for one strided matrix triple (matrixmultiply's contract:
-    /// A is m×k, B is k×n, C is m×n and does not alias itself; beta == 0 ignores C).
-    ///
-    /// # Safety
-    /// Every addressed element of A, B and C must be in bounds; C must not be read or written
-    /// by anyone else during the call.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn kernel(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
-}
-
-impl GemmKernel for f32 {
-    #[inline]
-    unsafe fn kernel(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        beta: f32,
-        c: *mut f32,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
-    }
-}
-
-impl GemmKernel for f64 {
-    #[inline]
-    unsafe fn kernel(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f64,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        beta: f64,
-        c: *mut f64,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
-    }
-}
 
 /// One operand's layout inside a validated batched problem (strides in elements).
 #[derive(Clone, Debug)]
@@ -276,41 +197,52 @@ fn fold_batch(p: Problem) -> Problem {
     }
 }
 
-/// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
-fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
-    let flops = m.saturating_mul(n).saturating_mul(k).saturating_mul(2);
-    let want = TARGET_CHUNKS.div_ceil(batch.max(1));
-    let tiles = want.min((flops / MIN_TILE_FLOPS).max(1));
-    let (mut gm, mut gn) = (1usize, 1usize);
-    while gm * gn * 2 <= tiles {
-        let can_m = m / (gm * 2) >= MIN_TILE_DIM;
-        let can_n = n / (gn * 2) >= MIN_TILE_DIM;
-        if can_m && (m / gm >= n / gn || !can_n) {
-            gm *= 2;
-        } else if can_n {
-            gn *= 2;
-        } else {
-            break;
-        }
-    }
-    let edge = |len: usize, parts: usize| {
-        if parts == 1 {
-            len.max(1)
-        } else {
-            len.div_ceil(parts).next_multiple_of(TILE_ALIGN)
-        }
-    };
-    (edge(m, gm), edge(n, gn))
+/// The GEMM implementations a process can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmPath {
+    /// Own packing and AVX2/FMA micro-kernels ([`packed`]).
+    Packed,
+    /// `matrixmultiply` on a fixed tile grid ([`tiled`]).
+    Tiled,
 }
 
-/// Runs a validated problem. `bias` (pointer, stride) is added to every row of C after
-/// the product, tile by tile while the tile is hot in cache.
+/// The path this process uses: `FUCINA_GEMM` if set to `packed` (and the CPU has AVX2 and FMA)
+/// or `tiled`, else packed on AVX2 CPUs without AVX-512 and tiled everywhere else.
+pub fn gemm_path() -> GemmPath {
+    static PATH: OnceLock<GemmPath> = OnceLock::new();
+    *PATH.get_or_init(|| {
+        let avx512 = {
+            #[cfg(target_arch = "x86_64")]
+            {
+                std::arch::is_x86_feature_detected!("avx512f")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        };
+        match std::env::var("FUCINA_GEMM").as_deref() {
+            Ok("tiled") => GemmPath::Tiled,
+            Ok("packed") if avx2::available() => GemmPath::Packed,
+            _ if avx2::available() && !avx512 => GemmPath::Packed,
+            _ => GemmPath::Tiled,
+        }
+    })
+}
+
+/// Element types both paths implement (f32, f64).
+trait GemmFloat: tiled::GemmKernel + packed::PackedKernel {}
+impl GemmFloat for f32 {}
+impl GemmFloat for f64 {}
+
+/// Runs a validated problem on the process's GEMM path. `bias` (pointer, stride) is added to
+/// every row of C after the product.
 ///
 /// # Safety
-/// `a`, `b` and `c` are the element-0 pointers of the buffers the problem was planned
-/// against (offsets included in `p`); `c` is writable and unaliased; `bias` addresses `n`
-/// in-bounds elements.
-unsafe fn run<T: GemmKernel>(
+/// As [`tiled::run`]: pointers are the buffers `p` was planned on, C is writable and unaliased,
+/// `bias` addresses `n` in-bounds elements.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run<T: GemmFloat>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
@@ -320,65 +252,73 @@ unsafe fn run<T: GemmKernel>(
     c: *mut T,
     bias: Option<(*const T, usize)>,
 ) {
+    if gemm_path() == GemmPath::Tiled {
+        // SAFETY: forwarded caller contract.
+        return unsafe { tiled::run(ctx, p, alpha, a, b, beta, c, bias) };
+    }
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
     if m == 0 || n == 0 || nb == 0 {
         return;
     }
-    let (tm, tn) = tile_shape(nb, m, n, k);
-    let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
-    let per = gm * gn;
-    let n_chunks = nb * per;
-    let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
-    let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
+    let item_flops = (2 * m * n).saturating_mul(k.max(1));
+    let parallel = item_flops.saturating_mul(nb) >= packed::PAR_MIN_FLOPS;
+    // Many items, or small ones: one item per task. Otherwise items in turn, each split.
+    let per_item = nb > 1 && (nb >= 4 * ctx.num_threads() || item_flops < packed::PAR_MIN_FLOPS);
     let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
     let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
-    ctx.for_chunks(n_chunks, parallel, |chunk| {
+    let one = |bi: usize, inner_parallel: bool| {
         let (ap, bp, cp, biasp) = (ap, bp, cp, biasp);
-        let bi = chunk / per;
-        let (ti, tj) = ((chunk % per) / gn, (chunk % per) % gn);
-        let (r0, c0) = (ti * tm, tj * tn);
-        let rows = tm.min(m - r0);
-        let cols = tn.min(n - c0);
-        let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
-        let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
-        let co = p.c.offset
-            + shape::offset_of(&p.batch, &p.c.batch_strides, bi)
-            + r0 * p.c.rs
-            + c0 * p.c.cs;
-        // SAFETY: offsets stay inside the views validated by `plan`; each chunk writes a
-        // disjoint tile of C (C does not overlap itself, checked by `plan`).
+        let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
+        let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
+        let co = p.c.offset + shape::offset_of(&p.batch, &p.c.batch_strides, bi);
+        // SAFETY: offsets stay inside the views validated by `plan`; items write disjoint
+        // parts of C (C does not overlap itself, checked by `plan`).
         unsafe {
-            T::kernel(
-                rows,
-                k,
-                cols,
+            let cpi = packed::MatMut {
+                ptr: SendPtr(cp.0.add(co)),
+                rs: p.c.rs,
+                cs: p.c.cs,
+            };
+            packed::gemm(
+                ctx,
+                inner_parallel,
+                (m, n, k),
                 alpha,
-                ap.0.add(ao),
-                p.a.rs as isize,
-                p.a.cs as isize,
-                bp.0.add(bo),
-                p.b.rs as isize,
-                p.b.cs as isize,
+                packed::MatPtr {
+                    ptr: SendPtr(ap.0.add(ao)),
+                    rs: p.a.rs,
+                    cs: p.a.cs,
+                },
+                packed::MatPtr {
+                    ptr: SendPtr(bp.0.add(bo)),
+                    rs: p.b.rs,
+                    cs: p.b.cs,
+                },
                 beta,
-                cp.0.add(co),
-                p.c.rs as isize,
-                p.c.cs as isize,
+                cpi,
             );
             if let Some((bias, bs)) = biasp {
-                for i in 0..rows {
-                    let row = cp.0.add(co + i * p.c.rs);
-                    for j in 0..cols {
-                        *row.add(j * p.c.cs) += *bias.0.add((c0 + j) * bs);
+                for i in 0..m {
+                    let row = cpi.ptr.0.add(i * p.c.rs);
+                    for j in 0..n {
+                        *row.add(j * p.c.cs) += *bias.0.add(j * bs);
                     }
                 }
             }
         }
-    });
+    };
+    if per_item {
+        ctx.for_chunks(nb, parallel, |bi| one(bi, false));
+    } else {
+        for bi in 0..nb {
+            one(bi, parallel);
+        }
+    }
 }
 
 /// Typed body of [`ExecContext::gemm`] (and of matmul/linear), on a validated problem.
-fn gemm_typed<T: GemmKernel>(
+fn gemm_typed<T: GemmFloat>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: f64,

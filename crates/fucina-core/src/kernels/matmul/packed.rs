@@ -1,0 +1,448 @@
+//! The packed GEMM driver behind the AVX2 micro-kernels (Goto/BLIS blocking, own packing).
+//!
+//! For one `C[m×n] = alpha·A[m×k]·B[k×n] + beta·C` with arbitrary strides, C is cut into one
+//! job per thread (a run of columns when N is wide enough, else a run of rows), all started in
+//! a single parallel dispatch. A job walks its columns in `NC` blocks and K in `KC` steps; per
+//! step it packs its B block into `NR`-wide panels (thread-local scratch, reused from L1 by
+//! every row tile) and runs the micro-kernel over `MR × NR` tiles. A is read in place when it
+//! is row- or column-major (its tile rows are a few sequential streams); otherwise, and for a
+//! last partial row tile, its `MR × KC` panel is packed, zero-padded. The first K step applies
+//! `beta`; later steps accumulate.
+//!
+//! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
+//! steps added in ascending K, packed or not. The job grid (which depends on the thread count)
+//! only decides *who* computes a tile, never *how*, so results are bitwise identical for any
+//! number of threads.
+
+use std::cell::Cell;
+
+use crate::dtype::Float;
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+
+use super::avx2::{self, MR};
+
+/// K step: one FMA chain per element per step (fixed: it defines the rounding).
+const KC: usize = 256;
+/// Rows per A block inside a job (the rows of A one K step reads stay in L2).
+const MC: usize = 96;
+/// Columns per packed B block (`KC × NC` elements, in L2/L3 while a job sweeps its rows).
+const NC: usize = 512;
+/// Below this many FLOPs a problem is run on the calling thread.
+pub const PAR_MIN_FLOPS: usize = 1 << 22;
+
+/// One micro-tile of C handed to a micro-kernel, with its epilogue.
+#[derive(Clone, Copy)]
+pub struct Tile<T> {
+    /// Top-left element of the tile.
+    pub c: *mut T,
+    /// Row stride of C (elements).
+    pub rsc: isize,
+    /// Column stride of C (elements).
+    pub csc: isize,
+    /// Valid rows (≤ MR).
+    pub rows: usize,
+    /// Valid columns (≤ NR).
+    pub cols: usize,
+    /// Scale of the product.
+    pub alpha: T,
+    /// Scale of the old C (ignored when `overwrite`).
+    pub beta: T,
+    /// Write `alpha·acc` without reading C (the first K step with `beta == 0`).
+    pub overwrite: bool,
+}
+
+/// Element types with a packed micro-kernel.
+pub trait PackedKernel: Float {
+    /// Columns of the micro-tile.
+    const NR: usize;
+
+    /// Runs the micro-kernel on `kc` packed steps.
+    ///
+    /// # Safety
+    /// As the AVX2 kernels: features present, panels readable, tile writable and unshared.
+    unsafe fn micro(kc: usize, a: *const Self, sa: (usize, usize), b: *const Self, t: Tile<Self>);
+
+    /// Packs one full B panel (`k × NR`, `dst[p·NR + j]`) from a K-contiguous B whose
+    /// column `j` starts at `src + j·cs`.
+    ///
+    /// # Safety
+    /// Features present; `src` columns readable for `k` steps; `dst` holds `k · NR`.
+    unsafe fn pack_b_kmajor(dst: *mut Self, src: *const Self, cs: usize, k: usize);
+}
+
+impl PackedKernel for f32 {
+    const NR: usize = avx2::NR_F32;
+
+    #[inline]
+    unsafe fn micro(kc: usize, a: *const f32, sa: (usize, usize), b: *const f32, t: Tile<f32>) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            avx2::kernel_f32(kc, a, sa, b, t)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (kc, a, sa, b, t);
+            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+        }
+    }
+
+    #[inline]
+    unsafe fn pack_b_kmajor(dst: *mut f32, src: *const f32, cs: usize, k: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            avx2::pack_b_kmajor_f32(dst, src, cs, k)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dst, src, cs, k);
+            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+        }
+    }
+}
+
+impl PackedKernel for f64 {
+    const NR: usize = avx2::NR_F64;
+
+    #[inline]
+    unsafe fn micro(kc: usize, a: *const f64, sa: (usize, usize), b: *const f64, t: Tile<f64>) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            avx2::kernel_f64(kc, a, sa, b, t)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (kc, a, sa, b, t);
+            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+        }
+    }
+
+    #[inline]
+    unsafe fn pack_b_kmajor(dst: *mut f64, src: *const f64, cs: usize, k: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            avx2::pack_b_kmajor_f64(dst, src, cs, k)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dst, src, cs, k);
+            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+        }
+    }
+}
+
+/// A strided read-only matrix (element pointer, row and column strides in elements).
+#[derive(Clone, Copy)]
+pub struct MatPtr<T> {
+    /// Element (0, 0).
+    pub ptr: SendPtr<T>,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+thread_local! {
+    /// Packed-A scratch of this thread (taken while in use, so re-entry just allocates).
+    static A_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+    /// Packed-B scratch of this thread (as above).
+    static B_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on a thread-local scratch slice of at least `len` elements of `T`.
+fn with_scratch<T: Float, R>(
+    key: &'static std::thread::LocalKey<Cell<Vec<f64>>>,
+    len: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
+    let mut buf = key.with(Cell::take);
+    if buf.len() < words {
+        buf = vec![0.0; words];
+    }
+    let slice: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..words]);
+    let out = f(&mut slice[..len]);
+    key.with(|c| c.set(buf));
+    out
+}
+
+/// Packs rows `0..rows` and K steps `0..kc` of `a` into `MR`-tall panels (`kc × MR` each,
+/// row-fastest), zero-padding the last panel.
+///
+/// # Safety
+/// Every addressed element of `a` is readable; `dst` holds `rows.div_ceil(MR) · kc · MR`.
+unsafe fn pack_a<T: Float>(
+    dst: &mut [T],
+    a: *const T,
+    rs: usize,
+    cs: usize,
+    rows: usize,
+    kc: usize,
+) {
+    let d = dst.as_mut_ptr();
+    for pi in 0..rows.div_ceil(MR) {
+        let r0 = pi * MR;
+        let valid = MR.min(rows - r0);
+        // SAFETY: panel pi of `dst` and rows r0.. of the caller's block.
+        unsafe {
+            let panel = d.add(pi * kc * MR);
+            let src = a.add(r0 * rs);
+            if valid == MR && rs == 1 {
+                // Aᵀ stored (rows contiguous): each step is MR contiguous elements.
+                for p in 0..kc {
+                    std::ptr::copy_nonoverlapping(src.add(p * cs), panel.add(p * MR), MR);
+                }
+            } else if valid == MR {
+                for i in 0..MR {
+                    let row = src.add(i * rs);
+                    for p in 0..kc {
+                        *panel.add(p * MR + i) = *row.add(p * cs);
+                    }
+                }
+            } else {
+                for p in 0..kc {
+                    for i in 0..MR {
+                        *panel.add(p * MR + i) = if i < valid {
+                            *src.add(i * rs + p * cs)
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs K steps `0..k` and columns `0..cols` of `b` into `NR`-wide panels (`k × NR` each,
+/// column-fastest), zero-padding the last panel.
+///
+/// # Safety
+/// Every addressed element of `b` is readable; `dst` holds `cols.div_ceil(NR) · k · NR`.
+unsafe fn pack_b<T: PackedKernel>(
+    dst: &mut [T],
+    b: *const T,
+    rs: usize,
+    cs: usize,
+    k: usize,
+    cols: usize,
+) {
+    let nr = T::NR;
+    let d = dst.as_mut_ptr();
+    for (n, pi) in (0..cols.div_ceil(nr)).enumerate() {
+        let c0 = pi * nr;
+        let valid = nr.min(cols - c0);
+        // SAFETY: panel n of `dst` and columns c0.. of the caller's block.
+        unsafe {
+            let panel = d.add(n * k * nr);
+            let src = b.add(c0 * cs);
+            if valid == nr && cs == 1 {
+                // Row-major B: each step is NR contiguous elements.
+                for p in 0..k {
+                    std::ptr::copy_nonoverlapping(src.add(p * rs), panel.add(p * nr), nr);
+                }
+            } else if valid == nr && rs == 1 {
+                // Transposed B (K contiguous): register transposes.
+                T::pack_b_kmajor(panel, src, cs, k);
+            } else if valid == nr {
+                for j in 0..nr {
+                    let col = src.add(j * cs);
+                    for p in 0..k {
+                        *panel.add(p * nr + j) = *col.add(p * rs);
+                    }
+                }
+            } else {
+                for p in 0..k {
+                    for j in 0..nr {
+                        *panel.add(p * nr + j) = if j < valid {
+                            *src.add(p * rs + j * cs)
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Splits `len` into `parts` runs whose starts are multiples of `align` (the last may be
+/// shorter); returns the run starts and the end.
+fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
+    let step = len.div_ceil(parts).next_multiple_of(align);
+    let mut cuts: Vec<usize> = (0..len).step_by(step.max(1)).collect();
+    cuts.push(len);
+    cuts
+}
+
+/// The job grid `(row cuts, column cuts)` for `threads` workers: columns when each gets at
+/// least four B panels, else rows when each gets at least two A tiles, else one job.
+fn grid<T: PackedKernel>(m: usize, n: usize, threads: usize) -> (Vec<usize>, Vec<usize>) {
+    if threads > 1 && n >= threads * 4 * T::NR {
+        (vec![0, m], split(n, threads, T::NR))
+    } else if threads > 1 && m >= threads * 2 * MR {
+        (split(m, threads, MR), vec![0, n])
+    } else {
+        (vec![0, m], vec![0, n])
+    }
+}
+
+/// A strided mutable view of C (pointer to element (0, 0), row and column strides).
+#[derive(Clone, Copy)]
+pub struct MatMut<T> {
+    /// Element (0, 0).
+    pub ptr: SendPtr<T>,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+/// One job: rows `r0..r1` and columns `c0..c1` of C, over all of K.
+///
+/// # Safety
+/// As [`gemm`]; the job's part of C is written by nobody else.
+#[allow(clippy::too_many_arguments)]
+unsafe fn job<T: PackedKernel>(
+    (r0, r1): (usize, usize),
+    (c0, c1): (usize, usize),
+    k: usize,
+    alpha: T,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    beta: T,
+    c: MatMut<T>,
+) {
+    let nr = T::NR;
+    // A is read in place when each tile row (or each K step) is contiguous.
+    let a_in_place = a.cs == 1 || a.rs == 1;
+    with_scratch::<T, _>(
+        &B_SCRATCH,
+        KC * NC.min((c1 - c0).next_multiple_of(nr)),
+        |bbuf| {
+            with_scratch::<T, _>(&A_SCRATCH, MC.next_multiple_of(MR) * KC, |abuf| {
+                for jc in (c0..c1).step_by(NC) {
+                    let cols = NC.min(c1 - jc);
+                    for pc in (0..k).step_by(KC) {
+                        let kc = KC.min(k - pc);
+                        let bpk = &mut bbuf[..cols.div_ceil(nr) * kc * nr];
+                        // SAFETY: K steps pc.., columns jc.. are inside B.
+                        unsafe {
+                            pack_b(
+                                bpk,
+                                b.ptr.0.add(pc * b.rs + jc * b.cs),
+                                b.rs,
+                                b.cs,
+                                kc,
+                                cols,
+                            )
+                        };
+                        let first = pc == 0;
+                        for ic in (r0..r1).step_by(MC) {
+                            let rows = MC.min(r1 - ic);
+                            // SAFETY: rows ic.., K steps pc.. are inside A.
+                            let a_blk = unsafe { a.ptr.0.add(ic * a.rs + pc * a.cs) } as *const T;
+                            let full = if a_in_place { rows / MR } else { 0 };
+                            if full * MR < rows {
+                                // SAFETY: the remaining rows are inside A; abuf fits MC rows.
+                                unsafe {
+                                    pack_a(
+                                        &mut abuf[..(rows - full * MR).div_ceil(MR) * kc * MR],
+                                        a_blk.add(full * MR * a.rs),
+                                        a.rs,
+                                        a.cs,
+                                        rows - full * MR,
+                                        kc,
+                                    )
+                                };
+                            }
+                            for jp in 0..cols.div_ceil(nr) {
+                                let j0 = jp * nr;
+                                let bp = bpk[jp * kc * nr..].as_ptr();
+                                for ip in 0..rows.div_ceil(MR) {
+                                    let i0 = ip * MR;
+                                    let (ap, sa) = if ip < full {
+                                        // SAFETY: tile rows i0.. are inside the A block.
+                                        (unsafe { a_blk.add(i0 * a.rs) }, (a.rs, a.cs))
+                                    } else {
+                                        (abuf[(ip - full) * kc * MR..].as_ptr(), (1, MR))
+                                    };
+                                    let tile = Tile {
+                                        // SAFETY: (ic + i0, jc + j0) is inside this job's C.
+                                        c: unsafe {
+                                            c.ptr.0.add((ic + i0) * c.rs + (jc + j0) * c.cs)
+                                        },
+                                        rsc: c.rs as isize,
+                                        csc: c.cs as isize,
+                                        rows: MR.min(rows - i0),
+                                        cols: nr.min(cols - j0),
+                                        alpha,
+                                        beta: if first { beta } else { T::ONE },
+                                        overwrite: first && beta == T::ZERO,
+                                    };
+                                    // SAFETY: A and B panels hold kc steps; the tile is this job's.
+                                    unsafe { T::micro(kc, ap, sa, bp, tile) };
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        },
+    )
+}
+
+/// `C ← alpha·A·B + beta·C` for one strided problem (C does not overlap itself; beta == 0
+/// never reads C). Parallel over the context's threads when `parallel`.
+///
+/// # Safety
+/// Every addressed element of A, B and C is in bounds; C is written by nobody else.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm<T: PackedKernel>(
+    ctx: &ExecContext,
+    parallel: bool,
+    (m, n, k): (usize, usize, usize),
+    alpha: T,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    beta: T,
+    c: MatMut<T>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: (i, j) is inside C.
+                let p = unsafe { &mut *c.ptr.0.add(i * c.rs + j * c.cs) };
+                *p = if beta == T::ZERO { T::ZERO } else { beta * *p };
+            }
+        }
+        return;
+    }
+    let threads = if parallel { ctx.num_threads() } else { 1 };
+    let (rcuts, ccuts) = grid::<T>(m, n, threads);
+    let gn = ccuts.len() - 1;
+    let jobs = (rcuts.len() - 1) * gn;
+    ctx.for_chunks(jobs, jobs > 1, |j| {
+        let (ri, ci) = (j / gn, j % gn);
+        // SAFETY: jobs cover disjoint parts of C; the caller's contract covers the rest.
+        unsafe {
+            job(
+                (rcuts[ri], rcuts[ri + 1]),
+                (ccuts[ci], ccuts[ci + 1]),
+                k,
+                alpha,
+                a,
+                b,
+                beta,
+                c,
+            )
+        };
+    });
+}

@@ -1,0 +1,204 @@
+//! The portable GEMM path: `matrixmultiply`'s single-threaded sgemm/dgemm (AVX-512 micro-kernel
+//! picked at runtime, AVX2/FMA and scalar fallbacks) on a fixed grid of C tiles.
+//!
+//! Used where the packed AVX2 path is not (no AVX2/FMA, or AVX-512, whose `matrixmultiply`
+//! kernel is twice as wide), and selectable with `FUCINA_GEMM=tiled`. Tile boundaries depend
+//! only on (batch, M, N, K), and every C element is reduced over K inside exactly one kernel
+//! call, so results are bitwise identical for any thread count. Strided views reach the kernel
+//! as row and column strides: operands are never copied.
+
+use crate::dtype::Float;
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+use crate::shape;
+
+use super::Problem;
+
+/// Tile edges are multiples of this (the AVX-512 f32 micro-kernel is 16×16).
+const TILE_ALIGN: usize = 16;
+/// A tile is never split below this many rows or columns.
+const MIN_TILE_DIM: usize = 64;
+/// A tile is never split below this many FLOPs (keeps packing overhead small).
+const MIN_TILE_FLOPS: usize = 1 << 21;
+/// Tiles (over all batch items) a large problem is cut into: enough to balance 2–8 threads.
+const TARGET_CHUNKS: usize = 8;
+/// Below this many FLOPs in total a GEMM runs on the calling thread only.
+const PAR_MIN_FLOPS: usize = 1 << 23;
+
+/// Element types with a fast GEMM kernel (f32, f64).
+pub(super) trait GemmKernel: Float {
+    /// `C ← alpha·A·B + beta·C` for one strided matrix triple (matrixmultiply's contract:
+    /// A is m×k, B is k×n, C is m×n and does not alias itself; beta == 0 ignores C).
+    ///
+    /// # Safety
+    /// Every addressed element of A, B and C must be in bounds; C must not be read or written
+    /// by anyone else during the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+}
+
+impl GemmKernel for f32 {
+    #[inline]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        beta: f32,
+        c: *mut f32,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}
+
+impl GemmKernel for f64 {
+    #[inline]
+    unsafe fn kernel(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f64,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        beta: f64,
+        c: *mut f64,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}
+
+/// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
+fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
+    let flops = m.saturating_mul(n).saturating_mul(k).saturating_mul(2);
+    let want = TARGET_CHUNKS.div_ceil(batch.max(1));
+    let tiles = want.min((flops / MIN_TILE_FLOPS).max(1));
+    let (mut gm, mut gn) = (1usize, 1usize);
+    while gm * gn * 2 <= tiles {
+        let can_m = m / (gm * 2) >= MIN_TILE_DIM;
+        let can_n = n / (gn * 2) >= MIN_TILE_DIM;
+        if can_m && (m / gm >= n / gn || !can_n) {
+            gm *= 2;
+        } else if can_n {
+            gn *= 2;
+        } else {
+            break;
+        }
+    }
+    let edge = |len: usize, parts: usize| {
+        if parts == 1 {
+            len.max(1)
+        } else {
+            len.div_ceil(parts).next_multiple_of(TILE_ALIGN)
+        }
+    };
+    (edge(m, gm), edge(n, gn))
+}
+
+/// Runs a validated problem. `bias` (pointer, stride) is added to every row of C after
+/// the product, tile by tile while the tile is hot in cache.
+///
+/// # Safety
+/// `a`, `b` and `c` are the element-0 pointers of the buffers the problem was planned
+/// against (offsets included in `p`); `c` is writable and unaliased; `bias` addresses `n`
+/// in-bounds elements.
+pub(super) unsafe fn run<T: GemmKernel>(
+    ctx: &ExecContext,
+    p: &Problem,
+    alpha: T,
+    a: *const T,
+    b: *const T,
+    beta: T,
+    c: *mut T,
+    bias: Option<(*const T, usize)>,
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let nb = p.batch_len();
+    if m == 0 || n == 0 || nb == 0 {
+        return;
+    }
+    let (tm, tn) = tile_shape(nb, m, n, k);
+    let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
+    let per = gm * gn;
+    let n_chunks = nb * per;
+    let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
+    let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
+    let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
+    let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
+    ctx.for_chunks(n_chunks, parallel, |chunk| {
+        let (ap, bp, cp, biasp) = (ap, bp, cp, biasp);
+        let bi = chunk / per;
+        let (ti, tj) = ((chunk % per) / gn, (chunk % per) % gn);
+        let (r0, c0) = (ti * tm, tj * tn);
+        let rows = tm.min(m - r0);
+        let cols = tn.min(n - c0);
+        let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
+        let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
+        let co = p.c.offset
+            + shape::offset_of(&p.batch, &p.c.batch_strides, bi)
+            + r0 * p.c.rs
+            + c0 * p.c.cs;
+        // SAFETY: offsets stay inside the views validated by `plan`; each chunk writes a
+        // disjoint tile of C (C does not overlap itself, checked by `plan`).
+        unsafe {
+            T::kernel(
+                rows,
+                k,
+                cols,
+                alpha,
+                ap.0.add(ao),
+                p.a.rs as isize,
+                p.a.cs as isize,
+                bp.0.add(bo),
+                p.b.rs as isize,
+                p.b.cs as isize,
+                beta,
+                cp.0.add(co),
+                p.c.rs as isize,
+                p.c.cs as isize,
+            );
+            if let Some((bias, bs)) = biasp {
+                for i in 0..rows {
+                    let row = cp.0.add(co + i * p.c.rs);
+                    for j in 0..cols {
+                        *row.add(j * p.c.cs) += *bias.0.add((c0 + j) * bs);
+                    }
+                }
+            }
+        }
+    });
+}
