@@ -5,8 +5,8 @@
 //! a single parallel dispatch. A job walks its columns in `NC` blocks and K in `KC` steps; per
 //! step it packs its B block into `NR`-wide panels (thread-local scratch, reused from L1 by
 //! every row tile) and runs the micro-kernel over `MR × NR` tiles. A is read in place when it
-//! is row- or column-major (its tile rows are a few sequential streams); otherwise, and for a
-//! last partial row tile, its `MR × KC` panel is packed, zero-padded. The first K step applies
+//! is row-major (a tile's rows are MR sequential streams); otherwise, and for a last partial
+//! row tile, its `MR × KC` panels are packed, zero-padded. The first K step applies
 //! `beta`; later steps accumulate.
 //!
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
@@ -28,6 +28,8 @@ const KC: usize = 256;
 const MC: usize = 96;
 /// Columns per packed B block (`KC × NC` elements, in L2/L3 while a job sweeps its rows).
 const NC: usize = 512;
+/// Most jobs per thread in one GEMM.
+const JOBS_PER_THREAD: usize = 4;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
 
@@ -279,13 +281,18 @@ fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
     cuts
 }
 
-/// The job grid `(row cuts, column cuts)` for `threads` workers: columns when each gets at
-/// least four B panels, else rows when each gets at least two A tiles, else one job.
+/// The job grid `(row cuts, column cuts)` for `threads` workers: up to [`JOBS_PER_THREAD`]
+/// runs of columns per thread when each run gets at least four B panels (no operand is then
+/// packed twice), else runs of rows of at least two A tiles, else one job. Several jobs per
+/// thread let a thread that finishes early take work from one that was held up.
 fn grid<T: PackedKernel>(m: usize, n: usize, threads: usize) -> (Vec<usize>, Vec<usize>) {
-    if threads > 1 && n >= threads * 4 * T::NR {
-        (vec![0, m], split(n, threads, T::NR))
-    } else if threads > 1 && m >= threads * 2 * MR {
-        (split(m, threads, MR), vec![0, n])
+    let most = threads * JOBS_PER_THREAD;
+    let by_cols = n / (4 * T::NR);
+    let by_rows = m / (2 * MR);
+    if threads > 1 && by_cols >= threads {
+        (vec![0, m], split(n, most.min(by_cols), T::NR))
+    } else if threads > 1 && by_rows >= threads {
+        (split(m, most.min(by_rows), MR), vec![0, n])
     } else {
         (vec![0, m], vec![0, n])
     }
@@ -318,8 +325,9 @@ unsafe fn job<T: PackedKernel>(
     c: MatMut<T>,
 ) {
     let nr = T::NR;
-    // A is read in place when each tile row (or each K step) is contiguous.
-    let a_in_place = a.cs == 1 || a.rs == 1;
+    // Row-major A is read in place (a tile is MR sequential streams); other layouts are packed
+    // (a column-major tile would touch one cache line per K step, aliasing in L1).
+    let a_in_place = a.cs == 1;
     with_scratch::<T, _>(
         &B_SCRATCH,
         KC * NC.min((c1 - c0).next_multiple_of(nr)),
