@@ -297,15 +297,8 @@ unsafe fn run<T: GemmFloat>(
                 },
                 beta,
                 cpi,
+                biasp,
             );
-            if let Some((bias, bs)) = biasp {
-                for i in 0..m {
-                    let row = cpi.ptr.0.add(i * p.c.rs);
-                    for j in 0..n {
-                        *row.add(j * p.c.cs) += *bias.0.add(j * bs);
-                    }
-                }
-            }
         }
     };
     if per_item {

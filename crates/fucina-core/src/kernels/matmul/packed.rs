@@ -323,6 +323,7 @@ unsafe fn job<T: PackedKernel>(
     b: MatPtr<T>,
     beta: T,
     c: MatMut<T>,
+    bias: Option<(SendPtr<T>, usize)>,
 ) {
     let nr = T::NR;
     // Row-major A is read in place (a tile is MR sequential streams); other layouts are packed
@@ -398,6 +399,15 @@ unsafe fn job<T: PackedKernel>(
                             }
                         }
                     }
+                    if let Some((bias, bs)) = bias {
+                        // The block is final: add the bias while it is still in cache.
+                        for i in r0..r1 {
+                            for j in jc..jc + cols {
+                                // SAFETY: (i, j) is inside this job's C; the bias has n elements.
+                                unsafe { *c.ptr.0.add(i * c.rs + j * c.cs) += *bias.0.add(j * bs) };
+                            }
+                        }
+                    }
                 }
             })
         },
@@ -405,7 +415,8 @@ unsafe fn job<T: PackedKernel>(
 }
 
 /// `C ← alpha·A·B + beta·C` for one strided problem (C does not overlap itself; beta == 0
-/// never reads C). Parallel over the context's threads when `parallel`.
+/// never reads C), then `C[i, j] += bias[j]` when a bias `(pointer, stride)` is given.
+/// Parallel over the context's threads when `parallel`.
 ///
 /// # Safety
 /// Every addressed element of A, B and C is in bounds; C is written by nobody else.
@@ -419,6 +430,7 @@ pub unsafe fn gemm<T: PackedKernel>(
     b: MatPtr<T>,
     beta: T,
     c: MatMut<T>,
+    bias: Option<(SendPtr<T>, usize)>,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -429,6 +441,10 @@ pub unsafe fn gemm<T: PackedKernel>(
                 // SAFETY: (i, j) is inside C.
                 let p = unsafe { &mut *c.ptr.0.add(i * c.rs + j * c.cs) };
                 *p = if beta == T::ZERO { T::ZERO } else { beta * *p };
+                if let Some((b, bs)) = bias {
+                    // SAFETY: the bias has n elements.
+                    *p += unsafe { *b.0.add(j * bs) };
+                }
             }
         }
         return;
@@ -450,6 +466,7 @@ pub unsafe fn gemm<T: PackedKernel>(
                 b,
                 beta,
                 c,
+                bias,
             )
         };
     });
