@@ -1,4 +1,4 @@
-//! `ExecContext`: the pool plus a rayon thread pool; where tensors are made.
+//! `ExecContext`: the pool plus the worker team; where tensors are made.
 //!
 //! One context per thread of the user's program; cloning the handle shares it.
 //! Every op acquires its output from the context's pool (kernels never
@@ -6,12 +6,13 @@
 //! boundaries, so results are bitwise identical for any thread count.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, PoolStats};
 use crate::shape;
+use crate::team::Team;
 use crate::tensor::RawTensor;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -19,7 +20,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 struct CtxInner {
     id: u64,
     pool: BufferPool,
-    threads: rayon::ThreadPool,
+    /// Runs the kernels' chunks (the calling thread plus `n_threads - 1` workers).
+    team: Team,
+    /// A rayon pool of `n_threads`, built on the first [`ExecContext::install`]
+    /// (`None` if the system refused the threads).
+    rayon: OnceLock<Option<rayon::ThreadPool>>,
     n_threads: usize,
 }
 
@@ -85,19 +90,16 @@ impl ExecContext {
     /// A context over an existing pool.
     pub fn with_pool(n: usize, pool: BufferPool) -> Result<ExecContext> {
         let n = n.max(1);
-        let threads = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("fucina-{i}"))
-            .build()
-            .map_err(|e| Error::InvalidArgument {
-                op: "ExecContext::with_threads",
-                msg: e.to_string(),
-            })?;
+        let team = Team::new(n).map_err(|e| Error::InvalidArgument {
+            op: "ExecContext::with_threads",
+            msg: format!("cannot start {n} worker threads: {e}"),
+        })?;
         Ok(ExecContext {
             inner: Arc::new(CtxInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 pool,
-                threads,
+                team,
+                rayon: OnceLock::new(),
                 n_threads: n,
             }),
         })
@@ -125,17 +127,33 @@ impl ExecContext {
         self.inner.n_threads
     }
 
-    /// Runs `f` inside the context's thread pool (rayon calls in `f` use it).
+    /// Runs `f` inside a rayon pool with the context's thread count, so rayon calls
+    /// in `f` (your own parallel code) use that many threads. The pool is built on
+    /// first use; kernels do not use it (they run on the context's own team, see
+    /// [`ExecContext::for_chunks`]). If the system refuses the threads, `f` runs on
+    /// the calling thread with rayon's global pool.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         if self.inner.n_threads == 1 {
             return f();
         }
-        self.inner.threads.install(f)
+        let pool = self.inner.rayon.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(self.inner.n_threads)
+                .thread_name(|i| format!("fucina-rayon-{i}"))
+                .build()
+                .ok()
+        });
+        match pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
     }
 
     /// Runs `f(i)` for every chunk `i` in `0..n_chunks`, in parallel on the
-    /// context's threads when `parallel` is true. Chunk boundaries are the
-    /// caller's, never derived from the thread count.
+    /// context's threads when `parallel` is true (the calling thread takes chunks
+    /// too). Chunk boundaries are the caller's, never derived from the thread
+    /// count. A call made from inside a chunk runs its chunks on that thread. A
+    /// panic in a chunk is resumed on the caller after the other chunks finish.
     pub fn for_chunks(&self, n_chunks: usize, parallel: bool, f: impl Fn(usize) + Send + Sync) {
         if !parallel || n_chunks <= 1 || self.inner.n_threads == 1 {
             for i in 0..n_chunks {
@@ -143,10 +161,7 @@ impl ExecContext {
             }
             return;
         }
-        use rayon::prelude::*;
-        self.inner
-            .threads
-            .install(|| (0..n_chunks).into_par_iter().for_each(&f));
+        self.inner.team.run(n_chunks, &f);
     }
 
     /// `Ok` when no pool buffer is outstanding, else [`Error::Leak`].

@@ -26,6 +26,7 @@ pub mod pool;
 pub mod rng;
 pub mod shape;
 pub mod storage;
+mod team;
 pub mod tensor;
 
 pub use dtype::{DType, Element, Float};

@@ -153,6 +153,102 @@ fn for_chunks_runs_each_chunk_once() {
     }
 }
 
+/// The team spreads chunks over its threads (the caller included) and every chunk of
+/// every dispatch runs exactly once, over many back-to-back dispatches.
+#[test]
+fn for_chunks_uses_the_team_and_runs_every_chunk() {
+    let ctx = ExecContext::with_threads(3).unwrap();
+    let caller = std::thread::current().id();
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..2000 {
+        let n = 1 + round % 40;
+        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        let ids = std::sync::Mutex::new(Vec::new());
+        ctx.for_chunks(n, true, |i| {
+            // Enough work per chunk that more than one thread gets a share.
+            let mut x = i as u64;
+            for _ in 0..2000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            std::hint::black_box(x);
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            ids.lock().unwrap().push(std::thread::current().id());
+        });
+        assert!(
+            hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+            "round {round}"
+        );
+        seen.extend(ids.into_inner().unwrap());
+    }
+    assert!(
+        seen.contains(&caller),
+        "the calling thread takes chunks too"
+    );
+    assert!(seen.len() > 1, "chunks ran on one thread only");
+}
+
+/// A dispatch from inside a chunk runs inline; a panicking chunk is resumed on the
+/// caller once the other chunks have run, and the context keeps working.
+#[test]
+fn for_chunks_nests_and_propagates_panics() {
+    let ctx = ExecContext::with_threads(2).unwrap();
+    let total = AtomicUsize::new(0);
+    ctx.for_chunks(8, true, |_| {
+        ctx.for_chunks(8, true, |_| {
+            total.fetch_add(1, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(total.load(Ordering::Relaxed), 64);
+
+    let ran = AtomicUsize::new(0);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.for_chunks(16, true, |i| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if i == 5 {
+                panic!("chunk 5 fails");
+            }
+        });
+    }));
+    let msg = caught.expect_err("the panic reaches the caller");
+    assert_eq!(msg.downcast_ref::<&str>(), Some(&"chunk 5 fails"));
+    assert_eq!(
+        ran.load(Ordering::Relaxed),
+        16,
+        "the other chunks still ran"
+    );
+    let after = AtomicUsize::new(0);
+    ctx.for_chunks(10, true, |_| {
+        after.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(after.load(Ordering::Relaxed), 10);
+}
+
+/// Threads sharing one context may dispatch at the same time (one runs on the team,
+/// the others inline); contexts start and stop their workers cleanly.
+#[test]
+fn for_chunks_from_several_threads_and_context_teardown() {
+    let ctx = ExecContext::with_threads(2).unwrap();
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let ctx = ctx.clone();
+            sc.spawn(move || {
+                for r in 0..500 {
+                    let n = 1 + (t + r) % 17;
+                    let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                    ctx.for_chunks(n, true, |i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                }
+            });
+        }
+    });
+    for _ in 0..50 {
+        let c = ExecContext::with_threads(4).unwrap();
+        c.for_chunks(4, true, |_| {});
+    }
+}
+
 #[test]
 fn creation_functions() {
     let ctx = ctx();
