@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
-# Side-by-side tiny/mlp train-step timing: fucina-bench and torch_workloads.py,
-# interleaved (fucina, torch, fucina, torch, ...) so machine load hits both alike.
-# Usage: tools/bench_train_vs_torch.sh [ROUNDS] [THREADS]   (needs torch in $PYTHON)
+# Side-by-side train-step timing: fucina-bench and torch_workloads.py, interleaved
+# (fucina, torch, fucina, torch, ...) so machine noise hits both alike, then a summary:
+# per workload, each round's medians and ratio, the median of the per-round medians
+# and the ratio of those.
+# Usage: tools/bench_train_vs_torch.sh [ROUNDS] [THREADS] [WORKLOADS]
+#   env: PYTHON (with torch), STEPS (default 50; tiny runs 20x that, as the torch script does)
 set -euo pipefail
-ROUNDS=${1:-3}
+ROUNDS=${1:-5}
 THREADS=${2:-2}
+WORKLOADS=${3:-tiny,mlp}
+STEPS=${STEPS:-50}
 PYTHON=${PYTHON:-/work/venv/bin/python}
 TORCH_WL=${TORCH_WL:-$(dirname "$0")/../../shared/reference/torch_workloads.py}
 cargo build --release -q -p fucina-benches --bin fucina-bench
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 for r in $(seq "$ROUNDS"); do
-  ./target/release/fucina-bench --workload tiny,mlp --threads "$THREADS" --steps 20
-  "$PYTHON" "$TORCH_WL" --workload tiny,mlp --threads "$THREADS" --steps 20
+  ./target/release/fucina-bench --workload "$WORKLOADS" --threads "$THREADS" --steps "$STEPS" --warmup 5 | tee -a "$out"
+  "$PYTHON" "$TORCH_WL" --workload "$WORKLOADS" --threads "$THREADS" --steps "$STEPS" --warmup 5 | tee -a "$out"
 done
+"$PYTHON" - "$out" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for wl in dict.fromkeys(r["workload"] for r in rows):
+    f = [r["median_ms"] for r in rows if r["workload"] == wl and r["framework"] == "fucina"]
+    t = [r["median_ms"] for r in rows if r["workload"] == wl and r["framework"] == "torch"]
+    per = [a / b for a, b in zip(f, t)]
+    fm, tm = statistics.median(f), statistics.median(t)
+    print(f"{wl}: fucina {' / '.join(f'{x:.3f}' for x in f)} ms; torch {' / '.join(f'{x:.3f}' for x in t)} ms")
+    print(f"{wl}: per-round ratios {' '.join(f'{x:.2f}' for x in per)}; "
+          f"medians fucina {fm:.3f} ms, torch {tm:.3f} ms, ratio {fm / tm:.2f}x "
+          f"(median of per-round ratios {statistics.median(per):.2f}x)")
+EOF
