@@ -71,71 +71,78 @@ pub trait PackedKernel: Float {
     /// # Safety
     /// Features present; `src` columns readable for `k` steps; `dst` holds `k · NR`.
     unsafe fn pack_b_kmajor(dst: *mut Self, src: *const Self, cs: usize, k: usize);
+
+    /// [`pack_panels`] with `W = NR` and this type's K-major fast path.
+    ///
+    /// # Safety
+    /// As [`pack_panels`].
+    unsafe fn pack_b(dst: &mut [Self], src: *const Self, ls: (usize, usize), lk: (usize, usize));
 }
 
-impl PackedKernel for f32 {
-    const NR: usize = avx2::NR_F32;
+/// Implements [`PackedKernel`] for `$t` over the AVX2 kernels `$micro` and `$pack`.
+macro_rules! packed_kernel {
+    ($t:ty, $nr:expr, $micro:ident, $pack:ident) => {
+        impl PackedKernel for $t {
+            const NR: usize = $nr;
 
-    #[inline]
-    unsafe fn micro(kc: usize, a: *const f32, sa: (usize, usize), b: *const f32, t: Tile<f32>) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            avx2::kernel_f32(kc, a, sa, b, t)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (kc, a, sa, b, t);
-            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
-        }
-    }
+            #[inline]
+            unsafe fn micro(
+                kc: usize,
+                a: *const $t,
+                sa: (usize, usize),
+                b: *const $t,
+                t: Tile<$t>,
+            ) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    avx2::$micro(kc, a, sa, b, t)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    let _ = (kc, a, sa, b, t);
+                    unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+                }
+            }
 
-    #[inline]
-    unsafe fn pack_b_kmajor(dst: *mut f32, src: *const f32, cs: usize, k: usize) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            avx2::pack_b_kmajor_f32(dst, src, cs, k)
+            #[inline]
+            unsafe fn pack_b(
+                dst: &mut [$t],
+                src: *const $t,
+                ls: (usize, usize),
+                lk: (usize, usize),
+            ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    pack_panels::<$t, { $nr }>(
+                        dst,
+                        src,
+                        ls,
+                        lk,
+                        Some(<$t as PackedKernel>::pack_b_kmajor),
+                    )
+                }
+            }
+
+            #[inline]
+            unsafe fn pack_b_kmajor(dst: *mut $t, src: *const $t, cs: usize, k: usize) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    avx2::$pack(dst, src, cs, k)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    let _ = (dst, src, cs, k);
+                    unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+                }
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (dst, src, cs, k);
-            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
-        }
-    }
+    };
 }
 
-impl PackedKernel for f64 {
-    const NR: usize = avx2::NR_F64;
-
-    #[inline]
-    unsafe fn micro(kc: usize, a: *const f64, sa: (usize, usize), b: *const f64, t: Tile<f64>) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            avx2::kernel_f64(kc, a, sa, b, t)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (kc, a, sa, b, t);
-            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
-        }
-    }
-
-    #[inline]
-    unsafe fn pack_b_kmajor(dst: *mut f64, src: *const f64, cs: usize, k: usize) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            avx2::pack_b_kmajor_f64(dst, src, cs, k)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (dst, src, cs, k);
-            unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
-        }
-    }
-}
+packed_kernel!(f32, avx2::NR_F32, kernel_f32, pack_b_kmajor_f32);
+packed_kernel!(f64, avx2::NR_F64, kernel_f64, pack_b_kmajor_f64);
 
 /// A strided read-only matrix (element pointer, row and column strides in elements).
 #[derive(Clone, Copy)]
@@ -172,44 +179,45 @@ fn with_scratch<T: Float, R>(
     out
 }
 
-/// Packs rows `0..rows` and K steps `0..kc` of `a` into `MR`-tall panels (`kc × MR` each,
-/// row-fastest), zero-padding the last panel.
+/// Packs one panel of width `W`: `dst[p·W + i] = src[i·lane + p·step]` for K steps `0..k`
+/// and lanes `i < valid`, zero for lanes `valid..W`. `kmajor` packs a full panel whose K steps
+/// are contiguous (`step == 1`) faster, when the element type has one for this width.
 ///
 /// # Safety
-/// Every addressed element of `a` is readable; `dst` holds `rows.div_ceil(MR) · kc · MR`.
-unsafe fn pack_a<T: Float>(
-    dst: &mut [T],
-    a: *const T,
-    rs: usize,
-    cs: usize,
-    rows: usize,
-    kc: usize,
+/// Every addressed element of `src` is readable; `dst` addresses `k · w` writable elements.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_panel<T: Float, const W: usize>(
+    dst: *mut T,
+    src: *const T,
+    (lane, step): (usize, usize),
+    valid: usize,
+    k: usize,
+    kmajor: Option<unsafe fn(*mut T, *const T, usize, usize)>,
 ) {
-    let d = dst.as_mut_ptr();
-    for pi in 0..rows.div_ceil(MR) {
-        let r0 = pi * MR;
-        let valid = MR.min(rows - r0);
-        // SAFETY: panel pi of `dst` and rows r0.. of the caller's block.
-        unsafe {
-            let panel = d.add(pi * kc * MR);
-            let src = a.add(r0 * rs);
-            if valid == MR && rs == 1 {
-                // Aᵀ stored (rows contiguous): each step is MR contiguous elements.
-                for p in 0..kc {
-                    std::ptr::copy_nonoverlapping(src.add(p * cs), panel.add(p * MR), MR);
+    let w = W;
+    // SAFETY: the caller's contract covers every pointer below.
+    unsafe {
+        match kmajor {
+            _ if valid == w && lane == 1 => {
+                // Each K step is `w` contiguous elements.
+                for p in 0..k {
+                    std::ptr::copy_nonoverlapping(src.add(p * step), dst.add(p * w), w);
                 }
-            } else if valid == MR {
-                for i in 0..MR {
-                    let row = src.add(i * rs);
-                    for p in 0..kc {
-                        *panel.add(p * MR + i) = *row.add(p * cs);
+            }
+            Some(f) if valid == w && step == 1 => f(dst, src, lane, k),
+            _ if valid == w => {
+                for i in 0..w {
+                    let line = src.add(i * lane);
+                    for p in 0..k {
+                        *dst.add(p * w + i) = *line.add(p * step);
                     }
                 }
-            } else {
-                for p in 0..kc {
-                    for i in 0..MR {
-                        *panel.add(p * MR + i) = if i < valid {
-                            *src.add(i * rs + p * cs)
+            }
+            _ => {
+                for p in 0..k {
+                    for i in 0..w {
+                        *dst.add(p * w + i) = if i < valid {
+                            *src.add(i * lane + p * step)
                         } else {
                             T::ZERO
                         };
@@ -220,55 +228,34 @@ unsafe fn pack_a<T: Float>(
     }
 }
 
-/// Packs K steps `0..k` and columns `0..cols` of `b` into `NR`-wide panels (`k × NR` each,
-/// column-fastest), zero-padding the last panel.
+/// Packs lanes `0..len` and K steps `0..k` of `src` into panels of width `W` (`k × W` each,
+/// lane-fastest; the last panel zero-padded): A's rows with `(lane, step) = (rs, cs)` and
+/// `W = MR`, B's columns with `(cs, rs)` and `W = NR` (through [`PackedKernel::pack_b`]).
 ///
 /// # Safety
-/// Every addressed element of `b` is readable; `dst` holds `cols.div_ceil(NR) · k · NR`.
-unsafe fn pack_b<T: PackedKernel>(
+/// Every addressed element of `src` is readable; `dst` holds `len.div_ceil(W) · k · W`.
+unsafe fn pack_panels<T: Float, const W: usize>(
     dst: &mut [T],
-    b: *const T,
-    rs: usize,
-    cs: usize,
-    k: usize,
-    cols: usize,
+    src: *const T,
+    (lane, step): (usize, usize),
+    (len, k): (usize, usize),
+    kmajor: Option<unsafe fn(*mut T, *const T, usize, usize)>,
 ) {
-    let nr = T::NR;
+    let w = W;
     let d = dst.as_mut_ptr();
-    for (n, pi) in (0..cols.div_ceil(nr)).enumerate() {
-        let c0 = pi * nr;
-        let valid = nr.min(cols - c0);
-        // SAFETY: panel n of `dst` and columns c0.. of the caller's block.
+    for pi in 0..len.div_ceil(w) {
+        let l0 = pi * w;
+        // SAFETY: panel pi of `dst` and lanes l0.. of the caller's block.
         unsafe {
-            let panel = d.add(n * k * nr);
-            let src = b.add(c0 * cs);
-            if valid == nr && cs == 1 {
-                // Row-major B: each step is NR contiguous elements.
-                for p in 0..k {
-                    std::ptr::copy_nonoverlapping(src.add(p * rs), panel.add(p * nr), nr);
-                }
-            } else if valid == nr && rs == 1 {
-                // Transposed B (K contiguous): register transposes.
-                T::pack_b_kmajor(panel, src, cs, k);
-            } else if valid == nr {
-                for j in 0..nr {
-                    let col = src.add(j * cs);
-                    for p in 0..k {
-                        *panel.add(p * nr + j) = *col.add(p * rs);
-                    }
-                }
-            } else {
-                for p in 0..k {
-                    for j in 0..nr {
-                        *panel.add(p * nr + j) = if j < valid {
-                            *src.add(p * rs + j * cs)
-                        } else {
-                            T::ZERO
-                        };
-                    }
-                }
-            }
-        }
+            pack_panel::<T, W>(
+                d.add(pi * k * w),
+                src.add(l0 * lane),
+                (lane, step),
+                w.min(len - l0),
+                k,
+                kmajor,
+            )
+        };
     }
 }
 
@@ -341,13 +328,11 @@ unsafe fn job<T: PackedKernel>(
                         let bpk = &mut bbuf[..cols.div_ceil(nr) * kc * nr];
                         // SAFETY: K steps pc.., columns jc.. are inside B.
                         unsafe {
-                            pack_b(
+                            T::pack_b(
                                 bpk,
                                 b.ptr.0.add(pc * b.rs + jc * b.cs),
-                                b.rs,
-                                b.cs,
-                                kc,
-                                cols,
+                                (b.cs, b.rs),
+                                (cols, kc),
                             )
                         };
                         let first = pc == 0;
@@ -359,13 +344,12 @@ unsafe fn job<T: PackedKernel>(
                             if full * MR < rows {
                                 // SAFETY: the remaining rows are inside A; abuf fits MC rows.
                                 unsafe {
-                                    pack_a(
+                                    pack_panels::<T, MR>(
                                         &mut abuf[..(rows - full * MR).div_ceil(MR) * kc * MR],
                                         a_blk.add(full * MR * a.rs),
-                                        a.rs,
-                                        a.cs,
-                                        rows - full * MR,
-                                        kc,
+                                        (a.rs, a.cs),
+                                        (rows - full * MR, kc),
+                                        None,
                                     )
                                 };
                             }

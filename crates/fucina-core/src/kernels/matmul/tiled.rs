@@ -52,55 +52,40 @@ pub(super) trait GemmKernel: Float {
     );
 }
 
-impl GemmKernel for f32 {
-    #[inline]
-    unsafe fn kernel(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        beta: f32,
-        c: *mut f32,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+/// Implements [`GemmKernel`] for `$t` over `matrixmultiply::$gemm`.
+macro_rules! gemm_kernel {
+    ($t:ty, $gemm:ident) => {
+        impl GemmKernel for $t {
+            #[inline]
+            unsafe fn kernel(
+                m: usize,
+                k: usize,
+                n: usize,
+                alpha: $t,
+                a: *const $t,
+                rsa: isize,
+                csa: isize,
+                b: *const $t,
+                rsb: isize,
+                csb: isize,
+                beta: $t,
+                c: *mut $t,
+                rsc: isize,
+                csc: isize,
+            ) {
+                // SAFETY: forwarded caller contract.
+                unsafe {
+                    matrixmultiply::$gemm(
+                        m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
+                    )
+                }
+            }
         }
-    }
+    };
 }
 
-impl GemmKernel for f64 {
-    #[inline]
-    unsafe fn kernel(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f64,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        beta: f64,
-        c: *mut f64,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
-    }
-}
+gemm_kernel!(f32, sgemm);
+gemm_kernel!(f64, dgemm);
 
 /// The fixed tile size `(rows, cols)` of C for a problem; depends only on its sizes.
 fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
