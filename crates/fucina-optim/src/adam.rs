@@ -15,7 +15,7 @@ use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{Algorithm, Optim};
+use crate::optimizer::{non_negative, within, Algorithm, Optim};
 
 /// Hyperparameters of Adam / AdamW (one parameter group).
 ///
@@ -99,31 +99,16 @@ impl Algorithm for AdamConfig {
 
     fn validate(&self) -> Result<()> {
         let (b1, b2) = self.betas;
-        if !(self.lr.is_finite() && self.lr >= 0.0) {
-            return Err(Error::config(
-                "adam",
-                format!("lr {} must be finite and ≥ 0", self.lr),
-            ));
-        }
-        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
-            return Err(Error::config(
-                "adam",
-                format!("betas ({b1}, {b2}) must lie in [0, 1)"),
-            ));
-        }
-        if !(self.eps.is_finite() && self.eps >= 0.0) {
-            return Err(Error::config(
-                "adam",
-                format!("eps {} must be finite and ≥ 0", self.eps),
-            ));
-        }
-        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(Error::config(
-                "adam",
-                format!("weight_decay {} must be finite and ≥ 0", self.weight_decay),
-            ));
-        }
-        Ok(())
+        within("adam", "beta1", b1, (0.0, 1.0), false)?;
+        within("adam", "beta2", b2, (0.0, 1.0), false)?;
+        non_negative(
+            "adam",
+            &[
+                ("lr", self.lr),
+                ("eps", self.eps),
+                ("weight_decay", self.weight_decay),
+            ],
+        )
     }
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {

@@ -11,7 +11,7 @@ use crate::kernel::{
     moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
     Moment,
 };
-use crate::optimizer::{Algorithm, Optim};
+use crate::optimizer::{non_negative, within, Algorithm, Optim};
 
 /// Hyperparameters of Lion (one parameter group).
 ///
@@ -60,18 +60,12 @@ impl Algorithm for LionConfig {
 
     fn validate(&self) -> Result<()> {
         let (b1, b2) = self.betas;
-        let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if !ok(self.lr)
-            || !ok(self.weight_decay)
-            || !(0.0..=1.0).contains(&b1)
-            || !(0.0..=1.0).contains(&b2)
-        {
-            return Err(Error::config(
-                "lion",
-                format!("invalid hyperparameters: {self:?}"),
-            ));
-        }
-        Ok(())
+        within("lion", "beta1", b1, (0.0, 1.0), true)?;
+        within("lion", "beta2", b2, (0.0, 1.0), true)?;
+        non_negative(
+            "lion",
+            &[("lr", self.lr), ("weight_decay", self.weight_decay)],
+        )
     }
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {

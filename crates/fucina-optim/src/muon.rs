@@ -18,7 +18,7 @@ use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{Algorithm, Optim};
+use crate::optimizer::{non_negative, within, Algorithm, Optim};
 
 /// How Muon scales its learning rate by the matrix shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -112,17 +112,15 @@ impl Algorithm for MuonConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if !ok(self.lr)
-            || !ok(self.weight_decay)
-            || !ok(self.eps)
-            || !(0.0..1.0).contains(&self.momentum)
-        {
-            return Err(Error::config(
-                "muon",
-                format!("invalid hyperparameters: {self:?}"),
-            ));
-        }
+        non_negative(
+            "muon",
+            &[
+                ("lr", self.lr),
+                ("weight_decay", self.weight_decay),
+                ("eps", self.eps),
+            ],
+        )?;
+        within("muon", "momentum", self.momentum, (0.0, 1.0), false)?;
         let (a, b, c) = self.ns_coefficients;
         if !(a.is_finite() && b.is_finite() && c.is_finite()) {
             return Err(Error::config(

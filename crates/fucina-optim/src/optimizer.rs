@@ -50,6 +50,38 @@ pub trait Algorithm: Clone + Debug + PartialEq + Serialize + DeserializeOwned + 
     ) -> Result<()>;
 }
 
+/// `Ok` when every `(name, value)` is finite and ≥ 0, else an [`Error::InvalidConfig`]
+/// of `optimizer` naming the first that is not.
+pub(crate) fn non_negative(optimizer: &'static str, values: &[(&str, f64)]) -> Result<()> {
+    match values.iter().find(|(_, x)| !(x.is_finite() && *x >= 0.0)) {
+        Some((name, x)) => Err(Error::config(
+            optimizer,
+            format!("{name} {x} must be finite and ≥ 0"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `Ok` when `value` lies in `[lo, hi)` (`[lo, hi]` when `inclusive`), else an
+/// [`Error::InvalidConfig`] of `optimizer` naming it. NaN lies nowhere.
+pub(crate) fn within(
+    optimizer: &'static str,
+    name: &str,
+    value: f64,
+    (lo, hi): (f64, f64),
+    inclusive: bool,
+) -> Result<()> {
+    let upper = if inclusive { value <= hi } else { value < hi };
+    if value >= lo && upper {
+        return Ok(());
+    }
+    let close = if inclusive { ']' } else { ')' };
+    Err(Error::config(
+        optimizer,
+        format!("{name} {value} must lie in [{lo}, {hi}{close}"),
+    ))
+}
+
 /// A group of parameters sharing hyperparameters and a schedule.
 ///
 /// ```

@@ -12,7 +12,7 @@ use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{Algorithm, Optim};
+use crate::optimizer::{non_negative, Algorithm, Optim};
 
 /// Hyperparameters of RMSprop (one parameter group); defaults are PyTorch's.
 ///
@@ -69,19 +69,16 @@ impl Algorithm for RmsPropConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if !ok(self.lr)
-            || !ok(self.eps)
-            || !ok(self.weight_decay)
-            || !ok(self.momentum)
-            || !ok(self.alpha)
-        {
-            return Err(Error::config(
-                "rmsprop",
-                format!("hyperparameters must be finite and ≥ 0: {self:?}"),
-            ));
-        }
-        Ok(())
+        non_negative(
+            "rmsprop",
+            &[
+                ("lr", self.lr),
+                ("eps", self.eps),
+                ("weight_decay", self.weight_decay),
+                ("momentum", self.momentum),
+                ("alpha", self.alpha),
+            ],
+        )
     }
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {

@@ -13,7 +13,7 @@ use crate::kernel::{
     moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
     Moment,
 };
-use crate::optimizer::{Algorithm, Optim};
+use crate::optimizer::{non_negative, Algorithm, Optim};
 
 /// Hyperparameters of SGD (one parameter group); defaults are PyTorch's.
 ///
@@ -76,15 +76,18 @@ impl Algorithm for SgdConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if !ok(self.lr)
-            || !ok(self.momentum)
-            || !ok(self.weight_decay)
-            || !self.dampening.is_finite()
-        {
+        non_negative(
+            "sgd",
+            &[
+                ("lr", self.lr),
+                ("momentum", self.momentum),
+                ("weight_decay", self.weight_decay),
+            ],
+        )?;
+        if !self.dampening.is_finite() {
             return Err(Error::config(
                 "sgd",
-                format!("lr, momentum and weight_decay must be finite and ≥ 0: {self:?}"),
+                format!("dampening {} must be finite", self.dampening),
             ));
         }
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {

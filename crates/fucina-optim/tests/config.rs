@@ -1,0 +1,101 @@
+//! Invalid hyperparameters are a structured `Error::InvalidConfig` naming the optimizer and
+//! the offending value, from `Optim::new` and from `set_lr`, for every optimizer; nothing
+//! panics and a rejected `set_lr` leaves the old rate in place.
+
+use fucina_autograd::Tensor;
+use fucina_core::ExecContext;
+use fucina_optim::{
+    AdamConfig, Algorithm, Error, LionConfig, MuonConfig, Optim, Optimizer, ParamGroup,
+    RmsPropConfig, SgdConfig,
+};
+
+/// Asserts that an optimizer over one small parameter with `config` is rejected with an
+/// `InvalidConfig` of `name` whose message mentions `needle`.
+fn rejected<A: Algorithm>(ctx: &ExecContext, config: A, name: &str, needle: &str) {
+    let w = Tensor::variable(ctx, &[0.5f32; 4], &[2, 2]).unwrap();
+    match Optim::new(vec![ParamGroup::new(vec![w], config)]) {
+        Err(Error::InvalidConfig { optimizer, msg }) => {
+            assert_eq!(optimizer, name);
+            assert!(
+                msg.contains(needle),
+                "{name}: message {msg:?} lacks {needle:?}"
+            );
+        }
+        Err(e) => panic!("{name}: expected InvalidConfig, got {e}"),
+        Ok(_) => panic!("{name}: accepted an invalid config ({needle})"),
+    }
+}
+
+#[test]
+fn invalid_hyperparameters_are_structured_errors() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let sgd = |f: fn(&mut SgdConfig)| {
+        let mut c = SgdConfig::new(0.1);
+        f(&mut c);
+        c
+    };
+    rejected(&ctx, sgd(|c| c.lr = -1.0), "sgd", "lr");
+    rejected(&ctx, sgd(|c| c.momentum = f64::NAN), "sgd", "momentum");
+    rejected(
+        &ctx,
+        sgd(|c| c.dampening = f64::INFINITY),
+        "sgd",
+        "dampening",
+    );
+    rejected(&ctx, sgd(|c| c.nesterov = true), "sgd", "nesterov");
+
+    let adam = |f: fn(&mut AdamConfig)| {
+        let mut c = AdamConfig::adamw(1e-3);
+        f(&mut c);
+        c
+    };
+    rejected(&ctx, adam(|c| c.betas.0 = 1.0), "adam", "beta1");
+    rejected(&ctx, adam(|c| c.betas.1 = -0.1), "adam", "beta2");
+    rejected(&ctx, adam(|c| c.eps = -1e-8), "adam", "eps");
+    rejected(
+        &ctx,
+        adam(|c| c.weight_decay = f64::NAN),
+        "adam",
+        "weight_decay",
+    );
+
+    let mut r = RmsPropConfig::new(0.01);
+    r.alpha = -0.5;
+    rejected(&ctx, r, "rmsprop", "alpha");
+
+    let mut l = LionConfig::new(1e-4);
+    l.betas.1 = 1.5;
+    rejected(&ctx, l, "lion", "beta2");
+
+    let m = MuonConfig {
+        momentum: 1.0,
+        ..MuonConfig::default()
+    };
+    rejected(&ctx, m, "muon", "momentum");
+    let mut adamw = AdamConfig::adamw(1e-3);
+    adamw.betas.0 = 2.0;
+    let m = MuonConfig {
+        adamw,
+        ..MuonConfig::default()
+    };
+    rejected(&ctx, m, "adam", "beta1");
+}
+
+#[test]
+fn rejected_set_lr_keeps_the_old_rate() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let w = Tensor::variable(&ctx, &[0.5f32; 4], &[2, 2]).unwrap();
+    let mut opt = Optim::new(vec![ParamGroup::new(vec![w], AdamConfig::adamw(1e-3))]).unwrap();
+    let err = opt.set_lr(0, f64::NAN).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                optimizer: "adam",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(opt.lr(0).unwrap(), 1e-3);
+}
