@@ -3,17 +3,14 @@
 //! backward vs central differences; all-ignored batches; thread-count
 //! determinism; validation.
 
+mod common;
+
+use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
 use fucina_core::kernels::loss::{reference as r, CrossEntropyOpts, Reduction};
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
 const REDUCTIONS: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
-
-fn randn(seed: u64, n: usize, scale: f64) -> Vec<f64> {
-    let mut g = SplitMix64::new(seed);
-    (0..n).map(|_| scale * g.next_normal()).collect()
-}
 
 /// Targets in `0..c`, with every `ignore_every`-th set to `ignore` (when given).
 fn targets(seed: u64, n: usize, c: usize, ignore: Option<(i64, usize)>) -> Vec<i64> {
@@ -26,11 +23,6 @@ fn targets(seed: u64, n: usize, c: usize, ignore: Option<(i64, usize)>) -> Vec<i
         .collect()
 }
 
-fn tensor<T: Float>(ctx: &ExecContext, v: &[f64], shape: &[usize]) -> RawTensor {
-    let d: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
-    ctx.from_slice(&d, shape).unwrap()
-}
-
 fn target_tensor(ctx: &ExecContext, t: &[i64], i32s: bool) -> RawTensor {
     if i32s {
         let v: Vec<i32> = t.iter().map(|&x| x as i32).collect();
@@ -40,24 +32,8 @@ fn target_tensor(ctx: &ExecContext, t: &[i64], i32s: bool) -> RawTensor {
     }
 }
 
-fn vals<T: Float>(t: &RawTensor) -> Vec<T> {
-    t.to_vec::<T>().unwrap()
-}
-
 fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
-    let (rtol, atol) = if T::DTYPE == DType::F32 {
-        (2e-5, 2e-6)
-    } else {
-        (1e-12, 1e-13)
-    };
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.to_f64(), w.to_f64());
-        assert!(
-            (g - w).abs() <= atol + rtol * w.abs(),
-            "{what}[{i}]: got {g}, want {w}"
-        );
-    }
+    assert_close_tol(got, want, [(2e-5, 2e-6), (1e-12, 1e-13)], what);
 }
 
 fn option_sets() -> Vec<(Option<(i64, usize)>, CrossEntropyOpts)> {
@@ -283,14 +259,6 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_f64().to_bits())
-        .collect()
-}
-
 fn deterministic<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
@@ -316,10 +284,10 @@ fn deterministic<T: Float>() {
             let g = ctx
                 .cross_entropy_backward(&x, &t, &saved, &gy, opts)
                 .unwrap();
-            res.push(bits::<T>(&loss));
-            res.push(bits::<T>(&saved.row_max));
-            res.push(bits::<T>(&saved.row_sumexp));
-            res.push(bits::<T>(&g));
+            res.push(tensor_bits::<T>(&loss));
+            res.push(tensor_bits::<T>(&saved.row_max));
+            res.push(tensor_bits::<T>(&saved.row_sumexp));
+            res.push(tensor_bits::<T>(&g));
         }
         outs.push(res);
     }

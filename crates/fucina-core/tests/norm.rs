@@ -2,43 +2,26 @@
 //! sizes and on non-contiguous inputs, backward vs central differences,
 //! thread-count determinism (including the gw/gb row reductions), validation.
 
-use fucina_core::kernels::norm::reference as r;
-use fucina_core::rng::SplitMix64;
-use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
+mod common;
 
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
+use common::{assert_close_tol, tensor, tensor_bits, vals, SIZES};
+use fucina_core::kernels::norm::reference as r;
+use fucina_core::{Error, ExecContext, Float, RawTensor};
+
 const EPS: f64 = 1e-5;
 
+/// `shift + scale · N(0, 1)` draws from the stream `seed`.
 fn randn(seed: u64, n: usize, scale: f64, shift: f64) -> Vec<f64> {
-    let mut g = SplitMix64::new(seed);
-    (0..n).map(|_| shift + scale * g.next_normal()).collect()
-}
-
-fn tensor<T: Float>(ctx: &ExecContext, v: &[f64], shape: &[usize]) -> RawTensor {
-    let d: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
-    ctx.from_slice(&d, shape).unwrap()
-}
-
-fn vals<T: Float>(t: &RawTensor) -> Vec<T> {
-    t.to_vec::<T>().unwrap()
+    common::randn(seed, n, scale)
+        .into_iter()
+        .map(|x| shift + x)
+        .collect()
 }
 
 fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
     // Row sums run in a different (lane) order than the reference's serial sums;
     // gw/gb sum over rows, so their tolerance grows with the row count.
-    let (rtol, atol) = if T::DTYPE == DType::F32 {
-        (1e-4, 1e-4)
-    } else {
-        (1e-11, 1e-11)
-    };
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.to_f64(), w.to_f64());
-        assert!(
-            (g - w).abs() <= atol + rtol * w.abs(),
-            "{what}[{i}]: got {g}, want {w}"
-        );
-    }
+    assert_close_tol(got, want, [(1e-4, 1e-4), (1e-11, 1e-11)], what);
 }
 
 /// Checks layer norm and RMS norm, forward and backward, on view `x` `[.., d]`
@@ -267,14 +250,6 @@ fn backward_matches_finite_differences() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_f64().to_bits())
-        .collect()
-}
-
 fn deterministic<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
@@ -296,16 +271,16 @@ fn deterministic<T: Float>() {
             .rms_norm_backward(&x, Some(&w), &rr, &gy, true, true)
             .unwrap();
         outs.push(vec![
-            bits::<T>(&y),
-            bits::<T>(&mean),
-            bits::<T>(&rstd),
-            bits::<T>(&gx.unwrap()),
-            bits::<T>(&gw.unwrap()),
-            bits::<T>(&gb.unwrap()),
-            bits::<T>(&ry),
-            bits::<T>(&rr),
-            bits::<T>(&rgx.unwrap()),
-            bits::<T>(&rgw.unwrap()),
+            tensor_bits::<T>(&y),
+            tensor_bits::<T>(&mean),
+            tensor_bits::<T>(&rstd),
+            tensor_bits::<T>(&gx.unwrap()),
+            tensor_bits::<T>(&gw.unwrap()),
+            tensor_bits::<T>(&gb.unwrap()),
+            tensor_bits::<T>(&ry),
+            tensor_bits::<T>(&rr),
+            tensor_bits::<T>(&rgx.unwrap()),
+            tensor_bits::<T>(&rgw.unwrap()),
         ]);
     }
     assert_eq!(outs[0], outs[1]);

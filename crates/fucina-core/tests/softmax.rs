@@ -2,42 +2,14 @@
 //! non-contiguous views and non-last axes, backward vs central differences,
 //! causal masking, thread-count determinism and input validation.
 
+mod common;
+
+use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
 use fucina_core::kernels::softmax::{exp_f32, exp_f64, reference as r};
-use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
-
-fn randn(seed: u64, n: usize, scale: f64) -> Vec<f64> {
-    let mut g = SplitMix64::new(seed);
-    (0..n).map(|_| scale * g.next_normal()).collect()
-}
-
-fn tensor<T: Float>(ctx: &ExecContext, v: &[f64], shape: &[usize]) -> RawTensor {
-    let d: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
-    ctx.from_slice(&d, shape).unwrap()
-}
-
-fn vals<T: Float>(t: &RawTensor) -> Vec<T> {
-    t.to_vec::<T>().unwrap()
-}
-
-fn tol<T: Float>() -> (f64, f64) {
-    if T::DTYPE == DType::F32 {
-        (2e-5, 2e-6)
-    } else {
-        (1e-12, 1e-13)
-    }
-}
-
 fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
-    let (rtol, atol) = tol::<T>();
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.to_f64(), w.to_f64());
-        let ok = (g == w) || (g - w).abs() <= atol + rtol * w.abs();
-        assert!(ok, "{what}[{i}]: got {g}, want {w}");
-    }
+    assert_close_tol(got, want, [(2e-5, 2e-6), (1e-12, 1e-13)], what);
 }
 
 /// Checks every softmax-family op on view `x` along `axis` against the reference.
@@ -369,14 +341,6 @@ fn causal_matches_reference_f64() {
     causal_matches_reference::<f64>();
 }
 
-fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_f64().to_bits())
-        .collect()
-}
-
 fn deterministic<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
@@ -391,14 +355,14 @@ fn deterministic<T: Float>() {
         let ly = ctx.log_softmax(&x, 1).unwrap();
         let y0 = ctx.softmax(&x, 0).unwrap();
         let res = vec![
-            bits::<T>(&y),
-            bits::<T>(&ly),
-            bits::<T>(&y0),
-            bits::<T>(&ctx.logsumexp(&x, 1, false).unwrap()),
-            bits::<T>(&ctx.softmax_backward(&y, &gy, 1).unwrap()),
-            bits::<T>(&ctx.log_softmax_backward(&ly, &gy, 1).unwrap()),
-            bits::<T>(&ctx.softmax_causal(&x).unwrap()),
-            bits::<T>(&ctx.log_softmax_causal(&x).unwrap()),
+            tensor_bits::<T>(&y),
+            tensor_bits::<T>(&ly),
+            tensor_bits::<T>(&y0),
+            tensor_bits::<T>(&ctx.logsumexp(&x, 1, false).unwrap()),
+            tensor_bits::<T>(&ctx.softmax_backward(&y, &gy, 1).unwrap()),
+            tensor_bits::<T>(&ctx.log_softmax_backward(&ly, &gy, 1).unwrap()),
+            tensor_bits::<T>(&ctx.softmax_causal(&x).unwrap()),
+            tensor_bits::<T>(&ctx.log_softmax_causal(&x).unwrap()),
         ];
         out.push(res);
     }

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use fucina_core::rng::SplitMix64;
-use fucina_core::{Element, ExecContext, RawTensor};
+use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 
 pub const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
 
@@ -77,6 +77,11 @@ pub fn bits<T: Element>(v: &[T]) -> Vec<u64> {
     v.iter().map(|x| x.to_f64().to_bits()).collect()
 }
 
+/// The bit patterns of `t`'s elements (through f64), for bitwise comparisons.
+pub fn tensor_bits<T: Float>(t: &RawTensor) -> Vec<u64> {
+    bits(&vals::<T>(t))
+}
+
 /// A contiguous tensor of `shape` with values uniform in [-2, 2).
 pub fn rand_t<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
     let n: usize = shape.iter().product();
@@ -86,4 +91,37 @@ pub fn rand_t<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usiz
         .map(T::from_f64)
         .collect();
     ctx.from_slice(&v, shape).unwrap()
+}
+
+/// `n` draws of `scale · N(0, 1)` from the stream `seed`.
+pub fn randn(seed: u64, n: usize, scale: f64) -> Vec<f64> {
+    let mut g = SplitMix64::new(seed);
+    (0..n).map(|_| scale * g.next_normal()).collect()
+}
+
+/// A contiguous tensor of `shape` holding `v` rounded to `T`.
+pub fn tensor<T: Float>(ctx: &ExecContext, v: &[f64], shape: &[usize]) -> RawTensor {
+    let d: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+    ctx.from_slice(&d, shape).unwrap()
+}
+
+/// The elements of `t` in logical order.
+pub fn vals<T: Float>(t: &RawTensor) -> Vec<T> {
+    t.to_vec::<T>().unwrap()
+}
+
+/// Asserts `|got − want| ≤ atol + rtol·|want|` element by element (equal values, equal
+/// infinities included, always pass); `tol` is `(rtol, atol)` for f32, then for f64.
+pub fn assert_close_tol<T: Float>(got: &[T], want: &[T], tol: [(f64, f64); 2], what: &str) {
+    let (rtol, atol) = if T::DTYPE == DType::F32 {
+        tol[0]
+    } else {
+        tol[1]
+    };
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.to_f64(), w.to_f64());
+        let ok = (g == w) || (g - w).abs() <= atol + rtol * w.abs();
+        assert!(ok, "{what}[{i}]: got {g}, want {w}");
+    }
 }
