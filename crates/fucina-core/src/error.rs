@@ -116,5 +116,19 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// [`Error::OutOfRange`] for an axis: `index` (as given, negative allowed) is not below
+    /// `bound` for a tensor of `shape`.
+    pub fn axis(op: &'static str, index: i64, bound: usize, shape: &[usize]) -> Error {
+        Error::OutOfRange {
+            op,
+            what: "axis",
+            index,
+            bound,
+            shape: shape.to_vec(),
+        }
+    }
+}
+
 /// `Result` with fucina-core's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -295,13 +295,7 @@ impl RawTensor {
     /// The sub-range `start..start+len` of `axis`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<RawTensor> {
         if axis >= self.rank() {
-            return Err(Error::OutOfRange {
-                op: "narrow",
-                what: "axis",
-                index: axis as i64,
-                bound: self.rank(),
-                shape: self.shape.to_vec(),
-            });
+            return Err(Error::axis("narrow", axis as i64, self.rank(), &self.shape));
         }
         let end = start.checked_add(len);
         if end.filter(|&end| end <= self.shape[axis]).is_none() {
@@ -353,13 +347,7 @@ impl RawTensor {
     pub fn transpose(&self, a: usize, b: usize) -> Result<RawTensor> {
         let r = self.rank();
         if a >= r || b >= r {
-            return Err(Error::OutOfRange {
-                op: "transpose",
-                what: "axis",
-                index: a.max(b) as i64,
-                bound: r,
-                shape: self.shape.to_vec(),
-            });
+            return Err(Error::axis("transpose", a.max(b) as i64, r, &self.shape));
         }
         let mut v = self.clone();
         v.shape.swap(a, b);
@@ -384,13 +372,12 @@ impl RawTensor {
     /// Inserts a size-1 axis at `axis` (0..=rank).
     pub fn unsqueeze(&self, axis: usize) -> Result<RawTensor> {
         if axis > self.rank() {
-            return Err(Error::OutOfRange {
-                op: "unsqueeze",
-                what: "axis",
-                index: axis as i64,
-                bound: self.rank() + 1,
-                shape: self.shape.to_vec(),
-            });
+            return Err(Error::axis(
+                "unsqueeze",
+                axis as i64,
+                self.rank() + 1,
+                &self.shape,
+            ));
         }
         let mut v = self.clone();
         let st = if axis < self.rank() {

@@ -15,16 +15,6 @@ use crate::tensor::RawTensor;
 /// Elements of work per parallel chunk (fixed: never derived from the thread count).
 const CHUNK: usize = 1 << 15;
 
-fn axis_err(op: &'static str, axis: usize, bound: usize, shape: &[usize]) -> Error {
-    Error::OutOfRange {
-        op,
-        what: "axis",
-        index: axis as i64,
-        bound,
-        shape: shape.to_vec(),
-    }
-}
-
 /// Copies each input's block `[outer, a_t * inner]` into its column range of the
 /// contiguous output `[outer, total * inner]`.
 fn concat_typed<T: Element>(
@@ -156,7 +146,7 @@ impl ExecContext {
         })?;
         let rank = first.rank();
         if axis >= rank {
-            return Err(axis_err("concat", axis, rank, first.shape()));
+            return Err(Error::axis("concat", axis as i64, rank, first.shape()));
         }
         let mut oshape = first.shape().to_vec();
         oshape[axis] = 0;
@@ -191,7 +181,12 @@ impl ExecContext {
             msg: "no tensors to stack".into(),
         })?;
         if axis > first.rank() {
-            return Err(axis_err("stack", axis, first.rank() + 1, first.shape()));
+            return Err(Error::axis(
+                "stack",
+                axis as i64,
+                first.rank() + 1,
+                first.shape(),
+            ));
         }
         let mut views = Vec::with_capacity(xs.len());
         for x in xs {
@@ -237,7 +232,7 @@ impl ExecContext {
 /// Splits `x` along `axis` into views of the given sizes, which must sum to `shape[axis]`.
 pub fn split(x: &RawTensor, axis: usize, sizes: &[usize]) -> Result<Vec<RawTensor>> {
     if axis >= x.rank() {
-        return Err(axis_err("split", axis, x.rank(), x.shape()));
+        return Err(Error::axis("split", axis as i64, x.rank(), x.shape()));
     }
     let total: usize = sizes.iter().sum();
     if total != x.shape()[axis] {
@@ -264,7 +259,7 @@ pub fn split(x: &RawTensor, axis: usize, sizes: &[usize]) -> Result<Vec<RawTenso
 /// empty chunks.
 pub fn chunk(x: &RawTensor, axis: usize, n: usize) -> Result<Vec<RawTensor>> {
     if axis >= x.rank() {
-        return Err(axis_err("chunk", axis, x.rank(), x.shape()));
+        return Err(Error::axis("chunk", axis as i64, x.rank(), x.shape()));
     }
     if n == 0 {
         return Err(Error::InvalidArgument {

@@ -19,16 +19,6 @@ use crate::tensor::RawTensor;
 /// Elements of work per parallel chunk (fixed: never derived from the thread count).
 const CHUNK: usize = 1 << 14;
 
-fn axis_err(op: &'static str, axis: usize, bound: usize, shape: &[usize]) -> Error {
-    Error::OutOfRange {
-        op,
-        what: "axis",
-        index: axis as i64,
-        bound,
-        shape: shape.to_vec(),
-    }
-}
-
 /// Reads an integer index tensor (any strides) in row-major order into pool
 /// scratch, checking `0 <= i < bound` (`shape` is what errors report).
 pub(crate) fn read_indices(
@@ -375,7 +365,7 @@ impl ExecContext {
     pub fn index_select(&self, x: &RawTensor, axis: usize, idx: &RawTensor) -> Result<RawTensor> {
         const OP: &str = "index_select";
         if axis >= x.rank() {
-            return Err(axis_err(OP, axis, x.rank(), x.shape()));
+            return Err(Error::axis(OP, axis as i64, x.rank(), x.shape()));
         }
         if idx.rank() != 1 {
             return Err(Error::InvalidArgument {
@@ -420,7 +410,7 @@ impl ExecContext {
     ) -> Result<RawTensor> {
         const OP: &str = "index_add";
         if axis >= shape.len() {
-            return Err(axis_err(OP, axis, shape.len(), shape));
+            return Err(Error::axis(OP, axis as i64, shape.len(), shape));
         }
         if idx.rank() != 1 {
             return Err(Error::InvalidArgument {
@@ -471,7 +461,7 @@ impl ExecContext {
     pub fn gather(&self, x: &RawTensor, axis: usize, idx: &RawTensor) -> Result<RawTensor> {
         const OP: &str = "gather";
         if axis >= x.rank() {
-            return Err(axis_err(OP, axis, x.rank(), x.shape()));
+            return Err(Error::axis(OP, axis as i64, x.rank(), x.shape()));
         }
         check_idx_shape(OP, idx, x.shape(), Some(axis))?;
         let ids = read_indices(self, OP, idx, x.shape()[axis], x.shape())?;
@@ -492,7 +482,7 @@ impl ExecContext {
     ) -> Result<RawTensor> {
         const OP: &str = "scatter_add";
         if axis >= shape.len() {
-            return Err(axis_err(OP, axis, shape.len(), shape));
+            return Err(Error::axis(OP, axis as i64, shape.len(), shape));
         }
         check_idx_shape(OP, idx, shape, Some(axis))?;
         check_idx_shape(OP, idx, src.shape(), None)?;

@@ -14,3 +14,14 @@ pub mod norm;
 pub mod random;
 pub mod reduce;
 pub mod softmax;
+
+use crate::error::{Error, Result};
+use crate::tensor::RawTensor;
+
+/// `Ok` when `axis` is an axis of `x`, else [`Error::axis`].
+pub(crate) fn check_axis(op: &'static str, x: &RawTensor, axis: usize) -> Result<()> {
+    if axis >= x.rank() {
+        return Err(Error::axis(op, axis as i64, x.rank(), x.shape()));
+    }
+    Ok(())
+}

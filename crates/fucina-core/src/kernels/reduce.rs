@@ -11,6 +11,7 @@
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
+use crate::kernels::check_axis;
 use crate::kernels::copy::SendPtr;
 use crate::kernels::elementwise::map::{map2, Plan, CHUNK, PAR_THRESHOLD};
 use crate::shape;
@@ -176,13 +177,7 @@ fn reduce_mask(op: &'static str, shape: &[usize], axes: &[usize]) -> Result<Vec<
     let mut red = vec![false; rank];
     for &a in axes {
         if a >= rank {
-            return Err(Error::OutOfRange {
-                op,
-                what: "axis",
-                index: a as i64,
-                bound: rank,
-                shape: shape.to_vec(),
-            });
+            return Err(Error::axis(op, a as i64, rank, shape));
         }
         if red[a] {
             return Err(Error::InvalidArgument {
@@ -360,19 +355,6 @@ fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
         shape[axis],
         shape::numel(&shape[axis + 1..]),
     )
-}
-
-fn check_axis(op: &'static str, x: &RawTensor, axis: usize) -> Result<()> {
-    if axis >= x.rank() {
-        return Err(Error::OutOfRange {
-            op,
-            what: "axis",
-            index: axis as i64,
-            bound: x.rank(),
-            shape: x.shape().to_vec(),
-        });
-    }
-    Ok(())
 }
 
 fn arg_extreme<T: Float>(

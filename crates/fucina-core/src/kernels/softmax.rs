@@ -11,6 +11,7 @@
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
+use crate::kernels::check_axis;
 use crate::kernels::copy::SendPtr;
 use crate::tensor::RawTensor;
 
@@ -387,19 +388,6 @@ pub fn causal_allowed(i: usize, rows: usize, cols: usize) -> usize {
 }
 
 // ------------------------------------------------------------ drivers
-
-fn check_axis(op: &'static str, x: &RawTensor, axis: usize) -> Result<()> {
-    if axis >= x.rank() {
-        return Err(Error::OutOfRange {
-            op,
-            what: "axis",
-            index: axis as i64,
-            bound: x.rank(),
-            shape: x.shape().to_vec(),
-        });
-    }
-    Ok(())
-}
 
 fn check_pair(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     if a.dtype() != b.dtype() {
