@@ -1,6 +1,6 @@
 //! Invalid hyperparameters are a structured `Error::InvalidConfig` naming the optimizer and
-//! the offending value, from `Optim::new` and from `set_lr`, for every optimizer; nothing
-//! panics and a rejected `set_lr` leaves the old rate in place.
+//! the offending value, for every optimizer; nothing panics. (`set_lr` rejection and the
+//! schedule checks are in `checkpoint.rs::schedules_and_config_validation`.)
 
 use fucina_autograd::Tensor;
 use fucina_core::ExecContext;
@@ -79,23 +79,4 @@ fn invalid_hyperparameters_are_structured_errors() {
         ..MuonConfig::default()
     };
     rejected(&ctx, m, "adam", "beta1");
-}
-
-#[test]
-fn rejected_set_lr_keeps_the_old_rate() {
-    let ctx = ExecContext::with_threads(1).unwrap();
-    let w = Tensor::variable(&ctx, &[0.5f32; 4], &[2, 2]).unwrap();
-    let mut opt = Optim::new(vec![ParamGroup::new(vec![w], AdamConfig::adamw(1e-3))]).unwrap();
-    let err = opt.set_lr(0, f64::NAN).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig {
-                optimizer: "adam",
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_eq!(opt.lr(0).unwrap(), 1e-3);
 }
