@@ -5,8 +5,8 @@
 use fucina_autograd::Tensor;
 use fucina_core::ExecContext;
 use fucina_optim::{
-    AdamConfig, Algorithm, Error, LionConfig, MuonConfig, Optim, Optimizer, ParamGroup,
-    RmsPropConfig, SgdConfig,
+    AdamConfig, Algorithm, Error, LionConfig, MuonConfig, Optim, ParamGroup, RmsPropConfig,
+    SgdConfig,
 };
 
 /// Asserts that an optimizer over one small parameter with `config` is rejected with an
