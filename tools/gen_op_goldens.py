@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Writes tests/goldens/ops.safetensors: PyTorch's forward and input gradients
-for every row of fucina's op suite (crates/fucina-autograd/src/suite.rs).
+"""Writes fucina-autograd/tests/goldens/ops.safetensors: PyTorch's forward and input gradients
+for every row of fucina's op suite (fucina-autograd/src/suite.rs).
 
 For each case NAME and dtype D in {f64, f32} the file holds
     D/NAME/in{i}    the inputs (float, int64 indices or uint8 masks)
     D/NAME/out      torch's output
     D/NAME/gy       the upstream gradient used for backward (0 at non-finite outputs)
     D/NAME/grad{i}  torch's gradient for each float input
-The Rust test `crates/fucina-autograd/tests/torch_parity.rs` replays every case
+The Rust test `fucina-autograd/tests/torch_parity.rs` replays every case
 and compares (f64 within 1e-10, f32 within 1e-5, relative to the largest
 reference magnitude).
 
@@ -224,7 +224,7 @@ def main():
                     out[f"{key}/grad{i}"] = leaves[i].grad.clone().contiguous()
             out[f"{key}/out"] = y.detach().contiguous()
             out[f"{key}/gy"] = gy.clone().contiguous()
-    path = os.path.join(os.path.dirname(__file__), "..", "tests", "goldens", "ops.safetensors")
+    path = os.path.join(os.path.dirname(__file__), "..", "fucina-autograd", "tests", "goldens", "ops.safetensors")
     save_file(out, path, metadata={"generator": "tools/gen_op_goldens.py", "torch": torch.__version__})
     print(f"wrote {len(out)} tensors for {len(CASES)} cases to {os.path.normpath(path)}")
 

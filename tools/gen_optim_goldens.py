@@ -5,7 +5,7 @@ Every case runs one optimizer configuration (SGD variants, Adam, AdamW,
 RMSprop, Lion, Muon, each LR schedule, both clipping functions, param groups)
 for 10 steps in f32 from the same initial parameters and the same per-step
 gradients, and records the parameters after every step. The Rust test
-`crates/fucina-optim/tests/parity.rs` replays the same cases and checks every
+`fucina-optim/tests/parity.rs` replays the same cases and checks every
 step within 1e-6 relative.
 
 - SGD / Adam / AdamW / RMSprop are torch.optim's own (foreach=False: the
@@ -30,7 +30,7 @@ so the Rust side reads them instead of recomputing.
 
 Regenerate (needs torch and safetensors; CI never runs this):
     /work/venv/bin/python tools/gen_optim_goldens.py
-which rewrites crates/fucina-optim/tests/goldens/optim.safetensors.
+which rewrites fucina-optim/tests/goldens/optim.safetensors.
 """
 import json
 import math

@@ -8,10 +8,7 @@ use fucina_autograd::Tensor;
 use fucina_core::{ExecContext, RawTensor};
 use safetensors::{Dtype, SafeTensors};
 
-const GOLDENS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../tests/goldens/ops.safetensors"
-);
+const GOLDENS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/goldens/ops.safetensors");
 
 fn load(ctx: &ExecContext, st: &SafeTensors, key: &str) -> Option<RawTensor> {
     let v = st.tensor(key).ok()?;
