@@ -6,7 +6,7 @@
 //! being recomputed is [`Error::NestedCheckpointRecompute`].
 
 use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
@@ -21,8 +21,9 @@ thread_local! {
     static RECOMPUTING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A checkpointable block: maps input tensors to one output tensor.
-pub type Block = Rc<dyn Fn(&[Tensor]) -> Result<Tensor>>;
+/// A checkpointable block: maps input tensors to one output tensor. `Send +
+/// Sync` because the backward node that keeps it travels with the tensors.
+pub type Block = Arc<dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync>;
 
 struct RecomputeFlag;
 impl RecomputeFlag {
@@ -79,11 +80,11 @@ impl Backward for CheckpointBackward {
 /// Runs `block(inputs)` without keeping its intermediates; backward recomputes them.
 ///
 /// ```
-/// use std::rc::Rc;
+/// use std::sync::Arc;
 /// use fucina_autograd::{checkpoint, Tensor};
 /// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
 /// let x = Tensor::variable(&ctx, &[0.5f64, 1.0], &[2]).unwrap();
-/// let y = checkpoint(Rc::new(|xs: &[Tensor]| xs[0].tanh()?.exp()), &[&x]).unwrap();
+/// let y = checkpoint(Arc::new(|xs: &[Tensor]| xs[0].tanh()?.exp()), &[&x]).unwrap();
 /// y.sum_all().unwrap().backward().unwrap();
 /// assert!(x.grad().is_some());
 /// ```

@@ -2,7 +2,7 @@
 //! gets a first-class differentiable op. The backward must return a gradient
 //! of exactly the input's shape for every input flagged in `needs`.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 use crate::graph::{record, Backward, Grads};
 use crate::tensor::Tensor;
 
-/// A user-defined differentiable op.
-pub trait CustomOp {
+/// A user-defined differentiable op. `Send + Sync` because its backward node
+/// travels with the tensors between threads.
+pub trait CustomOp: Send + Sync {
     /// The op's name (used in errors and gradcheck reports).
     fn name(&self) -> &'static str;
     /// Computes the output from the input values.
@@ -29,7 +30,7 @@ pub trait CustomOp {
 }
 
 struct CustomBackward {
-    op: Rc<dyn CustomOp>,
+    op: Arc<dyn CustomOp>,
     inputs: Vec<RawTensor>,
     output: RawTensor,
 }
@@ -67,7 +68,7 @@ impl Backward for CustomBackward {
 }
 
 /// Applies a custom op to `inputs`, recording its backward.
-pub fn custom_op(op: Rc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
+pub fn custom_op(op: Arc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
     let first = inputs.first().ok_or_else(|| {
         Error::Core(fucina_core::Error::InvalidArgument {
             op: "custom_op",

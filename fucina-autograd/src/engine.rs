@@ -10,15 +10,31 @@
 //!    adjoint — ops never do it) and accumulated: into the producer's pending
 //!    gradient, or into the leaf's gradient, which persists across backward
 //!    calls until `zero_grad` (or into a capture slot for [`grad`]).
+//! 4. Leaf gradients are all-or-nothing: contributions are staged per leaf
+//!    during the walk and committed only once every node has run. The commit
+//!    locks the leaves' gradient slots in address order (so two threads
+//!    running backward over shared leaves cannot deadlock), computes every
+//!    new gradient `staged + old`, and only then stores them all; if anything
+//!    fails, before or during the commit, every leaf gradient is bit-identical
+//!    to what it was before the call. Summing a leaf's contributions first
+//!    and then adding the old gradient is also PyTorch's order.
+//!
+//! A released root (its scope closed) is [`Error::TensorReleased`]. In
+//! anomaly mode ([`crate::anomaly`]) each backward's outputs are checked, and
+//! the first non-finite one is [`Error::Anomaly`], naming the op.
+//!
+//! Every walk here is iterative (explicit stacks, a sorted node list), so no
+//! recursion depth grows with the graph, and each step is O(1) amortised
+//! (hash maps keyed by node address) apart from the one O(n log n) sort.
 
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
 use crate::graph::{EdgeTarget, Node};
-use crate::tensor::{Tensor, TensorInner};
+use crate::tensor::{lock, Tensor, TensorInner};
 
 /// Adds `g` into `slot` (first contribution is stored as is; later ones in place when possible).
 pub(crate) fn accumulate(
@@ -78,14 +94,67 @@ fn seed_for(root: &Tensor, seed: Option<RawTensor>) -> Result<RawTensor> {
     }
 }
 
-/// Accumulates `g` into a leaf's persistent gradient (contiguous, owned).
-fn accumulate_leaf(ctx: &ExecContext, leaf: &TensorInner, g: RawTensor) -> Result<()> {
-    let mut slot = leaf.grad.borrow_mut();
-    if slot.is_none() {
-        *slot = Some(ctx.contiguous(&g)?);
-        return Ok(());
+/// Leaf gradients computed by one backward call, not yet visible to anyone.
+#[derive(Default)]
+struct Staged {
+    leaves: Vec<(Arc<TensorInner>, Option<RawTensor>)>,
+    index: HashMap<*const TensorInner, usize>,
+}
+
+impl Staged {
+    /// Adds `g` to the staged gradient of `leaf`.
+    fn add(&mut self, ctx: &ExecContext, leaf: &Arc<TensorInner>, g: RawTensor) -> Result<()> {
+        let n = self.leaves.len();
+        let i = *self.index.entry(Arc::as_ptr(leaf)).or_insert(n);
+        if i == n {
+            self.leaves.push((leaf.clone(), None));
+        }
+        accumulate(ctx, &mut self.leaves[i].1, g)
     }
-    accumulate(ctx, &mut slot, g)
+
+    /// Stores every staged gradient into its leaf, or none of them.
+    fn commit(mut self, ctx: &ExecContext) -> Result<()> {
+        if self.leaves.iter().any(|(l, _)| l.is_released()) {
+            return Err(Error::TensorReleased);
+        }
+        // One global lock order (by address): no deadlock between threads.
+        self.leaves.sort_unstable_by_key(|(l, _)| Arc::as_ptr(l) as usize);
+        let (leaves, staged): (Vec<_>, Vec<_>) = self.leaves.into_iter().unzip();
+        let mut slots: Vec<_> = leaves.iter().map(|l| lock(&l.grad)).collect();
+        let mut totals = Vec::with_capacity(slots.len());
+        for (slot, staged) in slots.iter().zip(staged) {
+            let Some(g) = staged else {
+                totals.push(None);
+                continue;
+            };
+            let total = match slot.as_ref() {
+                None => ctx.contiguous(&g)?,
+                // staged + old, never written into `old`: it stays intact until
+                // every total is computed. IEEE addition commutes, so this is
+                // bitwise `old + staged`.
+                Some(old) => {
+                    let mut g = g;
+                    if g.buffer().is_unique() && g.is_contiguous() && g.shape() == old.shape() {
+                        ctx.add_assign(&mut g, old)?;
+                        g
+                    } else {
+                        ctx.binary(old, &g, fucina_core::kernels::elementwise::BinaryOp::Add)?
+                    }
+                }
+            };
+            totals.push(Some(total));
+        }
+        // Infallible from here on.
+        let mut old = Vec::with_capacity(totals.len());
+        for (slot, total) in slots.iter_mut().zip(totals) {
+            if let Some(total) = total {
+                old.push(std::mem::replace(&mut **slot, Some(total)));
+            }
+        }
+        drop(slots);
+        drop(old);
+        Ok(())
+    }
 }
 
 /// Runs backward from `root` into the leaves' gradients.
@@ -109,70 +178,80 @@ fn run(
     seed: Option<RawTensor>,
     capture: Option<&[&Tensor]>,
 ) -> Result<Vec<Option<RawTensor>>> {
+    if root.is_released() {
+        return Err(Error::TensorReleased);
+    }
     if !root.requires_grad() {
         return Err(Error::NoGradient);
     }
     let ctx = root.ctx().clone();
     let seed = seed_for(root, seed)?;
+    let anomaly = crate::anomaly::is_anomaly_enabled();
     let mut captured: Vec<Option<RawTensor>> = vec![None; capture.map(|c| c.len()).unwrap_or(0)];
     let capture_index: HashMap<*const TensorInner, usize> = capture
         .unwrap_or(&[])
         .iter()
         .enumerate()
-        .map(|(i, t)| (Rc::as_ptr(&t.0), i))
+        .map(|(i, t)| (Arc::as_ptr(&t.0), i))
         .collect();
+    let mut staged = Staged::default();
 
-    let root_node = root.0.grad_fn.borrow().clone();
-    let Some(root_node) = root_node else {
+    let Some(root_node) = root.0.grad_fn() else {
         // The root is a leaf: its gradient is the seed.
         match capture {
             Some(_) => {
-                if let Some(&i) = capture_index.get(&Rc::as_ptr(&root.0)) {
+                if let Some(&i) = capture_index.get(&Arc::as_ptr(&root.0)) {
                     captured[i] = Some(seed);
                 }
             }
-            None => accumulate_leaf(&ctx, &root.0, seed)?,
+            None => {
+                staged.add(&ctx, &root.0, seed)?;
+                staged.commit(&ctx)?;
+            }
         }
         return Ok(captured);
     };
 
     // 1. Reachable nodes; refuse before touching state if any was consumed.
-    let mut nodes: Vec<Rc<Node>> = Vec::new();
+    let mut nodes: Vec<Arc<Node>> = Vec::new();
     let mut seen: std::collections::HashSet<*const Node> = std::collections::HashSet::new();
     let mut stack = vec![root_node.clone()];
-    seen.insert(Rc::as_ptr(&root_node));
+    seen.insert(Arc::as_ptr(&root_node));
     while let Some(n) = stack.pop() {
-        if n.backward.borrow().is_none() {
+        if n.is_consumed() {
             return Err(Error::BackwardAlreadyRun { op: n.name });
         }
         for e in n.edges.iter().flatten() {
             if let EdgeTarget::Node(p) = &e.target {
-                if seen.insert(Rc::as_ptr(p)) {
+                if seen.insert(Arc::as_ptr(p)) {
                     stack.push(p.clone());
                 }
             }
         }
         nodes.push(n);
     }
+    drop(seen);
     nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
 
     // 2. Newest first.
     let mut pending: HashMap<*const Node, Option<RawTensor>> = HashMap::with_capacity(nodes.len());
-    pending.insert(Rc::as_ptr(&root_node), Some(seed));
+    pending.insert(Arc::as_ptr(&root_node), Some(seed));
     for node in &nodes {
-        let Some(gy) = pending.remove(&Rc::as_ptr(node)).flatten() else {
+        let Some(gy) = pending.remove(&Arc::as_ptr(node)).flatten() else {
             // No gradient reached this node (every path to it was pruned); drop its saved views.
-            node.backward.borrow_mut().take();
+            drop(node.take_backward());
             continue;
         };
         let needs: smallvec::SmallVec<[bool; 3]> = node.edges.iter().map(|e| e.is_some()).collect();
-        let bw = node.backward.borrow_mut().take();
-        let Some(bw) = bw else {
+        let Some(bw) = node.take_backward() else {
             return Err(Error::BackwardAlreadyRun { op: node.name });
         };
         let mut grads = bw.backward(&ctx, &gy, &needs)?;
         drop(bw); // saved activations go back to the pool now
         drop(gy); // the interior gradient is consumed
+        if anomaly {
+            crate::anomaly::check_grads(&ctx, node, &grads)?;
+        }
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
             let g = grads
@@ -185,19 +264,23 @@ fn run(
             let g = reduce_to(&ctx, g, &edge.shape, node.name, i)?;
             match &edge.target {
                 EdgeTarget::Node(p) => {
-                    let slot = pending.entry(Rc::as_ptr(p)).or_insert(None);
+                    let slot = pending.entry(Arc::as_ptr(p)).or_insert(None);
                     accumulate(&ctx, slot, g)?;
                 }
                 EdgeTarget::Leaf(leaf) => match capture {
                     Some(_) => {
-                        if let Some(&j) = capture_index.get(&Rc::as_ptr(leaf)) {
+                        if let Some(&j) = capture_index.get(&Arc::as_ptr(leaf)) {
                             accumulate(&ctx, &mut captured[j], g)?;
                         }
                     }
-                    None => accumulate_leaf(&ctx, leaf, g)?,
+                    None => staged.add(&ctx, leaf, g)?,
                 },
             }
         }
     }
+    drop(pending);
+    drop(nodes);
+    // 3. All or nothing.
+    staged.commit(&ctx)?;
     Ok(captured)
 }

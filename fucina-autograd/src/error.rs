@@ -26,6 +26,26 @@ pub enum Error {
     /// The tensor's value was released when its exec scope closed.
     #[error("tensor used after its exec scope closed")]
     TensorReleased,
+    /// The value was read or set from inside its own `Tensor::update_value`
+    /// closure (the value is taken out while the closure runs).
+    #[error("tensor value in use: it is being updated in place by update_value; read it before or after the update")]
+    ValueBusy,
+    /// Anomaly mode: a backward produced a NaN or an infinity.
+    #[error(
+        "anomaly detected: the backward of `{op}` (tape node #{seq}, recorded by the forward op `{op}`) produced {what} in the gradient of its input {input} (shape {shape:?}); look at `{op}`'s inputs in the forward pass"
+    )]
+    Anomaly {
+        /// The op whose backward produced it (the forward op that recorded the node).
+        op: &'static str,
+        /// The node's position on the tape (creation order).
+        seq: u64,
+        /// The input whose gradient is not finite.
+        input: usize,
+        /// `"NaN"` or `"infinity"`.
+        what: &'static str,
+        /// The gradient's shape.
+        shape: Vec<usize>,
+    },
     /// A backward returned no gradient for an input that needs one.
     #[error("{op}: backward returned no gradient for input {input}, which needs one")]
     MissingGradient {

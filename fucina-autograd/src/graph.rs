@@ -7,17 +7,24 @@
 //! that needs no gradient (pruned), else the producer node or the leaf to
 //! accumulate into, with the input's shape (the engine reduces broadcast
 //! gradients to it). Nodes carry a creation sequence number: sorting by it is
-//! a topological order, so the tape is the recording order itself.
+//! a topological order, so the tape is the recording order itself. The
+//! numbers come from one process-wide counter, so a graph whose tensors
+//! crossed threads still sorts topologically.
+//!
+//! Nodes are `Send + Sync` (a [`Backward`] must be), so tensors can cross
+//! threads. Dropping the last reference to a long chain never recurses:
+//! `Node::drop` moves each input node it held the last reference to onto an
+//! explicit stack and unlinks it there.
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use fucina_core::{ExecContext, RawTensor};
 use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::grad_mode::is_grad_enabled;
-use crate::tensor::{Tensor, TensorInner};
+use crate::tensor::{lock, Tensor, TensorInner};
 
 /// Input gradients returned by a backward, one slot per input.
 pub type Grads = SmallVec<[Option<RawTensor>; 3]>;
@@ -25,8 +32,9 @@ pub type Grads = SmallVec<[Option<RawTensor>; 3]>;
 /// The one backward trait: given the upstream gradient and a `needs` mask
 /// (one flag per input), return the input gradients. A gradient may have the
 /// broadcast output shape; the engine reduces it to the input's shape.
-/// Return `None` for inputs whose flag is false.
-pub trait Backward {
+/// Return `None` for inputs whose flag is false. `Send + Sync` because the
+/// node travels with its tensors between threads.
+pub trait Backward: Send + Sync {
     /// The op's name, for errors and debugging.
     fn name(&self) -> &'static str;
     /// Computes the input gradients.
@@ -34,8 +42,8 @@ pub trait Backward {
 }
 
 pub(crate) enum EdgeTarget {
-    Leaf(Rc<TensorInner>),
-    Node(Rc<Node>),
+    Leaf(Arc<TensorInner>),
+    Node(Arc<Node>),
 }
 
 pub(crate) struct Edge {
@@ -47,18 +55,24 @@ pub(crate) struct Edge {
 pub struct Node {
     pub(crate) seq: u64,
     pub(crate) name: &'static str,
-    pub(crate) backward: RefCell<Option<Box<dyn Backward>>>,
+    pub(crate) backward: Mutex<Option<Box<dyn Backward>>>,
     pub(crate) edges: SmallVec<[Option<Edge>; 3]>,
+    /// The live-node counter of the thread that recorded this node.
+    live: Arc<AtomicUsize>,
 }
+
+/// The creation counter shared by every thread (a single atomic total order
+/// that respects happens-before, hence topological across threads).
+static NEXT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    static NEXT_SEQ: Cell<u64> = const { Cell::new(0) };
-    static LIVE_NODES: Cell<usize> = const { Cell::new(0) };
+    static LIVE_NODES: Arc<AtomicUsize> = Arc::new(AtomicUsize::new(0));
 }
 
-/// Number of backward nodes alive on this thread (recorded and not yet dropped).
+/// Number of backward nodes recorded on this thread that are still alive
+/// (wherever they were dropped or sent since).
 pub fn live_nodes() -> usize {
-    LIVE_NODES.with(|c| c.get())
+    LIVE_NODES.with(|c| c.load(Ordering::Relaxed))
 }
 
 impl Node {
@@ -67,24 +81,54 @@ impl Node {
         backward: Box<dyn Backward>,
         edges: SmallVec<[Option<Edge>; 3]>,
     ) -> Node {
-        let seq = NEXT_SEQ.with(|c| {
-            let s = c.get();
-            c.set(s + 1);
-            s
+        let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
+        let live = LIVE_NODES.with(|c| {
+            c.fetch_add(1, Ordering::Relaxed);
+            c.clone()
         });
-        LIVE_NODES.with(|c| c.set(c.get() + 1));
         Node {
             seq,
             name,
-            backward: RefCell::new(Some(backward)),
+            backward: Mutex::new(Some(backward)),
             edges,
+            live,
+        }
+    }
+
+    /// True once backward consumed this node (or pruned it).
+    pub(crate) fn is_consumed(&self) -> bool {
+        lock(&self.backward).is_none()
+    }
+
+    /// Takes the backward out (consuming the node).
+    pub(crate) fn take_backward(&self) -> Option<Box<dyn Backward>> {
+        lock(&self.backward).take()
+    }
+}
+
+/// Moves each node edge of `edges` whose last reference this was onto `stack`.
+fn unlink(edges: &mut SmallVec<[Option<Edge>; 3]>, stack: &mut Vec<Node>) {
+    for e in edges.drain(..).flatten() {
+        if let EdgeTarget::Node(n) = e.target {
+            if let Some(node) = Arc::into_inner(n) {
+                stack.push(node);
+            }
         }
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        LIVE_NODES.with(|c| c.set(c.get().saturating_sub(1)));
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        // Iterative teardown: each input node this one held the last reference
+        // to is moved onto the stack with its edges drained first, so its own
+        // drop finds no edges and the depth stays 1 however long the chain.
+        let mut stack: Vec<Node> = Vec::new();
+        unlink(&mut self.edges, &mut stack);
+        while let Some(mut node) = stack.pop() {
+            unlink(&mut node.edges, &mut stack);
+            drop(node);
+        }
     }
 }
 
@@ -98,8 +142,8 @@ fn edge_for(t: &Tensor) -> Option<Edge> {
     if !t.requires_grad() {
         return None;
     }
-    let target = match t.0.grad_fn.borrow().as_ref() {
-        Some(n) => EdgeTarget::Node(n.clone()),
+    let target = match t.0.grad_fn() {
+        Some(n) => EdgeTarget::Node(n),
         None => EdgeTarget::Leaf(t.0.clone()),
     };
     Some(Edge {
@@ -124,7 +168,7 @@ where
     let t = if should_record(inputs) {
         let backward = make(&value);
         let edges = inputs.iter().map(|t| edge_for(t)).collect();
-        let node = Rc::new(Node::new(name, backward, edges));
+        let node = Arc::new(Node::new(name, backward, edges));
         Tensor::new_internal(ctx, value, true, Some(node))
     } else {
         Tensor::new_internal(ctx, value, false, None)

@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod anomaly;
 pub mod checkpoint;
 pub mod custom;
 pub mod engine;
@@ -34,6 +35,7 @@ pub mod scope;
 pub mod suite;
 pub mod tensor;
 
+pub use anomaly::{all_finite, detect_anomaly, is_anomaly_enabled, AnomalyGuard};
 pub use checkpoint::{checkpoint, Block};
 pub use custom::{custom_op, CustomOp};
 pub use engine::grad;

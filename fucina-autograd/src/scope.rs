@@ -8,16 +8,28 @@
 //! never undefined behaviour. Nested scopes release only their own suffix.
 //! Not adopted: explicit constructors (variables, constants), gradients.
 //! Scopes are per thread (one `ExecContext` per thread of the program).
+//!
+//! Crossing threads: a scope is a frame of *this* thread and an
+//! [`ExecScope`] is not `Send`. A tensor adopted by a scope may still be sent
+//! to another thread (tensors are `Send + Sync`); the scope keeps owning it,
+//! so when the scope closes on its thread, the other thread's handle reads
+//! [`crate::Error::TensorReleased`] from then on (the value slot sits behind
+//! a lock: a release racing a read is one or the other, never undefined
+//! behaviour). A tensor that must outlive the scope is made outside it, or
+//! copied out with `Tensor::from_raw(ctx, t.value()?, false)` before
+//! closing. Results of ops run on the other thread are adopted by that
+//! thread's own innermost scope, if any.
 
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use fucina_core::ExecContext;
 
 use crate::tensor::{Tensor, TensorInner};
 
 thread_local! {
-    static FRAMES: RefCell<Vec<Vec<Rc<TensorInner>>>> = const { RefCell::new(Vec::new()) };
+    static FRAMES: RefCell<Vec<Vec<Arc<TensorInner>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An open exec scope; closes (releasing its results) when dropped.
@@ -71,7 +83,7 @@ impl Drop for ExecScope {
     fn drop(&mut self) {
         loop {
             // Take one frame at a time out of the stack, then release outside the borrow.
-            let frame = FRAMES.with(|f| {
+            let frame = FRAMES.try_with(|f| {
                 let mut f = f.borrow_mut();
                 if f.len() > self.depth {
                     f.pop()
@@ -79,7 +91,7 @@ impl Drop for ExecScope {
                     None
                 }
             });
-            let Some(frame) = frame else { break };
+            let Ok(Some(frame)) = frame else { break };
             for t in frame.into_iter().rev() {
                 t.release();
             }
@@ -107,9 +119,10 @@ pub fn scope_depth() -> usize {
 /// Lets the innermost open scope adopt an op result.
 #[inline]
 pub(crate) fn adopt(t: &Tensor) {
-    FRAMES.with(|f| {
+    // `try_with`: during thread teardown (no frames left) nothing is adopted.
+    let _ = FRAMES.try_with(|f| {
         if let Some(top) = f.borrow_mut().last_mut() {
-            t.0.scoped.set(true);
+            t.0.scoped.store(true, Ordering::Relaxed);
             top.push(t.0.clone());
         }
     });

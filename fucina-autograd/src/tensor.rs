@@ -1,15 +1,24 @@
 //! The differentiable [`Tensor`]: a value, an optional backward node, and
 //! (for leaves) an accumulated gradient.
 //!
-//! A `Tensor` is a cheap shared handle (`Rc`): cloning it does not copy data.
-//! Leaves are made by [`Tensor::variable`] (requires a gradient) and
-//! [`Tensor::constant`]; every op result is a non-leaf that requires a
-//! gradient iff some input does (and grad mode is on). Values are immutable
-//! once shared; the only in-place writes are optimizer updates through
-//! [`Tensor::value_mut`], which copies first if the buffer is shared.
+//! A `Tensor` is a cheap shared handle (`Arc`): cloning it does not copy
+//! data. It is `Send` and `Sync`: each mutable slot sits behind its own
+//! `std::sync::Mutex`, held only for a clone or a swap (never across a
+//! kernel or user code, so no lock is ever taken twice by one thread and no
+//! lock can poison; a poisoned lock is entered anyway). Nothing here hands
+//! out a borrow: [`Tensor::value`] returns a view (a refcount bump), so no
+//! borrow conflict exists to panic on. Leaves are made by
+//! [`Tensor::variable`] (requires a gradient) and [`Tensor::constant`];
+//! every op result is a non-leaf that requires a gradient iff some input
+//! does (and grad mode is on). Values are immutable once shared; the only
+//! in-place writes are optimizer updates through [`Tensor::update_value`],
+//! which copies first if the buffer is shared.
+//!
+//! Dropping the last handle of a long graph never recurses: [`crate::graph`]'s
+//! `Node` drop unlinks the chain onto an explicit stack.
 
-use std::cell::{Cell, Ref, RefCell, RefMut};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use fucina_core::shape::Dims;
 use fucina_core::{DType, Element, ExecContext, RawTensor};
@@ -17,24 +26,84 @@ use fucina_core::{DType, Element, ExecContext, RawTensor};
 use crate::error::{Error, Result};
 use crate::graph::Node;
 
+/// Locks `m`, entering a poisoned lock anyway: every critical section in this
+/// crate is a clone, a take or a swap, so a panic elsewhere never leaves the
+/// slot half-written. Never panics.
+#[inline]
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The value slot of a tensor.
+pub(crate) enum Slot {
+    /// The value, readable.
+    Value(RawTensor),
+    /// Taken out by [`Tensor::update_value`] while its closure runs.
+    Updating,
+    /// Released by its exec scope.
+    Released,
+}
+
 pub(crate) struct TensorInner {
-    pub(crate) value: RefCell<Option<RawTensor>>,
+    pub(crate) value: Mutex<Slot>,
     pub(crate) ctx: ExecContext,
     pub(crate) shape: Dims,
     pub(crate) dtype: DType,
-    pub(crate) requires_grad: Cell<bool>,
-    pub(crate) grad_fn: RefCell<Option<Rc<Node>>>,
-    pub(crate) grad: RefCell<Option<RawTensor>>,
-    pub(crate) scoped: Cell<bool>,
+    pub(crate) requires_grad: AtomicBool,
+    pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
+    pub(crate) grad: Mutex<Option<RawTensor>>,
+    pub(crate) scoped: AtomicBool,
 }
 
 impl TensorInner {
     /// Releases value, node and gradient back to the pool (scope close).
+    /// Each slot is emptied under its lock and dropped after it.
     pub(crate) fn release(&self) {
-        let v = self.value.borrow_mut().take();
-        let n = self.grad_fn.borrow_mut().take();
-        let g = self.grad.borrow_mut().take();
+        let v = std::mem::replace(&mut *lock(&self.value), Slot::Released);
+        let n = lock(&self.grad_fn).take();
+        let g = lock(&self.grad).take();
         drop((g, n, v));
+    }
+
+    /// The value (a view), or why there is none.
+    #[inline]
+    pub(crate) fn value(&self) -> Result<RawTensor> {
+        match &*lock(&self.value) {
+            Slot::Value(v) => Ok(v.clone()),
+            Slot::Updating => Err(Error::ValueBusy),
+            Slot::Released => Err(Error::TensorReleased),
+        }
+    }
+
+    /// True once the owning scope released the value.
+    pub(crate) fn is_released(&self) -> bool {
+        matches!(&*lock(&self.value), Slot::Released)
+    }
+
+    /// The backward node, if any (a refcount bump).
+    #[inline]
+    pub(crate) fn grad_fn(&self) -> Option<Arc<Node>> {
+        lock(&self.grad_fn).clone()
+    }
+}
+
+/// Puts a value taken by [`Tensor::update_value`] back, even if the closure
+/// panics; if the scope released the tensor meanwhile, the value is dropped.
+struct Restore<'a> {
+    inner: &'a TensorInner,
+    value: Option<RawTensor>,
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        let Some(v) = self.value.take() else { return };
+        let mut slot = lock(&self.inner.value);
+        if matches!(&*slot, Slot::Updating) {
+            *slot = Slot::Value(v);
+        } else {
+            drop(slot);
+            drop(v);
+        }
     }
 }
 
@@ -49,7 +118,7 @@ impl TensorInner {
 /// assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![2.0, 4.0, 6.0]);
 /// ```
 #[derive(Clone)]
-pub struct Tensor(pub(crate) Rc<TensorInner>);
+pub struct Tensor(pub(crate) Arc<TensorInner>);
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,7 +126,7 @@ impl std::fmt::Debug for Tensor {
         d.field("shape", &self.shape())
             .field("dtype", &self.dtype())
             .field("requires_grad", &self.requires_grad());
-        if let Some(n) = self.0.grad_fn.borrow().as_ref() {
+        if let Some(n) = self.0.grad_fn() {
             d.field("grad_fn", &n.name);
         }
         d.finish()
@@ -69,17 +138,17 @@ impl Tensor {
         ctx: &ExecContext,
         value: RawTensor,
         requires_grad: bool,
-        node: Option<Rc<Node>>,
+        node: Option<Arc<Node>>,
     ) -> Tensor {
-        Tensor(Rc::new(TensorInner {
+        Tensor(Arc::new(TensorInner {
             shape: smallvec::SmallVec::from_slice(value.shape()),
             dtype: value.dtype(),
-            value: RefCell::new(Some(value)),
+            value: Mutex::new(Slot::Value(value)),
             ctx: ctx.clone(),
-            requires_grad: Cell::new(requires_grad),
-            grad_fn: RefCell::new(node),
-            grad: RefCell::new(None),
-            scoped: Cell::new(false),
+            requires_grad: AtomicBool::new(requires_grad),
+            grad_fn: Mutex::new(node),
+            grad: Mutex::new(None),
+            scoped: AtomicBool::new(false),
         }))
     }
 
@@ -155,7 +224,7 @@ impl Tensor {
     /// True when gradients flow to or through this tensor.
     #[inline]
     pub fn requires_grad(&self) -> bool {
-        self.0.requires_grad.get()
+        self.0.requires_grad.load(Ordering::Relaxed)
     }
 
     /// Turns gradient tracking of a leaf on or off (freezing a parameter).
@@ -167,58 +236,102 @@ impl Tensor {
                 msg: "only leaves can change requires_grad; use detach()".into(),
             }));
         }
-        self.0.requires_grad.set(on);
+        self.0.requires_grad.store(on, Ordering::Relaxed);
         Ok(())
     }
 
     /// True for tensors made by a constructor (no backward node).
     pub fn is_leaf(&self) -> bool {
-        self.0.grad_fn.borrow().is_none()
+        lock(&self.0.grad_fn).is_none()
     }
 
     /// True when an exec scope adopted this result.
     pub fn is_scoped(&self) -> bool {
-        self.0.scoped.get()
+        self.0.scoped.load(Ordering::Relaxed)
     }
 
     /// True once the owning scope has closed (the value is gone).
     pub fn is_released(&self) -> bool {
-        self.0.value.borrow().is_none()
+        self.0.is_released()
     }
 
     /// The name of the op that produced this tensor, if it records a backward.
     pub fn grad_fn_name(&self) -> Option<&'static str> {
-        self.0.grad_fn.borrow().as_ref().map(|n| n.name)
+        lock(&self.0.grad_fn).as_ref().map(|n| n.name)
     }
 
-    /// A view of the value (bumps the buffer's refcount).
+    /// A view of the value (bumps the buffer's refcount); the same as [`Tensor::value`].
     #[inline]
     pub fn raw(&self) -> Result<RawTensor> {
-        self.0
-            .value
-            .borrow()
-            .as_ref()
-            .cloned()
-            .ok_or(Error::TensorReleased)
+        self.0.value()
     }
 
-    /// Borrows the value without bumping the refcount.
-    pub fn value(&self) -> Result<Ref<'_, RawTensor>> {
-        Ref::filter_map(self.0.value.borrow(), |v| v.as_ref()).map_err(|_| Error::TensorReleased)
+    /// The value, as a view (a `clone_view`: bumps the buffer's refcount,
+    /// copies nothing). Holding it never blocks anything: the view keeps the
+    /// buffer alive on its own, even past the scope's close.
+    ///
+    /// Errors: [`Error::TensorReleased`] once the owning scope closed;
+    /// [`Error::ValueBusy`] from inside this tensor's own
+    /// [`Tensor::update_value`] closure.
+    #[inline]
+    pub fn value(&self) -> Result<RawTensor> {
+        self.0.value()
     }
 
-    /// The value, mutably, for in-place updates of leaves (optimizer steps).
-    /// Copies the buffer first if another view shares it (copy-on-write).
-    pub fn value_mut(&self) -> Result<RefMut<'_, RawTensor>> {
-        let mut v = RefMut::filter_map(self.0.value.borrow_mut(), |v| v.as_mut())
-            .map_err(|_| Error::TensorReleased)?;
+    /// Updates the value of a leaf in place (optimizer steps): `f` gets the
+    /// value, made unique, contiguous and at offset 0 first (copied if another
+    /// view shares the buffer: copy-on-write), and may write through
+    /// `as_mut_slice`. While `f` runs the value is taken out, so reading or
+    /// setting this same tensor from inside `f` is [`Error::ValueBusy`] (never
+    /// a panic or a deadlock); if the scope releases the tensor meanwhile,
+    /// the update is dropped. An error from `f` keeps whatever `f` wrote.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
+    /// let w = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
+    /// w.update_value(|v| {
+    ///     v.as_mut_slice::<f64>()?.iter_mut().for_each(|x| *x *= 10.0);
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// assert_eq!(w.to_vec::<f64>().unwrap(), vec![10.0, 20.0]);
+    /// ```
+    pub fn update_value<R, E>(
+        &self,
+        f: impl FnOnce(&mut RawTensor) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E>
+    where
+        E: From<Error>,
+    {
+        let taken = {
+            let mut slot = lock(&self.0.value);
+            match &*slot {
+                Slot::Value(_) => match std::mem::replace(&mut *slot, Slot::Updating) {
+                    Slot::Value(v) => v,
+                    _ => return Err(Error::ValueBusy.into()),
+                },
+                Slot::Updating => return Err(Error::ValueBusy.into()),
+                Slot::Released => return Err(Error::TensorReleased.into()),
+            }
+        };
+        let mut guard = Restore {
+            inner: &self.0,
+            value: Some(taken),
+        };
+        let Some(v) = guard.value.as_mut() else {
+            return Err(Error::ValueBusy.into());
+        };
         if !v.buffer().is_unique() || !v.is_contiguous() || v.offset() != 0 {
-            *v = self.0.ctx.copy(&v)?;
+            *v = self.0.ctx.copy(v).map_err(Error::from)?;
         }
-        Ok(v)
+        f(v)
     }
 
-    /// Replaces the value of a leaf (same shape and dtype).
+    /// Replaces the value of a leaf (same shape and dtype). The old value is
+    /// swapped out; views of it taken earlier keep reading the old data.
+    /// [`Error::TensorReleased`] after the scope closed, [`Error::ValueBusy`]
+    /// inside this tensor's [`Tensor::update_value`].
     pub fn set_value(&self, value: RawTensor) -> Result<()> {
         if value.shape() != self.shape() || value.dtype() != self.dtype() {
             return Err(Error::Core(fucina_core::Error::ShapeMismatch {
@@ -227,25 +340,31 @@ impl Tensor {
                 rhs: value.shape().to_vec(),
             }));
         }
-        *self.0.value.borrow_mut() = Some(value);
+        let old = {
+            let mut slot = lock(&self.0.value);
+            match &*slot {
+                Slot::Value(_) => std::mem::replace(&mut *slot, Slot::Value(value)),
+                Slot::Updating => return Err(Error::ValueBusy),
+                Slot::Released => return Err(Error::TensorReleased),
+            }
+        };
+        drop(old);
         Ok(())
     }
 
     /// The accumulated gradient of a leaf, as a constant tensor.
     pub fn grad(&self) -> Option<Tensor> {
-        self.0
-            .grad
-            .borrow()
-            .as_ref()
-            .map(|g| Tensor::from_raw(&self.0.ctx, g.clone(), false))
+        let g = lock(&self.0.grad).clone();
+        g.map(|g| Tensor::from_raw(&self.0.ctx, g, false))
     }
 
     /// The accumulated gradient of a leaf, as a raw view.
     pub fn grad_raw(&self) -> Option<RawTensor> {
-        self.0.grad.borrow().clone()
+        lock(&self.0.grad).clone()
     }
 
-    /// Replaces the accumulated gradient (clipping, custom accumulation).
+    /// Replaces the accumulated gradient (clipping, custom accumulation);
+    /// [`Error::TensorReleased`] once the scope released the tensor.
     pub fn set_grad(&self, grad: Option<RawTensor>) -> Result<()> {
         if let Some(g) = &grad {
             if g.shape() != self.shape() || g.dtype() != self.dtype() {
@@ -257,13 +376,18 @@ impl Tensor {
                 });
             }
         }
-        *self.0.grad.borrow_mut() = grad;
+        if self.0.is_released() {
+            return Err(Error::TensorReleased);
+        }
+        let old = std::mem::replace(&mut *lock(&self.0.grad), grad);
+        drop(old);
         Ok(())
     }
 
     /// Drops the accumulated gradient (PyTorch's `zero_grad(set_to_none=True)`).
     pub fn zero_grad(&self) {
-        self.0.grad.borrow_mut().take();
+        let old = lock(&self.0.grad).take();
+        drop(old);
     }
 
     /// A constant sharing this value, cut from the graph.
@@ -302,6 +426,12 @@ impl Tensor {
 
     /// True when both handles are the same tensor.
     pub fn same_as(&self, other: &Tensor) -> bool {
-        Rc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
+
+/// `Tensor` is `Send` and `Sync` (checked at compile time).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tensor>();
+};

@@ -1,13 +1,13 @@
 //! Activation checkpointing: bitwise-equal gradients, fewer retained buffers.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use fucina_autograd::{checkpoint, Block, Error, ScopeExt, Tensor};
 use fucina_core::rng::SplitMix64;
 use fucina_core::ExecContext;
 
 fn block() -> Block {
-    Rc::new(|xs: &[Tensor]| {
+    Arc::new(|xs: &[Tensor]| {
         let h = xs[0].matmul(&xs[1])?.tanh()?;
         let h = h.mul(&h)?.add(&xs[0])?;
         h.exp()?.mul_scalar(0.1)
@@ -73,8 +73,8 @@ fn checkpoint_gradients_are_bitwise_equal_and_retain_fewer_buffers() {
 fn nested_checkpoint_recompute_is_an_error() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let x = Tensor::variable(&ctx, &[0.5f64, 1.0], &[2]).unwrap();
-    let inner: Block = Rc::new(|xs: &[Tensor]| xs[0].exp());
-    let outer: Block = Rc::new(move |xs: &[Tensor]| checkpoint(inner.clone(), &[&xs[0]]));
+    let inner: Block = Arc::new(|xs: &[Tensor]| xs[0].exp());
+    let outer: Block = Arc::new(move |xs: &[Tensor]| checkpoint(inner.clone(), &[&xs[0]]));
     let y = checkpoint(outer, &[&x]).unwrap();
     match y.sum_all().unwrap().backward() {
         Err(Error::NestedCheckpointRecompute) => {}

@@ -1,7 +1,7 @@
 //! Custom ops and gradcheck: a correct op passes, a wrong backward fails with
 //! the input and element named.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use fucina_autograd::{custom_op, gradcheck, CustomOp, Error, GradcheckOpts, Result, Tensor};
 use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
@@ -62,7 +62,7 @@ fn inputs(ctx: &ExecContext) -> Vec<Tensor> {
 fn a_correct_custom_op_passes_gradcheck() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let xs = inputs(&ctx);
-    let op: Rc<dyn CustomOp> = Rc::new(ASinB { wrong: false });
+    let op: Arc<dyn CustomOp> = Arc::new(ASinB { wrong: false });
     let report = gradcheck(
         |x| custom_op(op.clone(), &[&x[0], &x[1]])?.tanh(),
         &xs,
@@ -81,7 +81,7 @@ fn a_correct_custom_op_passes_gradcheck() {
 fn a_wrong_custom_backward_fails_naming_input_and_index() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let xs = inputs(&ctx);
-    let op: Rc<dyn CustomOp> = Rc::new(ASinB { wrong: true });
+    let op: Arc<dyn CustomOp> = Arc::new(ASinB { wrong: true });
     let err = gradcheck(
         |x| custom_op(op.clone(), &[&x[0], &x[1]]),
         &xs,
@@ -125,7 +125,7 @@ fn a_custom_backward_with_a_wrong_shape_is_an_error() {
     }
     let ctx = ExecContext::with_threads(1).unwrap();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
-    let y = custom_op(Rc::new(BadShape), &[&x]).unwrap();
+    let y = custom_op(Arc::new(BadShape), &[&x]).unwrap();
     assert!(matches!(
         y.sum_all().unwrap().backward(),
         Err(Error::GradientShapeMismatch { .. })

@@ -30,15 +30,20 @@ impl Adam {
         let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8);
         for (i, p) in self.params.iter().enumerate() {
             let g = p.grad_raw().unwrap().to_vec::<f64>().unwrap();
-            let mut val = p.value_mut().unwrap();
-            let w = val.as_mut_slice::<f64>().unwrap();
-            for j in 0..w.len() {
-                self.m[i][j] = b1 * self.m[i][j] + (1.0 - b1) * g[j];
-                self.v[i][j] = b2 * self.v[i][j] + (1.0 - b2) * g[j] * g[j];
-                let mh = self.m[i][j] / (1.0 - b1.powi(self.t));
-                let vh = self.v[i][j] / (1.0 - b2.powi(self.t));
-                w[j] -= self.lr * mh / (vh.sqrt() + eps);
-            }
+            let (m, v) = (&mut self.m[i], &mut self.v[i]);
+            let (t, lr) = (self.t, self.lr);
+            p.update_value(|val| {
+                let w = val.as_mut_slice::<f64>()?;
+                for j in 0..w.len() {
+                    m[j] = b1 * m[j] + (1.0 - b1) * g[j];
+                    v[j] = b2 * v[j] + (1.0 - b2) * g[j] * g[j];
+                    let mh = m[j] / (1.0 - b1.powi(t));
+                    let vh = v[j] / (1.0 - b2.powi(t));
+                    w[j] -= lr * mh / (vh.sqrt() + eps);
+                }
+                Ok::<(), fucina_autograd::Error>(())
+            })
+            .unwrap();
             p.zero_grad();
         }
     }

@@ -281,10 +281,11 @@ impl<A: Algorithm> Optim<A> {
             st.bufs = bufs;
         }
         let factor = group.schedule.factor(self.steps);
-        let mut value = p.value_mut()?;
-        group
-            .config
-            .update(&ctx, factor, st.step + 1, &mut value, &grad, &mut st.bufs)?;
+        p.update_value(|value| {
+            group
+                .config
+                .update(&ctx, factor, st.step + 1, value, &grad, &mut st.bufs)
+        })?;
         st.step += 1;
         Ok(())
     }

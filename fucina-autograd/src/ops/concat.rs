@@ -130,7 +130,7 @@ impl Tensor {
     /// Pads with a constant: `pads[i] = (before, after)` for each axis.
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Result<Tensor> {
         let ctx = self.ctx();
-        let y = ctx.pad(&*self.value()?, pads, value)?;
+        let y = ctx.pad(&self.value()?, pads, value)?;
         let pads = pads.to_vec();
         Ok(record(ctx, "pad", y, &[self], |_| {
             Box::new(PadBackward { pads })

@@ -268,7 +268,7 @@ impl Tensor {
 
     /// A U8 mask constant: `self op other` elementwise (not differentiable).
     pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
-        let m = self.ctx().compare(&*self.value()?, &*other.value()?, op)?;
+        let m = self.ctx().compare(&self.value()?, &other.value()?, op)?;
         let t = Tensor::from_raw(self.ctx(), m, false);
         crate::scope::adopt(&t);
         Ok(t)
@@ -279,7 +279,7 @@ impl Tensor {
         same_dtype("where", self, other)?;
         let c = cond.raw()?;
         let ctx = self.ctx();
-        let y = ctx.where_cond(&c, &*self.value()?, &*other.value()?)?;
+        let y = ctx.where_cond(&c, &self.value()?, &other.value()?)?;
         Ok(record(ctx, "where", y, &[self, other], |_| {
             Box::new(WhereBackward { cond: c })
         }))
@@ -289,7 +289,7 @@ impl Tensor {
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         let m = mask.raw()?;
         let ctx = self.ctx();
-        let y = ctx.masked_fill(&*self.value()?, &m, value)?;
+        let y = ctx.masked_fill(&self.value()?, &m, value)?;
         Ok(record(ctx, "masked_fill", y, &[self], |_| {
             Box::new(MaskedFillBackward { mask: m })
         }))
@@ -299,7 +299,7 @@ impl Tensor {
     /// `(seed, element index)`, regenerated in backward and never stored.
     pub fn dropout(&self, p: f64, seed: u64) -> Result<Tensor> {
         let ctx = self.ctx();
-        let y = ctx.dropout(&*self.value()?, p, seed)?;
+        let y = ctx.dropout(&self.value()?, p, seed)?;
         Ok(record(ctx, "dropout", y, &[self], |_| {
             Box::new(DropoutBackward { p, seed })
         }))

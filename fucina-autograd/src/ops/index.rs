@@ -100,7 +100,7 @@ impl Tensor {
         check_index("embedding (ids)", ids)?;
         let ctx = self.ctx();
         let idsr = ids.raw()?;
-        let y = ctx.embedding(&*self.value()?, &idsr)?;
+        let y = ctx.embedding(&self.value()?, &idsr)?;
         let vocab = self.shape()[0];
         Ok(record(ctx, "embedding", y, &[self, ids], |_| {
             Box::new(EmbeddingBackward { vocab, ids: idsr })
@@ -113,7 +113,7 @@ impl Tensor {
         let a = axis_of("index_select", self, axis)?;
         let ctx = self.ctx();
         let ir = idx.raw()?;
-        let y = ctx.index_select(&*self.value()?, a, &ir)?;
+        let y = ctx.index_select(&self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
         Ok(record(ctx, "index_select", y, &[self, idx], |_| {
             Box::new(IndexSelectBackward {
@@ -130,7 +130,7 @@ impl Tensor {
         let a = axis_of("gather", self, axis)?;
         let ctx = self.ctx();
         let ir = idx.raw()?;
-        let y = ctx.gather(&*self.value()?, a, &ir)?;
+        let y = ctx.gather(&self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
         Ok(record(ctx, "gather", y, &[self, idx], |_| {
             Box::new(GatherBackward {
@@ -153,9 +153,9 @@ impl Tensor {
         let a = axis_of("scatter_add", self, axis)?;
         let ctx = self.ctx();
         let ir = idx.raw()?;
-        let s = ctx.scatter_add(self.shape(), a, &ir, &*src.value()?)?;
+        let s = ctx.scatter_add(self.shape(), a, &ir, &src.value()?)?;
         let y = ctx.binary(
-            &*self.value()?,
+            &self.value()?,
             &s,
             fucina_core::kernels::elementwise::BinaryOp::Add,
         )?;
@@ -167,7 +167,7 @@ impl Tensor {
 
     /// One-hot encoding of integer indices: `idx.shape + [classes]` (not differentiable).
     pub fn one_hot(&self, classes: usize, dtype: DType) -> Result<Tensor> {
-        let y = self.ctx().one_hot(&*self.value()?, classes, dtype)?;
+        let y = self.ctx().one_hot(&self.value()?, classes, dtype)?;
         let t = Tensor::from_raw(self.ctx(), y, false);
         crate::scope::adopt(&t);
         Ok(t)

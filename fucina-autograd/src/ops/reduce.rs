@@ -221,7 +221,7 @@ impl Tensor {
         let a = crate::ops::axis_of("argmax", self, axis)?;
         let t = Tensor::from_raw(
             self.ctx(),
-            self.ctx().argmax(&*self.value()?, a, keepdim)?,
+            self.ctx().argmax(&self.value()?, a, keepdim)?,
             false,
         );
         crate::scope::adopt(&t);
@@ -270,7 +270,7 @@ impl Tensor {
     pub fn cumsum(&self, axis: isize) -> Result<Tensor> {
         let a = crate::ops::axis_of("cumsum", self, axis)?;
         let ctx = self.ctx();
-        let y = ctx.cumsum(&*self.value()?, a)?;
+        let y = ctx.cumsum(&self.value()?, a)?;
         Ok(record(ctx, "cumsum", y, &[self], |_| {
             Box::new(CumsumBackward { axis: a })
         }))

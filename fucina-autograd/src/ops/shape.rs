@@ -131,7 +131,7 @@ impl Tensor {
     }
 
     fn reshape_to(&self, name: &'static str, shape: &[usize]) -> Result<Tensor> {
-        let y = self.ctx().reshape(&*self.value()?, shape)?;
+        let y = self.ctx().reshape(&self.value()?, shape)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
         Ok(self.view_op(name, y, || Box::new(ReshapeBackward { in_shape })))
     }
@@ -255,7 +255,7 @@ impl Tensor {
         if self.value()?.is_contiguous() {
             return Ok(self.clone());
         }
-        let y = self.ctx().copy(&*self.value()?)?;
+        let y = self.ctx().copy(&self.value()?)?;
         Ok(self.view_op("contiguous", y, || Box::new(BroadcastBackward)))
     }
 }

@@ -55,6 +55,10 @@ impl Problem {
 /// True when no two in-range multi-indices of `(shape, strides)` share an offset
 /// (sufficient test: sorted by stride, each stride covers the extent of the smaller ones).
 fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
+    // An empty tensor has no elements to overlap (its strides may be 0).
+    if shape.contains(&0) {
+        return true;
+    }
     let mut dims: SmallVec<[(usize, usize); 6]> = shape
         .iter()
         .zip(strides)
