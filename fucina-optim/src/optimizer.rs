@@ -184,18 +184,27 @@ pub struct Optim<A: Algorithm> {
 
 impl<A: Algorithm> Optim<A> {
     /// An optimizer over `groups`. Errors on invalid hyperparameters or
-    /// schedules, non-float parameters, or a parameter listed twice.
+    /// schedules, non-float parameters, a parameter that does not require a
+    /// gradient ([`Error::NotTrainable`]), or a parameter listed twice.
     pub fn new(groups: Vec<ParamGroup<A>>) -> Result<Self> {
         let mut seen: Vec<&Tensor> = Vec::new();
-        for g in &groups {
+        for (gi, g) in groups.iter().enumerate() {
             g.config.validate()?;
             g.schedule.validate()?;
-            for p in &g.params {
+            for (pi, p) in g.params.iter().enumerate() {
                 if !matches!(p.dtype(), DType::F32 | DType::F64) {
                     return Err(Error::config(
                         A::NAME,
                         format!("parameters must be f32 or f64, got {}", p.dtype()),
                     ));
+                }
+                if !p.requires_grad() {
+                    return Err(Error::NotTrainable {
+                        optimizer: A::NAME,
+                        group: gi,
+                        index: pi,
+                        shape: p.shape().to_vec(),
+                    });
                 }
                 if seen.iter().any(|q| q.same_as(p)) {
                     return Err(Error::config(
