@@ -48,7 +48,11 @@ impl Tensor {
     }
 
     /// A constant holding `data` (moved in, copied once into a pooled buffer).
-    pub fn from_vec<T: Element>(ctx: &ExecContext, data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+    pub fn from_vec<T: Element>(
+        ctx: &ExecContext,
+        data: Vec<T>,
+        shape: &[usize],
+    ) -> Result<Tensor> {
         Ok(Tensor::from_raw(ctx, ctx.from_vec(data, shape)?, false))
     }
 
@@ -97,7 +101,13 @@ impl Tensor {
 
     /// A 1-D constant `[start, start + step, ...)` stopping before `end`
     /// (PyTorch's `arange`), in any `dtype`.
-    pub fn arange(ctx: &ExecContext, dtype: DType, start: f64, end: f64, step: f64) -> Result<Tensor> {
+    pub fn arange(
+        ctx: &ExecContext,
+        dtype: DType,
+        start: f64,
+        end: f64,
+        step: f64,
+    ) -> Result<Tensor> {
         let raw = dispatch_any!(dtype, T => ctx.arange::<T>(start, end, step)?);
         Ok(Tensor::from_raw(ctx, raw, false))
     }
@@ -105,7 +115,13 @@ impl Tensor {
     /// A 1-D constant of `steps` evenly spaced values from `start` to `end`
     /// inclusive (PyTorch's `linspace`; one step gives `[start]`). Element `i`
     /// is `start + i·(end − start)/(steps − 1)`, with the last exactly `end`.
-    pub fn linspace(ctx: &ExecContext, dtype: DType, start: f64, end: f64, steps: usize) -> Result<Tensor> {
+    pub fn linspace(
+        ctx: &ExecContext,
+        dtype: DType,
+        start: f64,
+        end: f64,
+        steps: usize,
+    ) -> Result<Tensor> {
         if !(start.is_finite() && end.is_finite()) {
             return Err(CoreError::InvalidArgument {
                 op: "linspace",

@@ -123,11 +123,7 @@ tuple_shape!(A.0, B.1, C.2, D.3, E.4, F.5);
 
 /// Resolves `shape` (at most one −1) against a tensor of shape `from`: the
 /// element counts must agree. Sizes are multiplied with overflow checks.
-pub(crate) fn resolve_shape(
-    op: &'static str,
-    from: &[usize],
-    shape: &[i64],
-) -> Result<Vec<usize>> {
+pub(crate) fn resolve_shape(op: &'static str, from: &[usize], shape: &[i64]) -> Result<Vec<usize>> {
     let numel: usize = from.iter().product();
     let mut infer = None;
     let mut known = 1usize;

@@ -85,7 +85,11 @@ impl Formatter {
         match values {
             Values::Int(v) => {
                 f.int_dtype = true;
-                f.width = shown.iter().map(|&i| v[i].to_string().len()).max().unwrap_or(1);
+                f.width = shown
+                    .iter()
+                    .map(|&i| v[i].to_string().len())
+                    .max()
+                    .unwrap_or(1);
             }
             Values::Float(v) => {
                 let finite: Vec<f64> = shown

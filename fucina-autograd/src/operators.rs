@@ -1,5 +1,6 @@
 //! `std::ops` operators on [`Tensor`]: `+ - * /` between tensors (with
-//! broadcasting) and with `f64`/`f32` scalars on either side, and unary `-`.
+//! broadcasting) and with `f64` scalars on either side, and unary `-`.
+//! (Only `f64`: a second scalar type would leave float literals ambiguous.)
 //!
 //! Every operator returns `Result<Tensor>`, as candle's do, because shapes and
 //! dtypes are checked at run time: write `(&a + &b)?`. Operands may be
@@ -114,7 +115,6 @@ macro_rules! scalar_ops {
 }
 
 scalar_ops!(f64);
-scalar_ops!(f32);
 
 impl Neg for &Tensor {
     type Output = Result<Tensor>;
