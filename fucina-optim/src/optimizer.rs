@@ -161,6 +161,15 @@ pub trait Optimizer {
     /// Restores state written by [`Optimizer::state_bytes`]; validates optimizer,
     /// groups, shapes and dtypes, and changes nothing unless all of it fits.
     fn load_state_bytes(&mut self, bytes: &[u8]) -> Result<()>;
+    /// One whole update from `loss` (candle's `backward_step`): drops the old
+    /// gradients, runs `loss.backward()`, then [`Optimizer::step`]. For
+    /// clipping or gradient accumulation between backward and step, call the
+    /// three separately.
+    fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+        self.zero_grad();
+        loss.backward()?;
+        self.step()
+    }
     /// Writes the state to `path` (temporary file, fsync, rename).
     fn save(&self, path: &Path) -> Result<()> {
         crate::io::write_atomic(path, &self.state_bytes()?)
