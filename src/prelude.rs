@@ -6,7 +6,8 @@
 
 pub use crate::{Error, Result};
 pub use fucina_autograd::{
-    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, Reduction, ScopeExt, Tensor,
+    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, IntoShape, Reduction,
+    ScopeExt, Tensor,
 };
 pub use fucina_core::kernels::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};

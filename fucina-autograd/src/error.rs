@@ -96,6 +96,64 @@ pub enum Error {
         /// abs_err / max(|numerical|, |analytical|).
         rel_err: f64,
     },
+    /// gradcheck on f32 inputs with a finite-difference step too small for f32.
+    #[error(
+        "gradcheck: input {input} is {dtype} but eps = {eps:e} is below its resolution (the f64 \
+         profile); pass GradcheckOpts::f32() (eps 1e-3, atol 1e-3, rtol 1e-2), or make the \
+         inputs f64 to keep GradcheckOpts::f64()"
+    )]
+    GradcheckProfile {
+        /// The first f32 input that requires a gradient.
+        input: usize,
+        /// Its dtype.
+        dtype: fucina_core::DType,
+        /// The step that was given.
+        eps: f64,
+    },
+    /// A gradient was requested for a tensor whose dtype cannot carry one.
+    #[error(
+        "{op}: a tensor that requires a gradient needs a float dtype (f32 or f64), got {dtype}; \
+         convert the data to f32/f64, or use Tensor::constant for integer data such as class indices"
+    )]
+    NonFloatVariable {
+        /// The constructor or method that was asked for a gradient.
+        op: &'static str,
+        /// The tensor's dtype.
+        dtype: fucina_core::DType,
+    },
+    /// An argument has the wrong dtype for its role (for example one-hot
+    /// float targets given to cross-entropy, which takes class indices).
+    #[error("{op}: {arg} {expected}, got dtype {got} with shape {shape:?}; {hint}")]
+    WrongArgumentDType {
+        /// The op.
+        op: &'static str,
+        /// The argument's name.
+        arg: &'static str,
+        /// What the argument must be, as a phrase ("must be integer class indices").
+        expected: &'static str,
+        /// The dtype given.
+        got: fucina_core::DType,
+        /// The argument's shape.
+        shape: Vec<usize>,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// Two arguments that must have the same shape do not (no broadcasting).
+    #[error("{op}: `{lhs_name}` has shape {lhs:?} but `{rhs_name}` has shape {rhs:?}; they must be equal (no broadcasting here: {hint})")]
+    ArgumentShapeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The first argument's name.
+        lhs_name: &'static str,
+        /// Its shape.
+        lhs: Vec<usize>,
+        /// The second argument's name.
+        rhs_name: &'static str,
+        /// Its shape.
+        rhs: Vec<usize>,
+        /// What to do instead.
+        hint: &'static str,
+    },
 }
 
 /// `Result` with autograd's [`Error`].

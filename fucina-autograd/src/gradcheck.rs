@@ -5,7 +5,8 @@
 //! forward evaluations: numerical = (⟨w, f(x+ε)⟩ − ⟨w, f(x−ε)⟩) / 2ε. An
 //! element passes iff |analytical − numerical| ≤ atol + rtol·|numerical|
 //! (PyTorch's `allclose`). Defaults are PyTorch's f64 contract; an f32
-//! profile is provided. Leaf gradients are never touched (functional
+//! profile is provided, and f32 inputs with a step below f32's resolution
+//! (the f64 profile) are an error that names the profile to use. Leaf gradients are never touched (functional
 //! [`crate::grad`]) and every evaluation runs in its own exec scope.
 
 use fucina_core::rng;
@@ -70,6 +71,32 @@ pub struct GradcheckReport {
     pub worst_input: usize,
     /// The row-major element index of the worst absolute error.
     pub worst_index: usize,
+    /// The step and tolerances the check ran with.
+    pub opts: GradcheckOpts,
+}
+
+/// One paragraph saying what was compared and what each number means.
+impl std::fmt::Display for GradcheckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = &self.opts;
+        write!(
+            f,
+            "gradcheck passed: {} input elements; for each, the analytical gradient a (one backward \
+             of the output projected on a fixed random vector) was compared with the central \
+             difference n = (f(x+eps) - f(x-eps)) / 2eps, eps = {:e}. \
+             Worst absolute error |a - n| = {:e} (input {}, element {}); \
+             worst relative error |a - n| / max(|a|, |n|) = {:e}. \
+             An element passes when |a - n| <= atol + rtol*|n| (atol {:e}, rtol {:e}).",
+            self.checked,
+            o.eps,
+            self.max_abs_err,
+            self.worst_input,
+            self.worst_index,
+            self.max_rel_err,
+            o.atol,
+            o.rtol
+        )
+    }
 }
 
 fn projection(out: &Tensor, seed: u64) -> Result<RawTensor> {
@@ -122,6 +149,20 @@ where
     if !inputs.iter().any(|t| t.requires_grad()) {
         return Err(Error::NoVariableInputs);
     }
+    // A step below f32's resolution measures rounding, not the derivative.
+    let min_eps = GradcheckOpts::f32().eps / 10.0;
+    if let Some(input) = inputs
+        .iter()
+        .position(|t| t.requires_grad() && t.dtype() == DType::F32)
+    {
+        if opts.eps < min_eps {
+            return Err(Error::GradcheckProfile {
+                input,
+                dtype: DType::F32,
+                eps: opts.eps,
+            });
+        }
+    }
     // Analytical Jᵀw.
     let (analytical, w) = {
         let _scope = ExecScope::open();
@@ -138,7 +179,10 @@ where
         })?;
         (grads, w64)
     };
-    let mut report = GradcheckReport::default();
+    let mut report = GradcheckReport {
+        opts: *opts,
+        ..GradcheckReport::default()
+    };
     for (i, x) in inputs.iter().enumerate() {
         if !x.requires_grad() {
             continue;

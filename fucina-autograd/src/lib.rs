@@ -24,12 +24,18 @@
 
 pub mod anomaly;
 pub mod checkpoint;
+pub mod creation;
 pub mod custom;
+pub mod dims;
+pub mod display;
 pub mod engine;
 pub mod error;
 pub mod grad_mode;
 pub mod gradcheck;
 pub mod graph;
+#[cfg(feature = "ndarray")]
+pub mod interop;
+pub mod operators;
 pub mod ops;
 pub mod scope;
 pub mod suite;
@@ -38,6 +44,7 @@ pub mod tensor;
 pub use anomaly::{all_finite, detect_anomaly, is_anomaly_enabled, AnomalyGuard};
 pub use checkpoint::{checkpoint, Block};
 pub use custom::{custom_op, CustomOp};
+pub use dims::{DimArg, IntoShape};
 pub use engine::grad;
 pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
@@ -48,3 +55,8 @@ pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
 pub use graph::{live_nodes, Backward, Grads};
 pub use scope::{scope_depth, ExecScope, ScopeExt};
 pub use tensor::Tensor;
+
+/// The `ndarray` crate fucina's interop is built against (re-exported so the
+/// versions cannot mismatch).
+#[cfg(feature = "ndarray")]
+pub use ndarray;

@@ -120,18 +120,7 @@ impl Drop for Restore<'_> {
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<TensorInner>);
 
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("Tensor");
-        d.field("shape", &self.shape())
-            .field("dtype", &self.dtype())
-            .field("requires_grad", &self.requires_grad());
-        if let Some(n) = self.0.grad_fn() {
-            d.field("grad_fn", &n.name);
-        }
-        d.finish()
-    }
-}
+// Display and Debug (PyTorch's layout) live in display.rs.
 
 impl Tensor {
     pub(crate) fn new_internal(
@@ -157,8 +146,10 @@ impl Tensor {
         Self::new_internal(ctx, value, requires_grad, None)
     }
 
-    /// A leaf that requires a gradient, holding a copy of `data`.
+    /// A leaf that requires a gradient, holding a copy of `data`. `T` must be
+    /// a float type (f32 or f64): other dtypes are an error here, at creation.
     pub fn variable<T: Element>(ctx: &ExecContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        crate::creation::check_grad_dtype("Tensor::variable", T::DTYPE)?;
         Ok(Self::from_raw(ctx, ctx.from_slice(data, shape)?, true))
     }
 
@@ -230,6 +221,9 @@ impl Tensor {
     /// Turns gradient tracking of a leaf on or off (freezing a parameter).
     /// Non-leaf results cannot be changed: use [`Tensor::detach`].
     pub fn set_requires_grad(&self, on: bool) -> Result<()> {
+        if on {
+            crate::creation::check_grad_dtype("set_requires_grad", self.dtype())?;
+        }
         if !self.is_leaf() {
             return Err(Error::Core(fucina_core::Error::InvalidArgument {
                 op: "set_requires_grad",

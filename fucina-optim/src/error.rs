@@ -50,6 +50,23 @@ pub enum Error {
         /// How many groups there are.
         len: usize,
     },
+    /// A parameter that does not require a gradient: it would never get one,
+    /// so the optimizer would silently never update it.
+    #[error(
+        "{optimizer}: parameter {index} of group {group} (shape {shape:?}) does not require a \
+         gradient, so it would never be updated; create it with Tensor::variable (or call \
+         .requires_grad_(true) on it), or leave it out of the optimizer if it is frozen"
+    )]
+    NotTrainable {
+        /// The optimizer's name.
+        optimizer: &'static str,
+        /// The parameter group.
+        group: usize,
+        /// The parameter's position in its group.
+        index: usize,
+        /// The parameter's shape.
+        shape: Vec<usize>,
+    },
     /// A failure injected by a test at a named point of a checkpoint save.
     #[error("injected failure at `{0}`")]
     Injected(&'static str),

@@ -161,6 +161,15 @@ pub trait Optimizer {
     /// Restores state written by [`Optimizer::state_bytes`]; validates optimizer,
     /// groups, shapes and dtypes, and changes nothing unless all of it fits.
     fn load_state_bytes(&mut self, bytes: &[u8]) -> Result<()>;
+    /// One whole update from `loss` (candle's `backward_step`): drops the old
+    /// gradients, runs `loss.backward()`, then [`Optimizer::step`]. For
+    /// clipping or gradient accumulation between backward and step, call the
+    /// three separately.
+    fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+        self.zero_grad();
+        loss.backward()?;
+        self.step()
+    }
     /// Writes the state to `path` (temporary file, fsync, rename).
     fn save(&self, path: &Path) -> Result<()> {
         crate::io::write_atomic(path, &self.state_bytes()?)
@@ -184,18 +193,27 @@ pub struct Optim<A: Algorithm> {
 
 impl<A: Algorithm> Optim<A> {
     /// An optimizer over `groups`. Errors on invalid hyperparameters or
-    /// schedules, non-float parameters, or a parameter listed twice.
+    /// schedules, non-float parameters, a parameter that does not require a
+    /// gradient ([`Error::NotTrainable`]), or a parameter listed twice.
     pub fn new(groups: Vec<ParamGroup<A>>) -> Result<Self> {
         let mut seen: Vec<&Tensor> = Vec::new();
-        for g in &groups {
+        for (gi, g) in groups.iter().enumerate() {
             g.config.validate()?;
             g.schedule.validate()?;
-            for p in &g.params {
+            for (pi, p) in g.params.iter().enumerate() {
                 if !matches!(p.dtype(), DType::F32 | DType::F64) {
                     return Err(Error::config(
                         A::NAME,
                         format!("parameters must be f32 or f64, got {}", p.dtype()),
                     ));
+                }
+                if !p.requires_grad() {
+                    return Err(Error::NotTrainable {
+                        optimizer: A::NAME,
+                        group: gi,
+                        index: pi,
+                        shape: p.shape().to_vec(),
+                    });
                 }
                 if seen.iter().any(|q| q.same_as(p)) {
                     return Err(Error::config(

@@ -80,3 +80,45 @@ fn invalid_hyperparameters_are_structured_errors() {
     };
     rejected(&ctx, m, "adam", "beta1");
 }
+
+/// A parameter that does not require a gradient would never be updated: every optimizer
+/// rejects it at construction with `NotTrainable`, naming group, index and shape, and
+/// saying how to fix it.
+#[test]
+fn a_parameter_without_gradient_is_rejected_with_a_fix() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    {
+        let w = Tensor::variable(&ctx, &[0.5f32; 4], &[2, 2]).unwrap();
+        let frozen = Tensor::constant(&ctx, &[0.5f32; 3], &[3]).unwrap();
+        let e = fucina_optim::Sgd::single(vec![w.clone(), frozen.clone()], SgdConfig::new(0.1))
+            .err()
+            .expect("a constant parameter was accepted");
+        assert!(
+            matches!(
+                &e,
+                Error::NotTrainable { optimizer: "sgd", group: 0, index: 1, shape } if shape == &[3]
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("does not require a gradient"), "{msg}");
+        assert!(msg.contains("would never be updated"), "{msg}");
+        assert!(msg.contains(".requires_grad_(true)"), "{msg}");
+        let second = Optim::new(vec![
+            ParamGroup::new(vec![w.clone()], AdamConfig::adamw(1e-3)),
+            ParamGroup::new(vec![frozen.clone()], AdamConfig::adamw(1e-3)),
+        ]);
+        assert!(matches!(
+            second,
+            Err(Error::NotTrainable {
+                group: 1,
+                index: 0,
+                ..
+            })
+        ));
+        // The fix the message names.
+        let trainable = frozen.requires_grad_(true).unwrap();
+        assert!(fucina_optim::Sgd::single(vec![w, trainable], SgdConfig::new(0.1)).is_ok());
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}

@@ -364,34 +364,6 @@ impl Backward for DropoutBackward {
     }
 }
 
-macro_rules! impl_bin_operator {
-    ($tr:ident, $m:ident, $f:ident, $fs:ident) => {
-        impl std::ops::$tr<&Tensor> for &Tensor {
-            type Output = Result<Tensor>;
-            fn $m(self, rhs: &Tensor) -> Result<Tensor> {
-                self.$f(rhs)
-            }
-        }
-        impl std::ops::$tr<f64> for &Tensor {
-            type Output = Result<Tensor>;
-            fn $m(self, rhs: f64) -> Result<Tensor> {
-                self.$fs(rhs)
-            }
-        }
-    };
-}
-impl_bin_operator!(Add, add, add, add_scalar);
-impl_bin_operator!(Sub, sub, sub, sub_scalar);
-impl_bin_operator!(Mul, mul, mul, mul_scalar);
-impl_bin_operator!(Div, div, div, div_scalar);
-
-impl std::ops::Neg for &Tensor {
-    type Output = Result<Tensor>;
-    fn neg(self) -> Result<Tensor> {
-        Tensor::neg(self)
-    }
-}
-
 /// Raised by ops whose integer inputs cannot carry a gradient.
 pub(crate) fn not_differentiable(op: &'static str) -> Error {
     Error::NotDifferentiable { op }

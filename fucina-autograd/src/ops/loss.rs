@@ -2,9 +2,9 @@
 //! sum / none). The backward reuses the forward's per-row max and sum.
 
 use fucina_core::kernels::loss::{CrossEntropyOpts, CrossEntropySaved, Reduction};
-use fucina_core::{ExecContext, RawTensor};
+use fucina_core::{DType, ExecContext, RawTensor};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
 use crate::tensor::Tensor;
@@ -32,7 +32,10 @@ impl Backward for CrossEntropyBackward {
 impl Tensor {
     /// Cross-entropy of `[N, C]` logits against `[N]` integer targets.
     /// With mean reduction and every row ignored, the loss is 0 (not NaN).
+    /// Targets of another dtype (one-hot or probability floats) are an
+    /// error naming the `targets` argument.
     pub fn cross_entropy(&self, targets: &Tensor, opts: CrossEntropyOpts) -> Result<Tensor> {
+        class_index_targets("cross_entropy", targets)?;
         if targets.requires_grad() {
             return Err(not_differentiable("cross_entropy (targets)"));
         }
@@ -49,6 +52,39 @@ impl Tensor {
             })
         }))
     }
+}
+
+/// Class-index losses take integer targets; a float tensor here is almost
+/// always one-hot or soft labels, which these losses do not take.
+fn class_index_targets(op: &'static str, targets: &Tensor) -> Result<()> {
+    if matches!(targets.dtype(), DType::I64 | DType::I32) {
+        return Ok(());
+    }
+    Err(Error::WrongArgumentDType {
+        op,
+        arg: "targets",
+        expected: "must be integer class indices (i64 or i32) of shape [N]",
+        got: targets.dtype(),
+        shape: targets.shape().to_vec(),
+        hint: "for one-hot rows pass their argmax (`targets.argmax(-1, false)`)",
+    })
+}
+
+/// Elementwise losses compare `input` and `target` element by element: their
+/// shapes must be equal, since broadcasting `[N, 1]` against `[N]` would
+/// silently compare every pair and return a wrong loss.
+fn same_shape_target(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+    if input.shape() == target.shape() {
+        return Ok(());
+    }
+    Err(Error::ArgumentShapeMismatch {
+        op,
+        lhs_name: "input",
+        lhs: input.shape().to_vec(),
+        rhs_name: "target",
+        rhs: target.shape().to_vec(),
+        hint: "reshape one of them, e.g. `input.reshape(target.shape())`",
+    })
 }
 
 impl Tensor {
@@ -69,6 +105,7 @@ impl Tensor {
         ignore_index: Option<i64>,
         reduction: Reduction,
     ) -> Result<Tensor> {
+        class_index_targets("nll_loss", targets)?;
         if targets.requires_grad() {
             return Err(not_differentiable("nll_loss (targets)"));
         }
@@ -87,7 +124,7 @@ impl Tensor {
             .collect();
         let n = safe.len();
         let idx = Tensor::from_raw(ctx, ctx.from_slice(&safe, &[n, 1])?, false);
-        let picked = self.gather(1, &idx)?.reshape(&[n as isize])?;
+        let picked = self.gather(1, &idx)?.reshape([n])?;
         let wv: Vec<f64> = keep.iter().map(|&k| if k { 1.0 } else { 0.0 }).collect();
         let w = Tensor::from_raw(
             ctx,
@@ -105,20 +142,38 @@ impl Tensor {
         }
     }
 
-    /// Mean squared error against `target` (same shape or broadcastable).
+    /// Mean squared error against `target`, which must have the same shape
+    /// (no broadcasting: a mismatch is an error that says so).
+    ///
+    /// ```
+    /// use fucina_autograd::{Reduction, Tensor};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let y = Tensor::variable(&ctx, &[1.0f64, 2.0, 4.0], &[3])?;
+    /// let t = Tensor::constant(&ctx, &[1.0f64, 2.0, 3.0], &[3])?;
+    /// let loss = y.mse_loss(&t, Reduction::Mean)?; // (0 + 0 + 1) / 3
+    /// assert!((loss.item()? - 1.0 / 3.0).abs() < 1e-12);
+    /// let col = Tensor::constant(&ctx, &[1.0f64, 2.0, 3.0], &[3, 1])?;
+    /// assert!(y.mse_loss(&col, Reduction::Mean).is_err()); // [3] vs [3, 1]
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn mse_loss(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+        same_shape_target("mse_loss", self, target)?;
         self.sub(target)?.square()?.reduce_loss(reduction)
     }
 
     /// Binary cross-entropy on logits: softplus(x) − x·y (stable; gradient σ(x) − y).
+    /// `target` must have the input's shape.
     pub fn bce_with_logits(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+        same_shape_target("bce_with_logits", self, target)?;
         self.softplus()?
             .sub(&self.mul(target)?)?
             .reduce_loss(reduction)
     }
 
     /// Huber loss with threshold `delta`: ½d² where |d| < δ, else δ(|d| − ½δ).
+    /// `target` must have the input's shape.
     pub fn huber_loss(&self, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
+        same_shape_target("huber_loss", self, target)?;
         let d = self.sub(target)?;
         let ad = d.abs()?;
         let small = ad.compare(

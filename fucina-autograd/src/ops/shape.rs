@@ -5,61 +5,11 @@
 use fucina_core::shape::Dims;
 use fucina_core::{Error as CoreError, ExecContext, RawTensor};
 
+use crate::dims::{resolve_shape, IntoShape};
 use crate::error::Result;
 use crate::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
 use crate::tensor::Tensor;
-
-/// Resolves a shape with at most one −1 against `numel`.
-pub(crate) fn resolve_shape(
-    op: &'static str,
-    from: &[usize],
-    shape: &[isize],
-) -> Result<Vec<usize>> {
-    let numel: usize = from.iter().product();
-    let mut infer = None;
-    let mut known = 1usize;
-    for (i, &d) in shape.iter().enumerate() {
-        if d == -1 {
-            if infer.replace(i).is_some() {
-                return Err(CoreError::InvalidArgument {
-                    op,
-                    msg: "only one dimension can be -1".into(),
-                }
-                .into());
-            }
-        } else if d < 0 {
-            return Err(CoreError::InvalidArgument {
-                op,
-                msg: format!("invalid dimension {d}"),
-            }
-            .into());
-        } else {
-            known *= d as usize;
-        }
-    }
-    let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-    if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
-            return Err(CoreError::BadView {
-                op,
-                from: from.to_vec(),
-                to: out,
-            }
-            .into());
-        }
-        out[i] = numel / known;
-    }
-    if out.iter().product::<usize>() != numel {
-        return Err(CoreError::BadView {
-            op,
-            from: from.to_vec(),
-            to: out,
-        }
-        .into());
-    }
-    Ok(out)
-}
 
 /// reshape/squeeze/unsqueeze/flatten: gx = reshape(gy, input shape).
 struct ReshapeBackward {
@@ -138,13 +88,26 @@ impl Tensor {
 
     /// A new shape with the same element count (one −1 is inferred); a view
     /// when the strides allow, else a copy.
-    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let s = resolve_shape("reshape", self.shape(), shape)?;
+    ///
+    /// The shape may be any [`IntoShape`]: `&[-1, 4]`, `(batch, -1)`,
+    /// `x.shape()`, a `Vec<usize>`...
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let x = Tensor::arange(&ctx, fucina_core::DType::F32, 0.0, 6.0, 1.0)?;
+    /// let y = x.reshape(&[2, -1])?.t()?; // [3, 2]
+    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
+    pub fn reshape(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let dims = shape.signed_dims("reshape")?;
+        let s = resolve_shape("reshape", self.shape(), &dims)?;
         self.reshape_to("reshape", &s)
     }
 
     /// Alias of [`Tensor::reshape`] (PyTorch's `view`, but copies instead of failing).
-    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+    pub fn view(&self, shape: impl IntoShape) -> Result<Tensor> {
         self.reshape(shape)
     }
 
