@@ -34,21 +34,31 @@
 extern crate self as fucina_nn;
 
 pub mod activation;
+pub mod attention;
 pub mod dropout;
 pub mod embedding;
 pub mod error;
+pub mod gpt;
+pub mod gradcheck;
 pub mod init;
 pub mod linear;
 pub mod module;
 pub mod norm;
+pub mod sequential;
+pub mod transformer;
 
 pub use activation::Activation;
+pub use attention::SelfAttention;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{Error, Result};
 pub use fucina_autograd::Tensor;
 pub use fucina_nn_derive::Module;
+pub use gpt::{Gpt, GptConfig};
+pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
 pub use init::{Dist, Init};
 pub use linear::Linear;
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};
+pub use sequential::{Mlp, Sequential};
+pub use transformer::{BlockConfig, BlockInit, FeedForward, TransformerBlock};
