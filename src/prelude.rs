@@ -48,8 +48,9 @@ pub use fucina_autograd::{
 pub use fucina_core::kernels::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use fucina_nn::{
-    Activation, Dist, Dropout, Embedding, Forward, Init, Layer, LayerNorm, Linear, Mode, Module,
-    RmsNorm,
+    gradcheck_module, gradcheck_module_with, Activation, BlockConfig, Dist, Dropout, Embedding,
+    FeedForward, Forward, Gpt, GptConfig, Init, Layer, LayerNorm, Linear, Mlp, Mode, Module,
+    RmsNorm, SelfAttention, Sequential, TransformerBlock,
 };
 pub use fucina_optim::{
     clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, Adam,
