@@ -118,7 +118,8 @@ impl Staged {
             return Err(Error::TensorReleased);
         }
         // One global lock order (by address): no deadlock between threads.
-        self.leaves.sort_unstable_by_key(|(l, _)| Arc::as_ptr(l) as usize);
+        self.leaves
+            .sort_unstable_by_key(|(l, _)| Arc::as_ptr(l) as usize);
         let (leaves, staged): (Vec<_>, Vec<_>) = self.leaves.into_iter().unzip();
         let mut slots: Vec<_> = leaves.iter().map(|l| lock(&l.grad)).collect();
         let mut totals = Vec::with_capacity(slots.len());

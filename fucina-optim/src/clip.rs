@@ -43,6 +43,31 @@ pub fn grad_norm(params: &[Tensor]) -> Result<f64> {
     Ok(total.sqrt())
 }
 
+/// True when every gradient of `params` is finite (no NaN, no infinity);
+/// parameters without a gradient count as finite. Use it (or
+/// [`crate::Optimizer::step_if_finite`]) to skip an update after a step whose
+/// loss or gradients overflowed, as PyTorch's `GradScaler` skips one.
+///
+/// ```
+/// use fucina_autograd::Tensor;
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let a = Tensor::variable(&ctx, &[0.0f32; 2], &[2])?;
+/// a.set_grad(Some(ctx.from_slice(&[3.0f32, 4.0], &[2])?))?;
+/// assert!(fucina_optim::grads_are_finite(&[a.clone()])?);
+/// a.set_grad(Some(ctx.from_slice(&[3.0f32, f32::INFINITY], &[2])?))?;
+/// assert!(!fucina_optim::grads_are_finite(&[a])?);
+/// # Ok::<(), fucina_optim::Error>(())
+/// ```
+pub fn grads_are_finite(params: &[Tensor]) -> Result<bool> {
+    for p in params {
+        let Some(g) = p.grad_raw() else { continue };
+        if !fucina_autograd::all_finite(p.ctx(), &g)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Applies `f` to a gradient's elements in place (copying first if shared).
 fn map_grad(p: &Tensor, f: impl Fn(f64) -> f64 + Sync + Send + Copy) -> Result<()> {
     let Some(g) = p.grad_raw() else { return Ok(()) };

@@ -77,7 +77,7 @@ pub use checkpoint::{
     load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes, save_checkpoint,
     save_model, Checkpoint, TrainerState,
 };
-pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
+pub use clip::{clip_grad_norm, clip_grad_value, grad_norm, grads_are_finite};
 pub use error::{Error, Result};
 pub use io::write_atomic;
 pub use kernel::Buf;

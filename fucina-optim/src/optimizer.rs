@@ -144,6 +144,32 @@ pub trait Optimizer {
     fn name(&self) -> &'static str;
     /// Applies one update to every parameter that has a gradient.
     fn step(&mut self) -> Result<()>;
+    /// Steps only when every parameter's gradient is finite
+    /// ([`crate::grads_are_finite`]) and says whether it did. A skipped step
+    /// changes nothing: parameters, optimizer state and the step count (so
+    /// the schedule) stay as they were; the gradients are left for the
+    /// caller to inspect, then `zero_grad` as usual.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_optim::{Optimizer, Sgd, SgdConfig};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let w = Tensor::variable(&ctx, &[1.0f32], &[1])?;
+    /// let mut opt = Sgd::single(vec![w.clone()], SgdConfig::new(0.1))?;
+    /// w.set_grad(Some(ctx.from_slice(&[f32::NAN], &[1])?))?;
+    /// assert!(!opt.step_if_finite()?); // skipped
+    /// assert_eq!(w.to_vec::<f32>()?, vec![1.0]);
+    /// opt.zero_grad();
+    /// # Ok::<(), fucina_optim::Error>(())
+    /// ```
+    fn step_if_finite(&mut self) -> Result<bool> {
+        if crate::clip::grads_are_finite(&self.params())? {
+            self.step()?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
     /// Drops every parameter's gradient (PyTorch's `set_to_none=True`).
     fn zero_grad(&self);
     /// Steps taken so far (what the schedules see).

@@ -1,0 +1,138 @@
+//! No borrow conflict is reachable from the public API: `value()` is a view
+//! (nothing is borrowed), `set_value` swaps, and `update_value` answers
+//! `ValueBusy` to re-entrant use instead of panicking. Each case below
+//! panicked with "already borrowed" (or inside `ExecScope::drop`) before.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use fucina_autograd::{Error, ScopeExt, Tensor};
+use fucina_core::ExecContext;
+
+fn ctx() -> ExecContext {
+    ExecContext::with_threads(1).unwrap()
+}
+
+#[test]
+fn closing_a_scope_while_a_value_is_held_does_not_panic() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let scope = ctx.scope();
+    let y = x.mul_scalar(2.0).unwrap();
+    let held = y.value().unwrap();
+    drop(scope);
+    assert_eq!(y.value().err(), Some(Error::TensorReleased));
+    // The view keeps its own buffer alive and readable.
+    assert_eq!(held.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    drop((held, y, x));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn set_value_while_a_value_is_held_swaps() {
+    let ctx = ctx();
+    let w = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let held = w.value().unwrap();
+    w.set_value(ctx.from_slice(&[5.0f32, 6.0], &[2]).unwrap())
+        .unwrap();
+    assert_eq!(held.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![5.0, 6.0]);
+    drop((held, w));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn update_value_while_a_value_is_held_copies_on_write() {
+    let ctx = ctx();
+    let w = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let held = w.value().unwrap();
+    w.update_value(|v| {
+        v.as_mut_slice::<f32>()?[0] = 9.0;
+        Ok::<(), Error>(())
+    })
+    .unwrap();
+    assert_eq!(held.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![9.0, 2.0]);
+    drop((held, w));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn using_a_tensor_inside_its_own_update_is_value_busy() {
+    let ctx = ctx();
+    let w = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let seen = w
+        .update_value(|_| {
+            Ok::<_, Error>((
+                w.value().err(),
+                w.exp().err(),
+                w.set_value(ctx.zeros(fucina_core::DType::F32, &[2])?).err(),
+                w.update_value(|_| Ok::<(), Error>(())).err(),
+                w.mul(&w).and_then(|y| y.sum_all()).err(),
+            ))
+        })
+        .unwrap();
+    let busy = Some(Error::ValueBusy);
+    assert_eq!(
+        seen,
+        (busy.clone(), busy.clone(), busy.clone(), busy.clone(), busy)
+    );
+    // Usable again afterwards.
+    assert_eq!(w.exp().unwrap().to_vec::<f32>().unwrap().len(), 2);
+    drop(w);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn a_panicking_update_puts_the_value_back() {
+    let ctx = ctx();
+    let w = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        w.update_value(|v| {
+            v.as_mut_slice::<f32>()?[1] = 7.0;
+            if v.numel() == 2 {
+                panic!("user code panicked mid-update");
+            }
+            Ok::<(), Error>(())
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0, 7.0]);
+    drop(w);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn a_scope_closed_inside_an_update_releases_cleanly() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let scope = ctx.scope();
+    let y = x.mul_scalar(2.0).unwrap();
+    y.update_value(move |_| {
+        drop(scope);
+        Ok::<(), Error>(())
+    })
+    .unwrap();
+    assert_eq!(y.value().err(), Some(Error::TensorReleased));
+    drop((x, y));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn set_value_and_set_grad_on_a_released_tensor_are_errors() {
+    let ctx = ctx();
+    let x = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+    let y = {
+        let _scope = ctx.scope();
+        x.mul_scalar(2.0).unwrap()
+    };
+    let fresh = ctx.from_slice(&[0.0f32, 0.0], &[2]).unwrap();
+    assert_eq!(y.set_value(fresh.clone()), Err(Error::TensorReleased));
+    assert_eq!(y.set_grad(Some(fresh.clone())), Err(Error::TensorReleased));
+    assert_eq!(
+        y.update_value(|_| Ok::<(), Error>(())),
+        Err(Error::TensorReleased)
+    );
+    assert!(y.is_released());
+    drop((fresh, x, y));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
