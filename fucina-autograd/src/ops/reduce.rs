@@ -219,12 +219,12 @@ impl Tensor {
 
     /// Maximum of all elements (gradient to the first maximum).
     pub fn max_all(&self) -> Result<Tensor> {
-        self.reshape(&[-1])?.max(0, false)
+        self.reshape([-1])?.max(0, false)
     }
 
     /// Minimum of all elements (gradient to the first minimum).
     pub fn min_all(&self) -> Result<Tensor> {
-        self.reshape(&[-1])?.min(0, false)
+        self.reshape([-1])?.min(0, false)
     }
 
     /// Indices (I64 constant) of the first maximum along `axis`.
