@@ -7,7 +7,7 @@ use fucina::prelude::*;
 
 fn main() -> Result<()> {
     let ctx = ExecContext::with_threads(1)?;
-    let x = Tensor::linspace(&ctx, DType::F32, -1.0, 1.0, 64)?.reshape(&[-1, 1])?;
+    let x = Tensor::linspace(&ctx, DType::F32, -1.0, 1.0, 64)?.reshape([-1, 1])?;
     let y = ((&x * 3.0)? + 2.0)?;
     let w = Tensor::zeros(&ctx, DType::F32, &[1])?.requires_grad_(true)?;
     let b = Tensor::zeros(&ctx, DType::F32, &[1])?.requires_grad_(true)?;

@@ -4,13 +4,16 @@
 # per workload, each round's medians and ratio, the median of the per-round medians
 # and the ratio of those.
 # Usage: tools/bench_train_vs_torch.sh [ROUNDS] [THREADS] [WORKLOADS]
-#   env: PYTHON (with torch), STEPS (default 50; tiny runs 20x that, as the torch script does)
+#   env: PYTHON (a python with torch; default python3), STEPS (default 50; tiny runs 20x
+#   that, as the torch script does), TORCH_WL (the torch side of the workloads).
+#   A venv with torch: python3 -m venv .venv && .venv/bin/pip install torch
+#   then PYTHON=.venv/bin/python tools/bench_train_vs_torch.sh
 set -euo pipefail
 ROUNDS=${1:-5}
 THREADS=${2:-2}
 WORKLOADS=${3:-tiny,mlp}
 STEPS=${STEPS:-50}
-PYTHON=${PYTHON:-/work/venv/bin/python}
+PYTHON=${PYTHON:-python3}
 TORCH_WL=${TORCH_WL:-$(dirname "$0")/../../shared/reference/torch_workloads.py}
 cargo build --release -q -p fucina-benches --bin fucina-bench
 out=$(mktemp)

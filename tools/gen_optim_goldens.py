@@ -29,7 +29,8 @@ computed in float64 and rounded to f32; they are stored in the golden file too,
 so the Rust side reads them instead of recomputing.
 
 Regenerate (needs torch and safetensors; CI never runs this):
-    /work/venv/bin/python tools/gen_optim_goldens.py
+    python3 -m venv .venv && .venv/bin/pip install torch safetensors numpy
+    PYTHON=.venv/bin/python; ${PYTHON:-python3} tools/gen_optim_goldens.py
 which rewrites fucina-optim/tests/goldens/optim.safetensors.
 """
 import json

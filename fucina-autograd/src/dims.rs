@@ -14,7 +14,7 @@
 //! let ctx = fucina_core::ExecContext::with_threads(1)?;
 //! let x = Tensor::arange(&ctx, fucina_core::DType::F32, 0.0, 24.0, 1.0)?;
 //! let batch: usize = 2;
-//! assert_eq!(x.reshape(&[-1, 4])?.shape(), &[6, 4]); // literals
+//! assert_eq!(x.reshape([-1, 4])?.shape(), &[6, 4]); // literals
 //! assert_eq!(x.reshape((batch, -1))?.shape(), &[2, 12]); // a usize and -1
 //! assert_eq!(x.reshape([batch, 3, 4])?.shape(), &[2, 3, 4]);
 //! assert_eq!(x.reshape(x.shape())?.shape(), &[24]); // a &[usize]

@@ -236,7 +236,7 @@ fn values_str(t: &Tensor, indent: usize) -> Option<String> {
         Values::Int(t.to_vec_f64().ok()?.into_iter().map(|x| x as i64).collect())
     };
     let shape = t.shape();
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         return Some("[]".into());
     }
     let summarize = t.numel() > PRINT_THRESHOLD;
@@ -247,7 +247,7 @@ fn values_str(t: &Tensor, indent: usize) -> Option<String> {
 /// `mul` → `MulBackward`, `layer_norm` → `LayerNormBackward`.
 pub(crate) fn backward_name(op: &str) -> String {
     let mut s: String = op
-        .split(|c: char| c == '_' || c == '-' || c == ' ')
+        .split(['_', '-', ' '])
         .map(|w| {
             let mut cs = w.chars();
             match cs.next() {

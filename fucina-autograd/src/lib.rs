@@ -1,6 +1,6 @@
 //! fucina-autograd: the differentiable [`Tensor`], the tape and its backward
 //! nodes, the backward engine, exec scopes, no-grad, checkpointing, custom
-//! ops and [`gradcheck`].
+//! ops and [`gradcheck()`].
 //!
 //! Backward nodes `clone_view` exactly the inputs their formula needs, so
 //! buffer refcounts pin the activations until the node runs; exec scopes own

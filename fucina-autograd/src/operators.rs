@@ -6,7 +6,8 @@
 //! dtypes are checked at run time: write `(&a + &b)?`. Operands may be
 //! `&Tensor` or `Tensor` (by value). A `Result<Tensor>` on the left of a
 //! tensor operand also works, so chains need one `?` at the end:
-//! `(&x * &w + &b)?`. Each operator is exactly the named method
+//! `(&x * &w + &b)?`. (Rust's orphan rule allows no `Result<Tensor> ⊕ f64`:
+//! after a scalar, end the chain with `?` first.) Each operator is exactly the named method
 //! ([`Tensor::add`], [`Tensor::mul_scalar`], ...), recording the same backward.
 //!
 //! ```
@@ -14,7 +15,7 @@
 //! let ctx = fucina_core::ExecContext::with_threads(1)?;
 //! let a = Tensor::constant(&ctx, &[1.0f32, 2.0], &[2])?;
 //! let b = Tensor::constant(&ctx, &[3.0f32, 4.0], &[2])?;
-//! let y = ((&a * &b + &a)? * 2.0 - 1.0)?; // 2·(a·b + a) − 1
+//! let y = (((&a * &b + &a)? * 2.0)? - 1.0)?; // 2·(a·b + a) − 1
 //! assert_eq!(y.to_vec::<f32>()?, vec![7.0, 19.0]);
 //! assert_eq!((-&a)?.to_vec::<f32>()?, vec![-1.0, -2.0]);
 //! assert_eq!((1.0 / &b)?.to_vec::<f32>()?, vec![1.0 / 3.0, 0.25]);

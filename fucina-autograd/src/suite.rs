@@ -170,9 +170,9 @@ pub fn cases() -> Vec<OpCase> {
         // ---- shape
         case!("reshape", [f(&[3, 4])], |x| x[0]
             .t()?
-            .reshape(&[2, -1])?
+            .reshape([2, -1])?
             .exp()),
-        case!("view", [f(&[3, 4])], |x| x[0].view(&[4, 3])?.tanh()),
+        case!("view", [f(&[3, 4])], |x| x[0].view([4, 3])?.tanh()),
         case!("flatten", [f(&[2, 3, 2])], |x| x[0].flatten(1, 2)?.exp()),
         case!("transpose", [f(&[2, 3, 4])], |x| x[0]
             .transpose(0, 2)?

@@ -212,7 +212,7 @@ fn reshape_takes_any_integer_shape_with_one_inferred_axis() {
         let x = arange(&ctx, DType::F32, 24);
         let batch: usize = 2;
         let n: i64 = 3;
-        assert_eq!(x.reshape(&[-1, 4]).unwrap().shape(), &[6, 4]);
+        assert_eq!(x.reshape([-1, 4]).unwrap().shape(), &[6, 4]);
         assert_eq!(x.reshape((batch, -1)).unwrap().shape(), &[2, 12]);
         assert_eq!(x.reshape((batch, n, -1)).unwrap().shape(), &[2, 3, 4]);
         assert_eq!(x.reshape([batch, 12]).unwrap().shape(), &[2, 12]);
@@ -220,15 +220,17 @@ fn reshape_takes_any_integer_shape_with_one_inferred_axis() {
         let s: Vec<isize> = vec![-1, 2];
         assert_eq!(x.reshape(&s).unwrap().shape(), &[12, 2]);
         assert_eq!(x.reshape(&s[..]).unwrap().shape(), &[12, 2]);
+        let arr: &[i64; 2] = &[-1, 12];
+        assert_eq!(x.reshape(arr).unwrap().shape(), &[2, 12]);
         assert_eq!(x.view(x.shape()).unwrap().shape(), &[24]);
         let one = f32s(&ctx, &[5.0], &[1]);
         assert_eq!(one.reshape(()).unwrap().shape(), &[] as &[usize]);
 
-        let two = x.reshape(&[-1, -1]).unwrap_err().to_string();
+        let two = x.reshape([-1, -1]).unwrap_err().to_string();
         assert!(two.contains("only one dimension can be -1"), "{two}");
-        let neg = x.reshape(&[-2, 12]).unwrap_err().to_string();
+        let neg = x.reshape([-2, 12]).unwrap_err().to_string();
         assert!(neg.contains("sizes are >= 0, or -1"), "{neg}");
-        assert!(x.reshape(&[5, -1]).is_err());
+        assert!(x.reshape([5, -1]).is_err());
         assert!(x.reshape([5usize, 5]).is_err());
     }
     assert_eq!(ctx.stats().outstanding, 0);

@@ -142,7 +142,6 @@ fn memory_is_flat_over_a_thousand_steps() {
 
 #[test]
 fn mlp_learns_two_spirals_to_99_percent() {
-    let t0 = std::time::Instant::now();
     let ctx = ExecContext::with_threads(1).unwrap();
     let mlp = Mlp::new(&ctx, &[2, 64, 64, 2], 11);
     let (x, y, labels) = spirals(&ctx, 100);
@@ -172,6 +171,5 @@ fn mlp_learns_two_spirals_to_99_percent() {
         }
     }
     assert!(acc >= 0.99, "training accuracy {acc}");
-    assert!(t0.elapsed().as_secs_f64() < 10.0, "took {:?}", t0.elapsed());
     let _ = DType::F64;
 }

@@ -5,7 +5,8 @@
 //!   same or a higher layer;
 //! - inside fucina-core, the leaf modules never reach up to tensor, kernels
 //!   or exec, and tensor never reaches up to kernels or exec;
-//! - every repository path ARCHITECTURE.md names in backticks exists.
+//! - every repository path ARCHITECTURE.md or CONTRIBUTING.md names in
+//!   backticks exists.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -216,9 +217,9 @@ fn core_modules_respect_their_layering() {
     );
 }
 
-#[test]
-fn paths_named_in_architecture_md_exist() {
-    let doc = read("ARCHITECTURE.md");
+/// The repository paths a document names in backticks, and those missing.
+fn named_paths(doc_name: &str) -> (usize, Vec<String>) {
+    let doc = read(doc_name);
     let roots = [
         "fucina-core/",
         "fucina-autograd/",
@@ -256,6 +257,12 @@ fn paths_named_in_architecture_md_exist() {
             missing.push(token.to_string());
         }
     }
+    (checked, missing)
+}
+
+#[test]
+fn paths_named_in_architecture_md_exist() {
+    let (checked, missing) = named_paths("ARCHITECTURE.md");
     assert!(
         checked >= 10,
         "expected ARCHITECTURE.md to name paths, found {checked}"
@@ -263,5 +270,18 @@ fn paths_named_in_architecture_md_exist() {
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md names missing paths: {missing:?}"
+    );
+}
+
+#[test]
+fn paths_named_in_contributing_md_exist() {
+    let (checked, missing) = named_paths("CONTRIBUTING.md");
+    assert!(
+        checked >= 2,
+        "expected CONTRIBUTING.md to name paths, found {checked}"
+    );
+    assert!(
+        missing.is_empty(),
+        "CONTRIBUTING.md names missing paths: {missing:?}"
     );
 }

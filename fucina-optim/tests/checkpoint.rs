@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use fucina_core::ExecContext;
@@ -78,10 +78,13 @@ fn injected_failure_between_files_keeps_previous_checkpoint() {
 }
 
 /// In the child: save step 3 completely, then hang in the middle of saving step 6.
+/// Not a test of its own: `killed_mid_save_keeps_previous_checkpoint` runs it
+/// (with `--ignored` and the directory in `CHILD_ENV`) and kills it.
 #[test]
+#[ignore = "child process of killed_mid_save_keeps_previous_checkpoint, which runs it"]
 fn crash_child_entry() {
     let Ok(root) = std::env::var(CHILD_ENV) else {
-        return;
+        panic!("{CHILD_ENV} is not set: this is run by killed_mid_save_keeps_previous_checkpoint");
     };
     let root = PathBuf::from(root);
     train_and_save(&root, 3).unwrap();
@@ -99,6 +102,7 @@ fn killed_mid_save_keeps_previous_checkpoint() {
         .args([
             "crash_child_entry",
             "--exact",
+            "--ignored",
             "--nocapture",
             "--test-threads",
             "1",
@@ -107,15 +111,12 @@ fn killed_mid_save_keeps_previous_checkpoint() {
         .spawn()
         .unwrap();
     let ready = root.join("ready_file");
-    let t0 = Instant::now();
+    // No wall-clock limit: the child either reaches the hang point or exits
+    // (a failure), and both end this loop.
     while !ready.exists() {
         if let Some(st) = child.try_wait().unwrap() {
-            panic!("child exited early: {st}");
+            panic!("child exited before reaching the save: {st}");
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "child never reached the save"
-        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child.kill().unwrap();

@@ -91,8 +91,7 @@ fn a_parameter_without_gradient_is_rejected_with_a_fix() {
         let w = Tensor::variable(&ctx, &[0.5f32; 4], &[2, 2]).unwrap();
         let frozen = Tensor::constant(&ctx, &[0.5f32; 3], &[3]).unwrap();
         let e = fucina_optim::Sgd::single(vec![w.clone(), frozen.clone()], SgdConfig::new(0.1))
-            .err()
-            .expect("a constant parameter was accepted");
+            .expect_err("a constant parameter was accepted");
         assert!(
             matches!(
                 &e,

@@ -41,6 +41,20 @@ impl Tensor {
     /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]`;
     /// `mask`: an additive float bias or a U8 keep-mask broadcastable to
     /// `[B,H,T,S]` (a constant); `opts`: causal flag and scale (default 1/√D).
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// use fucina_autograd::ops::attention::AttentionOpts;
+    /// let q = Tensor::randn(&ctx, fucina_core::DType::F32, &[1, 2, 4, 8], 1)?.requires_grad_(true)?;
+    /// let kv = Tensor::randn(&ctx, fucina_core::DType::F32, &[1, 2, 4, 8], 2)?;
+    /// let opts = AttentionOpts { causal: true, ..Default::default() };
+    /// let o = Tensor::scaled_dot_product_attention(&q, &kv, &kv, None, opts)?;
+    /// assert_eq!(o.shape(), &[1, 2, 4, 8]);
+    /// o.sum_all()?.backward()?;
+    /// assert_eq!(q.grad().unwrap().shape(), &[1, 2, 4, 8]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn scaled_dot_product_attention(
         q: &Tensor,
         k: &Tensor,

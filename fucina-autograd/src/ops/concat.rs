@@ -54,6 +54,18 @@ impl Backward for PadBackward {
 
 impl Tensor {
     /// Concatenates along `axis` (all other dims equal).
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let a = Tensor::constant(&ctx, &[1.0f32, 2.0], &[1, 2])?;
+    /// let b = Tensor::constant(&ctx, &[3.0f32, 4.0], &[1, 2])?;
+    /// assert_eq!(Tensor::concat(&[&a, &b], 0)?.shape(), &[2, 2]);
+    /// assert_eq!(Tensor::stack(&[&a, &b], 0)?.shape(), &[2, 1, 2]);
+    /// let halves = Tensor::concat(&[&a, &b], 1)?.chunk(2, 1)?;
+    /// assert_eq!(halves[1].to_vec::<f32>()?, vec![3.0, 4.0]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn concat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
         let first = xs.first().ok_or_else(|| {
             Error::Core(fucina_core::Error::InvalidArgument {

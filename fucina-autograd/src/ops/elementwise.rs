@@ -238,6 +238,18 @@ impl Tensor {
     }
 
     /// a + b with broadcasting.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let a = Tensor::variable(&ctx, &[1.0f64, 2.0, 3.0], &[3])?;
+    /// let b = Tensor::constant(&ctx, &[10.0f64], &[1])?; // broadcast
+    /// let y = a.add(&b)?.mul(&a)?.tanh()?; // also `(&a + &b)?`, `&a * &a`...
+    /// y.sum_all()?.backward()?;
+    /// assert_eq!(y.shape(), &[3]);
+    /// assert_eq!(a.grad().unwrap().shape(), &[3]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.binary_op(other, BinaryOp::Add)
     }

@@ -96,6 +96,18 @@ impl Backward for ScatterAddBackward {
 
 impl Tensor {
     /// Rows of this `[V, D]` weight picked by integer `ids` of any shape: `[..ids, D]`.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let table = Tensor::variable(&ctx, &[0.0f32, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2])?;
+    /// let ids = Tensor::constant(&ctx, &[2i64, 0], &[2])?;
+    /// let rows = table.embedding(&ids)?;
+    /// assert_eq!(rows.to_vec::<f32>()?, vec![20.0, 21.0, 0.0, 1.0]);
+    /// let picked = table.gather(1, &Tensor::constant(&ctx, &[1i64, 0, 1], &[3, 1])?)?;
+    /// assert_eq!(picked.to_vec::<f32>()?, vec![1.0, 10.0, 21.0]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
         check_index("embedding (ids)", ids)?;
         let ctx = self.ctx();

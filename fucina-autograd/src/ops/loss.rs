@@ -34,6 +34,18 @@ impl Tensor {
     /// With mean reduction and every row ignored, the loss is 0 (not NaN).
     /// Targets of another dtype (one-hot or probability floats) are an
     /// error naming the `targets` argument.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// use fucina_autograd::CrossEntropyOpts;
+    /// let logits = Tensor::variable(&ctx, &[0.0f64, 0.0, 0.0, 0.0], &[2, 2])?;
+    /// let targets = Tensor::constant(&ctx, &[0i64, 1], &[2])?;
+    /// let loss = logits.cross_entropy(&targets, CrossEntropyOpts::default())?;
+    /// assert!((loss.item()? - 2f64.ln()).abs() < 1e-12); // uniform over 2 classes
+    /// loss.backward()?;
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn cross_entropy(&self, targets: &Tensor, opts: CrossEntropyOpts) -> Result<Tensor> {
         class_index_targets("cross_entropy", targets)?;
         if targets.requires_grad() {

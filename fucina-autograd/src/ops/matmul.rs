@@ -77,6 +77,18 @@ impl Backward for LinearBackward {
 
 impl Tensor {
     /// Matrix product: `[.., M, K] @ [.., K, N] -> [.., M, N]`, batch dims broadcast.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let a = Tensor::constant(&ctx, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let w = Tensor::variable(&ctx, &[1.0f32, 0.0, 0.0, 1.0], &[2, 2])?;
+    /// let y = a.matmul(&w)?; // identity
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+    /// // linear(x, W, b) = x Wᵀ + b, as torch.nn.functional.linear
+    /// assert_eq!(a.linear(&w, None)?.shape(), &[2, 2]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         same_dtype("matmul", self, other)?;
         let a = self.raw()?;

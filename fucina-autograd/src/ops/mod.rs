@@ -1,6 +1,6 @@
 //! Differentiable ops, one file per domain (mirroring `fucina-core/src/kernels`).
 //!
-//! Each op: validate, run the kernel, and [`crate::graph::record`] a backward
+//! Each op: validate, run the kernel, and `graph::record` a backward
 //! node that holds `clone_view`s of exactly what its formula needs. The math
 //! of each backward is written next to it.
 

@@ -73,6 +73,17 @@ impl Backward for RmsNormBackward {
 impl Tensor {
     /// Layer norm over the last axis (biased variance), with optional affine
     /// weight and bias of shape `[D]`.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let x = Tensor::constant(&ctx, &[1.0f64, 3.0, 2.0, 6.0], &[2, 2])?;
+    /// let w = Tensor::variable(&ctx, &[1.0f64, 1.0], &[2])?;
+    /// let y = x.layer_norm(Some(&w), None, 0.0)?; // each row → [-1, 1]
+    /// assert_eq!(y.to_vec::<f64>()?, vec![-1.0, 1.0, -1.0, 1.0]);
+    /// assert_eq!(x.rms_norm(None, 1e-6)?.shape(), &[2, 2]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn layer_norm(
         &self,
         weight: Option<&Tensor>,

@@ -71,6 +71,17 @@ impl Tensor {
     }
 
     /// Sum over `axes` (negative counts from the end; empty = all).
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let x = Tensor::constant(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// assert_eq!(x.sum(&[-1], false)?.to_vec::<f32>()?, vec![6.0, 15.0]);
+    /// assert_eq!(x.mean(&[0], true)?.shape(), &[1, 3]);
+    /// assert_eq!(x.max_all()?.item()?, 6.0);
+    /// assert_eq!(x.argmax(1, false)?.to_vec::<i64>()?, vec![2, 2]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn sum(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.sum_mean(axes, keepdim, false)
     }
@@ -208,12 +219,12 @@ impl Tensor {
 
     /// Maximum of all elements (gradient to the first maximum).
     pub fn max_all(&self) -> Result<Tensor> {
-        self.reshape(&[-1])?.max(0, false)
+        self.reshape([-1])?.max(0, false)
     }
 
     /// Minimum of all elements (gradient to the first minimum).
     pub fn min_all(&self) -> Result<Tensor> {
-        self.reshape(&[-1])?.min(0, false)
+        self.reshape([-1])?.min(0, false)
     }
 
     /// Indices (I64 constant) of the first maximum along `axis`.

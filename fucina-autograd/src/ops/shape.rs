@@ -89,14 +89,14 @@ impl Tensor {
     /// A new shape with the same element count (one −1 is inferred); a view
     /// when the strides allow, else a copy.
     ///
-    /// The shape may be any [`IntoShape`]: `&[-1, 4]`, `(batch, -1)`,
+    /// The shape may be any [`IntoShape`]: `[-1, 4]`, `(batch, -1)`,
     /// `x.shape()`, a `Vec<usize>`...
     ///
     /// ```
     /// use fucina_autograd::Tensor;
     /// let ctx = fucina_core::ExecContext::with_threads(1)?;
     /// let x = Tensor::arange(&ctx, fucina_core::DType::F32, 0.0, 6.0, 1.0)?;
-    /// let y = x.reshape(&[2, -1])?.t()?; // [3, 2]
+    /// let y = x.reshape([2, -1])?.t()?; // [3, 2]
     /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     /// # Ok::<(), fucina_autograd::Error>(())
     /// ```

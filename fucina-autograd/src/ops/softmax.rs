@@ -85,6 +85,17 @@ impl Tensor {
     }
 
     /// Softmax along `axis`.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let x = Tensor::constant(&ctx, &[0.0f64, 0.0, 1.0, 1.0], &[2, 2])?;
+    /// let p = x.softmax(-1)?;
+    /// assert_eq!(p.to_vec::<f64>()?, vec![0.5, 0.5, 0.5, 0.5]);
+    /// let lp = x.log_softmax(-1)?;
+    /// assert!((lp.to_vec::<f64>()?[0] - 0.5f64.ln()).abs() < 1e-12);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         self.softmax_impl(axis, false, false)
     }

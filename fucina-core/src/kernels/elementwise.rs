@@ -6,7 +6,7 @@
 //! the enums [`UnaryOp`] / [`BinaryOp`] are dispatched to those structs once
 //! per call, so every hot loop is monomorphised (no per-element dispatch).
 //! Outputs are fresh contiguous tensors; inputs may have any strides.
-//! [`reference`] is the plain scalar spec the tests compare against.
+//! [`reference`](mod@reference) is the plain scalar spec the tests compare against.
 
 pub mod map;
 mod pointwise;

@@ -1,9 +1,9 @@
 //! GEMM (C = alpha·op(A)·op(B) + beta·C) over strided and batched views, matmul and linear.
 //!
 //! Validation and layout live here; two fast paths run the product:
-//! - [`packed`] (x86_64 with AVX2 + FMA): own packing and 6×16 (f32) / 6×8 (f64) micro-kernels
-//!   in [`avx2`], packed B shared by all threads, jobs over rows and column runs;
-//! - [`tiled`] (elsewhere, and on AVX-512 CPUs): `matrixmultiply` on a fixed grid of C tiles.
+//! - `packed` (x86_64 with AVX2 + FMA): own packing and 6×16 (f32) / 6×8 (f64) micro-kernels
+//!   in `avx2`, packed B shared by all threads, jobs over rows and column runs;
+//! - `tiled` (elsewhere, and on AVX-512 CPUs): `matrixmultiply` on a fixed grid of C tiles.
 //!
 //! `FUCINA_GEMM=packed|tiled` overrides the choice (read once). Both reduce each C element over
 //! K the same way for any thread count, so results are bitwise identical for any number of
@@ -204,9 +204,9 @@ fn fold_batch(p: Problem) -> Problem {
 /// The GEMM implementations a process can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmPath {
-    /// Own packing and AVX2/FMA micro-kernels ([`packed`]).
+    /// Own packing and AVX2/FMA micro-kernels (`packed`).
     Packed,
-    /// `matrixmultiply` on a fixed tile grid ([`tiled`]).
+    /// `matrixmultiply` on a fixed tile grid (`tiled`).
     Tiled,
 }
 
