@@ -112,7 +112,7 @@ pub trait Module {
     /// first (a derived struct reports itself, then its fields; `Vec`,
     /// `Option`, `Box` are transparent; tensors and modes are not reported; a
     /// flattened field shares its parent's path). Downcast with
-    /// [`Any::downcast_ref`], or use [`for_each`].
+    /// `downcast_ref` on `dyn Any`, or use [`for_each`].
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any));
 
     /// [`Module::visit_modules`] with mutable access (swap a sub-module,
@@ -179,13 +179,13 @@ pub trait Module {
         self.set_training(false);
     }
 
-    /// Stops gradients to every parameter whose name [`matches`] `pattern`;
+    /// Stops gradients to every parameter whose name [`matches()`] `pattern`;
     /// returns how many parameters it froze.
     fn freeze(&self, pattern: &str) -> usize {
         set_requires_grad_matching(self, pattern, false)
     }
 
-    /// Lets gradients flow again to every parameter whose name [`matches`]
+    /// Lets gradients flow again to every parameter whose name [`matches()`]
     /// `pattern`; returns how many parameters it touched.
     fn unfreeze(&self, pattern: &str) -> usize {
         set_requires_grad_matching(self, pattern, true)
