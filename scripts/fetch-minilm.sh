@@ -51,6 +51,7 @@ elif command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2
 else
     die "pip not found: install it (e.g. 'apt-get install python3-pip') or set PIP to a pip command"
 fi
+command -v "${pip[0]}" >/dev/null 2>&1 || die "pip command '${pip[0]}' not found: install pip or fix PIP"
 command -v unzip >/dev/null 2>&1 || die "unzip not found: install it (e.g. 'apt-get install unzip')"
 
 mkdir -p "$cache/wheels" "$dest"
