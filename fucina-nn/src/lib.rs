@@ -35,6 +35,7 @@ extern crate self as fucina_nn;
 
 pub mod activation;
 pub mod attention;
+pub mod bert;
 pub mod dropout;
 pub mod embedding;
 pub mod error;
@@ -49,6 +50,7 @@ pub mod transformer;
 
 pub use activation::Activation;
 pub use attention::SelfAttention;
+pub use bert::{mean_pool, BertConfig, BertModel};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{Error, Result};
