@@ -47,6 +47,7 @@ pub mod lora;
 pub mod module;
 pub mod norm;
 pub mod sequential;
+pub mod state;
 pub mod transformer;
 
 pub use activation::Activation;
@@ -65,4 +66,5 @@ pub use lora::{apply_lora, load_adapter, save_adapter, LoraAdapter, LoraConfig, 
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use sequential::{Mlp, Sequential};
+pub use state::StateDict;
 pub use transformer::{BlockConfig, BlockInit, FeedForward, TransformerBlock};
