@@ -62,7 +62,7 @@ pub use gpt::{Gpt, GptConfig};
 pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
 pub use init::{Dist, Init};
 pub use linear::Linear;
-pub use lora::{apply_lora, load_adapter, save_adapter, LoraAdapter, LoraConfig, VisitLinears};
+pub use lora::{apply_lora, load_adapter, save_adapter, LoraAdapter, LoraConfig};
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use sequential::{Mlp, Sequential};

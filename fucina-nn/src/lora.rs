@@ -6,9 +6,10 @@
 //! `lora_B.weight [out, r]` (zeros, so the initial delta is exactly zero);
 //! the layer computes `W·x + b + scale·B(A(dropout(x)))` with
 //! `scale = alpha / r` (`alpha / √r` with `use_rslora`). [`apply_lora`]
-//! attaches adapters to the linears whose dotted path matches a target
-//! (PEFT's rule: the path equals the target or ends with `.target`) and
-//! freezes everything else, so only adapter parameters train.
+//! attaches adapters to the linears of any [`Module`] (found with
+//! `module::for_each_mut`) whose dotted path matches a target (PEFT's rule:
+//! the path equals the target or ends with `.target`) and freezes everything
+//! else, so only adapter parameters train.
 //!
 //! Merging adds `scale·B·A` into the base weight and keeps the original
 //! weight tensor, so unmerging restores it bit for bit (subtracting the
@@ -28,12 +29,11 @@ use fucina_autograd::io::{self as sdio, LoadOptions, SaveOptions};
 use fucina_autograd::{no_grad, RawTensor, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::bert::BertModel;
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
 use crate::linear::Linear;
-use crate::module::Module;
+use crate::module::{for_each_mut, Module};
 
 /// The key prefix PEFT gives every adapter tensor of a `PeftModel`.
 pub const PEFT_PREFIX: &str = "base_model.model.";
@@ -164,53 +164,6 @@ impl Linear {
         };
         self.weight.set_value(original)?;
         Ok(())
-    }
-}
-
-/// A model whose `Linear` layers can be reached by dotted path (what
-/// [`apply_lora`] walks). Implemented for [`Linear`], `Vec`s of such models
-/// and [`BertModel`].
-pub trait VisitLinears {
-    /// Calls `f(path, linear)` for every `Linear`, with `prefix` joined in front.
-    fn visit_linears(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Linear));
-}
-
-impl VisitLinears for Linear {
-    fn visit_linears(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Linear)) {
-        f(prefix, self);
-    }
-}
-
-impl<T: VisitLinears> VisitLinears for Vec<T> {
-    fn visit_linears(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Linear)) {
-        for (i, m) in self.iter_mut().enumerate() {
-            m.visit_linears(&crate::module::join(prefix, &i.to_string()), f);
-        }
-    }
-}
-
-impl VisitLinears for BertModel {
-    fn visit_linears(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Linear)) {
-        let j = |s: &str| crate::module::join(prefix, s);
-        for (i, l) in self.encoder.layer.iter_mut().enumerate() {
-            let p = j(&format!("encoder.layer.{i}"));
-            let sa = &mut l.attention.self_attention;
-            f(&format!("{p}.attention.self.query"), &mut sa.query);
-            f(&format!("{p}.attention.self.key"), &mut sa.key);
-            f(&format!("{p}.attention.self.value"), &mut sa.value);
-            f(
-                &format!("{p}.attention.output.dense"),
-                &mut l.attention.output.dense,
-            );
-            f(
-                &format!("{p}.intermediate.dense"),
-                &mut l.intermediate.dense,
-            );
-            f(&format!("{p}.output.dense"), &mut l.output.dense);
-        }
-        if let Some(pl) = &mut self.pooler {
-            f(&j("pooler.dense"), &mut pl.dense);
-        }
     }
 }
 
@@ -392,7 +345,7 @@ impl LoraConfig {
 /// of `model` that `config` targets, freezes every other parameter, and
 /// returns the adapted paths. An error (and no change) when nothing matches
 /// or a target already has an adapter.
-pub fn apply_lora<M: Module + VisitLinears>(
+pub fn apply_lora<M: Module>(
     model: &mut M,
     config: &LoraConfig,
     init: &mut Init,
@@ -400,7 +353,7 @@ pub fn apply_lora<M: Module + VisitLinears>(
     config.validate()?;
     let mut targets: Vec<String> = Vec::new();
     let mut clash: Option<String> = None;
-    model.visit_linears("", &mut |path, lin| {
+    for_each_mut(model, |path: &str, lin: &mut Linear| {
         if config.targets(path) {
             if lin.lora.is_some() && clash.is_none() {
                 clash = Some(path.to_string());
@@ -426,7 +379,7 @@ pub fn apply_lora<M: Module + VisitLinears>(
     // Build every adapter first, then attach them (no partial application).
     let mut adapters = Vec::with_capacity(targets.len());
     let mut shapes = Vec::with_capacity(targets.len());
-    model.visit_linears("", &mut |path, lin| {
+    for_each_mut(model, |path: &str, lin: &mut Linear| {
         if config.targets(path) {
             shapes.push((lin.in_features(), lin.out_features()));
         }
@@ -442,7 +395,7 @@ pub fn apply_lora<M: Module + VisitLinears>(
         )?);
     }
     let mut it = adapters.into_iter();
-    model.visit_linears("", &mut |path, lin| {
+    for_each_mut(model, |path: &str, lin: &mut Linear| {
         if config.targets(path) {
             lin.lora = it.next();
         }
@@ -457,10 +410,10 @@ pub fn apply_lora<M: Module + VisitLinears>(
 
 /// Detaches every adapter (unmerging merged ones first); base parameters
 /// stay frozen. Returns how many were removed.
-pub fn remove_lora<M: VisitLinears>(model: &mut M) -> Result<usize> {
+pub fn remove_lora<M: Module>(model: &mut M) -> Result<usize> {
     let mut n = 0;
     let mut err = None;
-    model.visit_linears("", &mut |_, lin| {
+    for_each_mut(model, |_: &str, lin: &mut Linear| {
         if let Some(l) = &lin.lora {
             if l.is_merged() {
                 if let Err(e) = lin.unmerge_lora() {
@@ -479,9 +432,9 @@ pub fn remove_lora<M: VisitLinears>(model: &mut M) -> Result<usize> {
 }
 
 /// Merges every attached adapter into its base weight.
-pub fn merge_lora<M: VisitLinears>(model: &mut M) -> Result<()> {
+pub fn merge_lora<M: Module>(model: &mut M) -> Result<()> {
     let mut res = Ok(());
-    model.visit_linears("", &mut |_, lin| {
+    for_each_mut(model, |_: &str, lin: &mut Linear| {
         if res.is_ok() && lin.lora.is_some() {
             res = lin.merge_lora();
         }
@@ -490,9 +443,9 @@ pub fn merge_lora<M: VisitLinears>(model: &mut M) -> Result<()> {
 }
 
 /// Restores every merged base weight bit for bit.
-pub fn unmerge_lora<M: VisitLinears>(model: &mut M) -> Result<()> {
+pub fn unmerge_lora<M: Module>(model: &mut M) -> Result<()> {
     let mut res = Ok(());
-    model.visit_linears("", &mut |_, lin| {
+    for_each_mut(model, |_: &str, lin: &mut Linear| {
         if res.is_ok() && lin.lora.as_ref().is_some_and(|l| l.is_merged()) {
             res = lin.unmerge_lora();
         }
@@ -546,11 +499,7 @@ pub fn save_adapter<M: Module>(model: &M, config: &LoraConfig, dir: &Path) -> Re
 /// again and every parameter's `requires_grad` is restored. New adapters'
 /// dropout starts in training mode, as new modules do: call `eval()` for
 /// inference.
-pub fn load_adapter<M: Module + VisitLinears>(
-    model: &mut M,
-    dir: &Path,
-    init: &mut Init,
-) -> Result<LoraConfig> {
+pub fn load_adapter<M: Module>(model: &mut M, dir: &Path, init: &mut Init) -> Result<LoraConfig> {
     let config = LoraConfig::from_file(&dir.join(ADAPTER_CONFIG))?;
     let flags: Vec<(Tensor, bool)> = model
         .named_parameters()
@@ -565,7 +514,7 @@ pub fn load_adapter<M: Module + VisitLinears>(
     let sd: Vec<(String, Tensor)> = adapter_state_dict(model);
     if let Err(e) = sdio::load_state_dict(&dir.join(ADAPTER_WEIGHTS), &sd, &LoadOptions::new()) {
         drop(sd);
-        model.visit_linears("", &mut |path, lin| {
+        for_each_mut(model, |path: &str, lin: &mut Linear| {
             if targets.iter().any(|t| t == path) {
                 lin.lora = None;
             }

@@ -277,3 +277,38 @@ fn failed_adapter_load_changes_nothing() {
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+#[test]
+fn lora_applies_to_any_module_by_path_gpt() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    {
+        let cfg = fucina_nn::GptConfig {
+            vocab_size: 13,
+            block_size: 8,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 8,
+            dropout: 0.0,
+            bias: true,
+            tied_head: true,
+            ln_eps: 1e-5,
+            init_std: 0.02,
+            residual_scaling: true,
+        };
+        let mut init = Init::new(&ctx, DType::F32, 4);
+        let mut gpt = fucina_nn::Gpt::new(&mut init, &cfg).unwrap();
+        let idx = Tensor::constant(&ctx, &[1i64, 4, 2, 7], &[1, 4]).unwrap();
+        let before = gpt.forward(&idx).unwrap().to_vec::<f32>().unwrap();
+        let paths = apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["qkv"]), &mut init).unwrap();
+        assert_eq!(paths.len(), 2, "{paths:?}");
+        assert!(paths.iter().all(|p| p.ends_with(".qkv")));
+        assert_eq!(gpt.forward(&idx).unwrap().to_vec::<f32>().unwrap(), before);
+        // Nothing matches: an error, nothing attached.
+        let err = apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["nope"]), &mut init).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+        // A second adapter on the same layer is refused.
+        assert!(apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["qkv"]), &mut init).is_err());
+        assert_eq!(fucina_nn::lora::remove_lora(&mut gpt).unwrap(), 2);
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
