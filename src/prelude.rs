@@ -43,11 +43,14 @@
 
 pub use crate::{Error, Result};
 pub use fucina_autograd::{
-    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, IntoShape, Reduction,
-    ScopeExt, Tensor,
+    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, IntoShape, LoadOptions,
+    Reduction, SaveOptions, ScopeExt, Tensor,
 };
 pub use fucina_core::kernels::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
+pub use fucina_nn::{
+    apply_lora, load_adapter, mean_pool, save_adapter, BertConfig, BertModel, LoraConfig, StateDict,
+};
 pub use fucina_nn::{
     gradcheck_module, gradcheck_module_with, Activation, BlockConfig, Dist, Dropout, Embedding,
     FeedForward, Forward, Gpt, GptConfig, Init, Layer, LayerNorm, Linear, Mlp, Mode, Module,

@@ -36,6 +36,7 @@ pub mod graph;
 #[cfg(feature = "ndarray")]
 pub mod interop;
 pub mod operators;
+pub mod io;
 pub mod ops;
 pub mod scope;
 pub mod suite;
@@ -53,6 +54,10 @@ pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
 pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
 pub use graph::{live_nodes, Backward, Grads};
+pub use io::{
+    load_state_dict, save_state_dict, LoadOptions, LoadReport, SafetensorsFile, SaveOptions,
+    StateDictError,
+};
 pub use scope::{scope_depth, ExecScope, ScopeExt};
 pub use tensor::Tensor;
 
