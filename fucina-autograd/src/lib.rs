@@ -35,8 +35,8 @@ pub mod gradcheck;
 pub mod graph;
 #[cfg(feature = "ndarray")]
 pub mod interop;
-pub mod operators;
 pub mod io;
+pub mod operators;
 pub mod ops;
 pub mod scope;
 pub mod suite;

@@ -369,7 +369,7 @@ fn ndarray_round_trip_in_any_layout() {
         v.sum_all().unwrap().backward().unwrap();
         assert_eq!(
             v.grad().unwrap().to_ndarray::<f64>().unwrap(),
-            ndarray::ArrayD::ones(vec![2, 3])
+            ndarray::ArrayD::<f64>::ones(vec![2, 3])
         );
     }
     assert_eq!(ctx.stats().outstanding, 0);
