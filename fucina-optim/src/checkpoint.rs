@@ -333,7 +333,8 @@ pub fn load_checkpoint(dir: &Path) -> Result<Option<Checkpoint>> {
 
 /// Checks a payload file's size, then its checksum, against the marker's record.
 fn verify_payload(file: &Path, want: &FileDigest) -> Result<()> {
-    let data = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+    // Through a memory map: no heap copy of a large payload.
+    let data = sdio::map_file(file)?;
     let got = FileDigest::of(&data);
     if got.bytes != want.bytes {
         return Err(Error::BadCheckpoint {

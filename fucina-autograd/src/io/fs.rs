@@ -1,4 +1,5 @@
-//! Crash-safe file writes: temporary name, fsync, rename, fsync the directory.
+//! Crash-safe file writes (temporary name, fsync, rename, fsync the
+//! directory) and read-only memory maps of whole files.
 //!
 //! A reader sees either the old file or the complete new one, never a torn
 //! write; after a crash, stray `*.tmp-*` files are ignored by every reader.
@@ -45,4 +46,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     std::fs::rename(&tmp, path).map_err(|e| StateDictError::io(path, &e))?;
     sync_dir(&dir)
+}
+
+/// A whole file mapped read-only (an empty file is an empty slice). Reading
+/// it costs page faults, not a heap copy: checkpoint verification hashes a
+/// payload this way before the load maps it again from the page cache.
+pub struct MappedFile(Option<memmap2::Mmap>);
+
+impl std::ops::Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Some(m) => m,
+            None => &[],
+        }
+    }
+}
+
+/// Maps `path` read-only. Same contract as `SafetensorsFile::open`: the
+/// file must not be modified in place while mapped.
+pub fn map_file(path: &Path) -> Result<MappedFile> {
+    let f = File::open(path).map_err(|e| StateDictError::io(path, &e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| StateDictError::io(path, &e))?
+        .len();
+    if len == 0 {
+        return Ok(MappedFile(None));
+    }
+    // SAFETY: read-only map owned by the returned value; see the contract above.
+    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| StateDictError::io(path, &e))?;
+    Ok(MappedFile(Some(m)))
 }

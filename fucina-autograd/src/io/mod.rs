@@ -26,7 +26,7 @@ mod state_dict;
 use std::path::PathBuf;
 
 pub use file::{SafetensorsFile, TensorInfo};
-pub use fs::{sync_dir, write_atomic};
+pub use fs::{map_file, sync_dir, write_atomic, MappedFile};
 pub use state_dict::{
     load_state_dict, load_state_dict_bytes, load_state_dict_from, save_state_dict,
     state_dict_bytes, DtypePolicy, KeyMismatch, LoadOptions, LoadReport, SaveOptions,
