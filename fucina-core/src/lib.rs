@@ -27,6 +27,27 @@ pub mod rng;
 pub mod shape;
 pub mod storage;
 mod team;
+
+/// The worker team, exposed only to the loom model check
+/// (`RUSTFLAGS="--cfg loom"`, `fucina-core/tests/loom_team.rs`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_team {
+    /// A team of `n` threads (the caller plus `n - 1` workers).
+    pub struct Team(crate::team::Team);
+
+    impl Team {
+        /// Starts the workers.
+        pub fn new(n: usize) -> std::io::Result<Team> {
+            crate::team::Team::new(n).map(Team)
+        }
+
+        /// Runs `f(0..n_chunks)` over the team (see the team's docs).
+        pub fn run(&self, n_chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+            self.0.run(n_chunks, f)
+        }
+    }
+}
 pub mod tensor;
 
 pub use dtype::{DType, Element, Float};

@@ -18,13 +18,78 @@
 //! or from another thread sharing the context) runs its chunks inline on the calling thread. A
 //! panic in a chunk is caught, the remaining chunks still run, and it is resumed on the caller.
 
+//!
+//! The protocol is model-checked with `loom` (every interleaving of dispatch, spin, park,
+//! wake, panic propagation and teardown, for two workers): `fucina-core/tests/loom_team.rs`,
+//! run with `RUSTFLAGS="--cfg loom" cargo test --release -p fucina-core --test loom_team`.
+//! Under `cfg(loom)` the [`sync`] shim swaps std's atomics, locks, threads and thread-locals
+//! for loom's, and the timed spin becomes a bounded one (loom needs determinism).
+
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use self::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use self::sync::thread::JoinHandle;
+use self::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The synchronisation primitives the team uses: std's, or loom's under `cfg(loom)`.
+mod sync {
+    #[cfg(loom)]
+    pub(crate) use loom::{
+        sync::{atomic, Arc, Condvar, Mutex, MutexGuard},
+        thread,
+    };
+    #[cfg(not(loom))]
+    pub(crate) use std::{
+        sync::{atomic, Arc, Condvar, Mutex, MutexGuard},
+        thread,
+    };
+
+    /// A spin-wait hint (under loom, a yield so the model checker can run someone else).
+    #[inline]
+    pub(crate) fn spin_loop() {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        std::hint::spin_loop();
+    }
+
+    /// A spinning worker's clock: real time, or under loom a fixed spin count.
+    pub(crate) struct SpinClock {
+        #[cfg(not(loom))]
+        start: std::time::Instant,
+        #[cfg(loom)]
+        polls: u32,
+    }
+
+    impl SpinClock {
+        pub(crate) fn start() -> SpinClock {
+            SpinClock {
+                #[cfg(not(loom))]
+                start: std::time::Instant::now(),
+                #[cfg(loom)]
+                polls: 0,
+            }
+        }
+
+        /// True while the worker should keep spinning rather than park.
+        #[inline]
+        pub(crate) fn keep_spinning(&mut self, spins: u32, budget: std::time::Duration) -> bool {
+            #[cfg(not(loom))]
+            {
+                spins % 64 != 0 || self.start.elapsed() < budget
+            }
+            #[cfg(loom)]
+            {
+                let _ = (spins, budget);
+                self.polls += 1;
+                self.polls < 2
+            }
+        }
+    }
+}
 
 /// How long an idle worker spins before parking.
 const SPIN: Duration = Duration::from_micros(200);
@@ -63,9 +128,15 @@ struct SendJob(JobRef);
 // SAFETY: the pointee is `Sync` and outlives every use (the dispatcher waits for all workers).
 unsafe impl Send for SendJob {}
 
-thread_local! {
+#[cfg(not(loom))]
+std::thread_local! {
     /// True while this thread runs chunks of some team's job (nested dispatches run inline).
     static IN_JOB: Cell<bool> = const { Cell::new(false) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    /// True while this thread runs chunks of some team's job (nested dispatches run inline).
+    static IN_JOB: Cell<bool> = Cell::new(false);
 }
 
 /// The worker threads of one context (the calling thread is the team's other member).
@@ -93,7 +164,7 @@ impl Team {
         let mut workers = Vec::with_capacity(n.saturating_sub(1));
         for i in 1..n.max(1) {
             let s = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
+            let spawned = sync::thread::Builder::new()
                 .name(format!("fucina-{i}"))
                 .spawn(move || worker(&s));
             match spawned {
@@ -122,7 +193,7 @@ impl Team {
         if self.workers.is_empty() || n_chunks <= 1 || IN_JOB.with(Cell::get) {
             return inline(f);
         }
-        let Ok(_busy) = self.dispatch.try_lock() else {
+        let Ok(busy) = self.dispatch.try_lock() else {
             return inline(f);
         };
         let s = &*self.shared;
@@ -148,13 +219,17 @@ impl Team {
         while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
             spins += 1;
             if spins < 1 << 12 {
-                std::hint::spin_loop();
+                sync::spin_loop();
             } else {
-                std::thread::yield_now();
+                sync::thread::yield_now();
             }
         }
         *lock(&s.job) = None;
-        if let Some(p) = lock(&s.panic).take() {
+        let panic = lock(&s.panic).take();
+        // Release the dispatch lock before resuming a chunk's panic: unwinding with the guard
+        // held would poison it, and every later dispatch would run inline (found by loom).
+        drop(busy);
+        if let Some(p) = panic {
             resume_unwind(p);
         }
     }
@@ -174,7 +249,7 @@ impl Drop for Team {
 }
 
 /// Locks ignoring poisoning (the guarded data stays consistent: panics are caught first).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -197,7 +272,7 @@ fn run_chunks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
 fn worker(s: &Shared) {
     let mut seen = 0u64;
     loop {
-        let start = Instant::now();
+        let mut clock = sync::SpinClock::start();
         let mut spins = 0u32;
         let mut st;
         loop {
@@ -210,8 +285,8 @@ fn worker(s: &Shared) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 != 0 || start.elapsed() < SPIN {
-                std::hint::spin_loop();
+            if clock.keep_spinning(spins, SPIN) {
+                sync::spin_loop();
                 continue;
             }
             let g = lock(&s.lock);
