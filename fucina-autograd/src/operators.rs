@@ -4,11 +4,12 @@
 //!
 //! Every operator returns `Result<Tensor>`, as candle's do, because shapes and
 //! dtypes are checked at run time: write `(&a + &b)?`. Operands may be
-//! `&Tensor` or `Tensor` (by value). A `Result<Tensor>` on the left of a
+//! `&Tensor` or `Tensor` (by value). A `Result<Tensor>` on either side of a
 //! tensor operand also works, so chains need one `?` at the end:
-//! `(&x * &w + &b)?`. (Rust's orphan rule allows no `Result<Tensor> ⊕ f64`:
-//! after a scalar, end the chain with `?` first.) Each operator is exactly the named method
-//! ([`Tensor::add`], [`Tensor::mul_scalar`], ...), recording the same backward.
+//! `(&x * &w + &b)?`, `(&b + &x * &w)?`. (Rust's orphan rule allows no
+//! `Result<Tensor> ⊕ f64` nor `Result ⊕ Result`: there, apply `?` first.)
+//! Each operator is exactly the named method ([`Tensor::add`],
+//! [`Tensor::mul_scalar`], ...), recording the same backward.
 //!
 //! ```
 //! use fucina_autograd::Tensor;
@@ -17,6 +18,7 @@
 //! let b = Tensor::constant(&ctx, &[3.0f32, 4.0], &[2])?;
 //! let y = (((&a * &b + &a)? * 2.0)? - 1.0)?; // 2·(a·b + a) − 1
 //! assert_eq!(y.to_vec::<f32>()?, vec![7.0, 19.0]);
+//! assert_eq!((&a + &a * &b)?.to_vec::<f32>()?, vec![4.0, 10.0]);
 //! assert_eq!((-&a)?.to_vec::<f32>()?, vec![-1.0, -2.0]);
 //! assert_eq!((1.0 / &b)?.to_vec::<f32>()?, vec![1.0 / 3.0, 0.25]);
 //! # Ok::<(), fucina_autograd::Error>(())
@@ -28,7 +30,7 @@ use crate::error::Result;
 use crate::tensor::Tensor;
 
 /// Tensor ⊕ tensor, for the four owned/borrowed combinations and for a
-/// `Result<Tensor>` on the left of a tensor (so chains need one `?`).
+/// `Result<Tensor>` on either side of a tensor (so chains need one `?`).
 macro_rules! tensor_tensor {
     ($tr:ident, $m:ident) => {
         impl $tr<&Tensor> for &Tensor {
@@ -65,6 +67,18 @@ macro_rules! tensor_tensor {
             type Output = Result<Tensor>;
             fn $m(self, rhs: Tensor) -> Result<Tensor> {
                 Tensor::$m(&self?, &rhs)
+            }
+        }
+        impl $tr<Result<Tensor>> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $m(self, rhs: Result<Tensor>) -> Result<Tensor> {
+                Tensor::$m(self, &rhs?)
+            }
+        }
+        impl $tr<Result<Tensor>> for Tensor {
+            type Output = Result<Tensor>;
+            fn $m(self, rhs: Result<Tensor>) -> Result<Tensor> {
+                Tensor::$m(&self, &rhs?)
             }
         }
     };

@@ -31,6 +31,10 @@ fn operators_match_the_named_methods_and_record_backward() {
         // A Result on the left lets a chain end with one `?`.
         let z = ((&a * &b + &a).unwrap() - &b).unwrap();
         assert_eq!(z.to_vec::<f64>().unwrap(), vec![1.0, 7.0, 15.0]);
+        let r = (&a + &a * &b).unwrap(); // a Result on the right
+        assert_eq!(r.to_vec::<f64>().unwrap(), vec![5.0, 12.0, 21.0]);
+        let r2 = (a.clone() - (&b / &a)).unwrap();
+        assert_eq!(r2.to_vec::<f64>().unwrap(), vec![-3.0, -0.5, 1.0]);
         let q = (&b / &a).unwrap();
         assert_eq!(q.to_vec::<f64>().unwrap(), vec![4.0, 2.5, 2.0]);
         let n = (-&a).unwrap();
