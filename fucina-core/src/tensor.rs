@@ -137,6 +137,22 @@ impl RawTensor {
         })
     }
 
+    /// The bytes of a contiguous view, in order (any dtype).
+    pub fn as_bytes(&self) -> Result<&[u8]> {
+        if !self.is_contiguous() {
+            return Err(Error::NotContiguous {
+                op: "as_bytes",
+                shape: self.shape.to_vec(),
+            });
+        }
+        let w = self.dtype.size_of();
+        // SAFETY: offset + numel ≤ extent (checked when the view was made), so
+        // these bytes lie within the buffer's logical length.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.buf.as_ptr().add(self.offset * w), self.numel() * w)
+        })
+    }
+
     /// The buffer up to this tensor's [`RawTensor::extent`] as `T`s (for
     /// strided kernels that index by offset). Never the block's recycled tail.
     pub fn storage<T: Element>(&self) -> Result<&[T]> {
