@@ -235,3 +235,20 @@ fn the_memory_limit_bounds_cache_hits_too() {
     drop((a, hit));
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+#[test]
+fn empty_tensors_with_huge_extents_are_handled() {
+    // Found by the fuzz soak: a [0, 1 << 62, 1] tensor made the softmax
+    // reference allocate a row of 1 << 62 indices (capacity overflow panic).
+    use fucina_core::kernels::softmax;
+    let ctx = ctx();
+    let x = ctx.zeros(DType::F32, &[0]).unwrap();
+    let v = ctx.reshape(&x, &[0, 1 << 62]).unwrap().unsqueeze(2).unwrap();
+    assert_eq!(v.numel(), 0);
+    let y = ctx.softmax(&v, 1).unwrap();
+    assert_eq!(y.shape(), &[0, 1 << 62, 1]);
+    assert!(softmax::reference::softmax::<f32>(&[], v.shape(), 1).is_empty());
+    assert!(softmax::reference::log_softmax::<f32>(&[], v.shape(), 1).is_empty());
+    drop((x, v, y));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
