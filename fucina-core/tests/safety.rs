@@ -252,3 +252,19 @@ fn empty_tensors_with_huge_extents_are_handled() {
     drop((x, v, y));
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+#[test]
+fn narrowing_an_empty_tensor_keeps_the_view_inside_its_extent() {
+    // Found by the fuzz soak: narrowing axis 1 of a [0, 2] tensor moved the
+    // offset past the (empty) extent.
+    let ctx = ctx();
+    let x = ctx.zeros(DType::F32, &[0, 5]).unwrap();
+    let v = x.narrow(1, 4, 1).unwrap();
+    assert_eq!(v.shape(), &[0, 1]);
+    assert!(v.offset() <= v.extent(), "{v:?} extent {}", v.extent());
+    assert_eq!(v.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+    let s = x.select(1, 3).unwrap();
+    assert!(s.offset() <= s.extent());
+    drop((x, v, s));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
