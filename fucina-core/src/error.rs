@@ -108,6 +108,17 @@ pub enum Error {
         /// The configured limit.
         limit_bytes: usize,
     },
+    /// A size computed from the inputs (element count, extent, padded or
+    /// concatenated length, offset) does not fit in `usize`.
+    #[error("{op}: {what} overflows usize (shape {shape:?})")]
+    SizeOverflow {
+        /// The op that failed.
+        op: &'static str,
+        /// Which size overflowed ("element count", "padded extent", ...).
+        what: &'static str,
+        /// The shape (or extents) it was computed from.
+        shape: ShapeVec,
+    },
     /// Buffers were still outstanding when the context was torn down.
     #[error("buffer leak: {outstanding} pool buffer(s) still outstanding")]
     Leak {

@@ -63,12 +63,17 @@ impl std::fmt::Debug for ExecContext {
     }
 }
 
+/// The most threads a context may have. Far above any CPU's core count, far
+/// below what would exhaust memory for thread stacks and bookkeeping.
+pub const MAX_THREADS: usize = 4096;
+
 /// Thread count from `FUCINA_NUM_THREADS`, else the machine's available parallelism.
 pub fn default_num_threads() -> usize {
     std::env::var("FUCINA_NUM_THREADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
+        .map(|n| n.min(MAX_THREADS))
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -82,13 +87,21 @@ impl ExecContext {
         Self::with_threads(default_num_threads())
     }
 
-    /// A context with exactly `n` worker threads (at least 1).
+    /// A context with exactly `n` worker threads (at least 1, at most
+    /// [`MAX_THREADS`]: a larger count is an [`Error::InvalidArgument`], not an
+    /// attempt to start that many threads).
     pub fn with_threads(n: usize) -> Result<ExecContext> {
         Self::with_pool(n, BufferPool::new())
     }
 
-    /// A context over an existing pool.
+    /// A context over an existing pool (`n` threads as in [`ExecContext::with_threads`]).
     pub fn with_pool(n: usize, pool: BufferPool) -> Result<ExecContext> {
+        if n > MAX_THREADS {
+            return Err(Error::InvalidArgument {
+                op: "ExecContext::with_threads",
+                msg: format!("{n} threads requested; at most {MAX_THREADS} are supported"),
+            });
+        }
         let n = n.max(1);
         let team = Team::new(n).map_err(|e| Error::InvalidArgument {
             op: "ExecContext::with_threads",
@@ -208,7 +221,7 @@ impl ExecContext {
 
     /// A tensor holding a copy of `data` with `shape`.
     pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<RawTensor> {
-        if data.len() != shape::numel(shape) {
+        if shape::checked_numel(shape) != Some(data.len()) {
             return Err(Error::ShapeMismatch {
                 op: "from_slice",
                 lhs: vec![data.len()],
@@ -268,7 +281,7 @@ impl ExecContext {
 
     /// `reshape` as a view when the strides allow it, else through a contiguous copy.
     pub fn reshape(&self, t: &RawTensor, shape: &[usize]) -> Result<RawTensor> {
-        if shape::numel(shape) != t.numel() {
+        if shape::checked_numel(shape) != Some(t.numel()) {
             return Err(Error::BadView {
                 op: "reshape",
                 from: t.shape().to_vec(),

@@ -3,16 +3,20 @@
 //! A leaf module: it never references the context or tensors, so anything may
 //! depend on it without forming a cycle. Rules (DESIGN.md, MEMORY-MODEL.md):
 //! - [`allocation_len`]: len ≤ 1024 → next power of two, else a multiple of 1024;
-//! - each arm keeps a free list sorted ascending by capacity; acquire is first
-//!   fit; a released block is inserted before blocks of equal or larger size,
-//!   so reuse within a size class is LIFO (same address back);
+//! - each arm keeps a free list ordered ascending by capacity (a `BTreeMap`
+//!   of capacity → blocks, so acquire and release are O(log n)); acquire is
+//!   first fit; within a size class reuse is LIFO (same address back), and
+//!   eviction takes the largest class's oldest block;
 //! - `max_cached_bytes` (default 1 GiB) bounds the cached bytes of both arms
 //!   together; a block that alone exceeds it, or would overflow it, is freed;
 //! - the free lists sit behind one mutex; `outstanding` is atomic;
-//! - an optional memory limit: a fresh allocation that would take live plus
-//!   cached bytes past it first evicts cached blocks, then fails with
-//!   [`Error::OutOfMemory`].
+//! - an optional memory limit bounds live bytes however they are obtained: a
+//!   cache hit that would take live bytes past it fails with
+//!   [`Error::OutOfMemory`]; a fresh allocation that would take live plus
+//!   cached bytes past it first evicts cached blocks, then fails the same way;
+//!   setting the limit evicts cached blocks down to it.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -76,15 +80,75 @@ pub struct PoolStats {
     pub misses: u64,
 }
 
+/// One arm's free list: blocks grouped by capacity in a `BTreeMap`, so first
+/// fit is `range(bytes..).next()` (O(log n)); within one capacity a deque,
+/// newest at the back: acquire pops the back (LIFO, same address back),
+/// eviction pops the front (the oldest). Both O(1) after the map lookup.
+#[derive(Default)]
+struct ArmList {
+    by_size: BTreeMap<usize, VecDeque<RawBlock>>,
+    count: usize,
+}
+
+impl ArmList {
+    fn push(&mut self, block: RawBlock) {
+        self.by_size
+            .entry(block.bytes())
+            .or_default()
+            .push_back(block);
+        self.count += 1;
+    }
+
+    /// Capacity of the first-fit block for `bytes` (the smallest ≥ `bytes`).
+    fn first_fit(&self, bytes: usize) -> Option<usize> {
+        self.by_size.range(bytes..).next().map(|(&k, _)| k)
+    }
+
+    /// Takes the most recently released block of capacity `size`.
+    fn take_newest(&mut self, size: usize) -> Option<RawBlock> {
+        let q = self.by_size.get_mut(&size)?;
+        let b = q.pop_back();
+        if q.is_empty() {
+            self.by_size.remove(&size);
+        }
+        self.count -= usize::from(b.is_some());
+        b
+    }
+
+    /// Capacity of the largest cached block (0 when empty).
+    fn largest(&self) -> usize {
+        self.by_size.last_key_value().map_or(0, |(&k, _)| k)
+    }
+
+    /// Takes the oldest block of the largest capacity.
+    fn take_largest(&mut self) -> Option<RawBlock> {
+        let mut e = self.by_size.last_entry()?;
+        let b = e.get_mut().pop_front();
+        if e.get().is_empty() {
+            e.remove();
+        }
+        self.count -= usize::from(b.is_some());
+        b
+    }
+
+    /// Capacities in free-list order: ascending.
+    fn sizes(&self) -> Vec<usize> {
+        self.by_size
+            .iter()
+            .flat_map(|(&k, q)| std::iter::repeat(k).take(q.len()))
+            .collect()
+    }
+}
+
 #[derive(Default)]
 struct FreeLists {
-    f32_arm: Vec<RawBlock>,
-    slab_arm: Vec<RawBlock>,
+    f32_arm: ArmList,
+    slab_arm: ArmList,
     cached_bytes: usize,
 }
 
 impl FreeLists {
-    fn list(&mut self, arm: Arm) -> &mut Vec<RawBlock> {
+    fn list(&mut self, arm: Arm) -> &mut ArmList {
         match arm {
             Arm::F32 => &mut self.f32_arm,
             Arm::Slab => &mut self.slab_arm,
@@ -93,14 +157,14 @@ impl FreeLists {
 
     /// Frees the largest cached block of either arm; false when both are empty.
     fn evict_largest(&mut self) -> bool {
-        let a = self.f32_arm.last().map(|b| b.bytes()).unwrap_or(0);
-        let s = self.slab_arm.last().map(|b| b.bytes()).unwrap_or(0);
+        let a = self.f32_arm.largest();
+        let s = self.slab_arm.largest();
         let block = if a == 0 && s == 0 {
             return false;
         } else if a >= s {
-            self.f32_arm.pop()
+            self.f32_arm.take_largest()
         } else {
-            self.slab_arm.pop()
+            self.slab_arm.take_largest()
         };
         if let Some(b) = block {
             self.cached_bytes -= b.bytes();
@@ -141,9 +205,7 @@ impl PoolShared {
             return;
         }
         lists.cached_bytes += bytes;
-        let list = lists.list(arm);
-        let at = list.partition_point(|b| b.bytes() < bytes);
-        list.insert(at, block);
+        lists.list(arm).push(block);
     }
 
     fn note_live(&self, bytes: usize) {
@@ -152,12 +214,25 @@ impl PoolShared {
         self.peak_live_bytes.fetch_max(live, Ordering::AcqRel);
     }
 
-    fn acquire(self: &Arc<Self>, arm: Arm, bytes: usize) -> Result<Buffer> {
+    /// A buffer of capacity ≥ `bytes` (already rounded for `arm`) whose
+    /// logical length is `len_bytes`.
+    fn acquire(self: &Arc<Self>, arm: Arm, bytes: usize, len_bytes: usize) -> Result<Buffer> {
+        let limit = self.memory_limit.load(Ordering::Relaxed);
         let mut lists = self.lock();
-        let list = lists.list(arm);
-        let at = list.partition_point(|b| b.bytes() < bytes);
-        if at < list.len() {
-            let block = list.remove(at);
+        if let Some(size) = lists.list(arm).first_fit(bytes) {
+            // The limit bounds live bytes however they are obtained: a cache
+            // hit that would take live bytes past it fails like a miss.
+            let live = self.live_bytes.load(Ordering::Acquire);
+            if limit != 0 && live.saturating_add(size) > limit {
+                return Err(Error::OutOfMemory {
+                    requested_bytes: size,
+                    live_bytes: live,
+                    limit_bytes: limit,
+                });
+            }
+            let Some(block) = lists.list(arm).take_newest(size) else {
+                unreachable!("first_fit returned a size with no block")
+            };
             lists.cached_bytes -= block.bytes();
             self.note_live(block.bytes());
             drop(lists);
@@ -167,13 +242,13 @@ impl PoolShared {
             unsafe {
                 std::ptr::write_bytes(block.ptr(), 0xFF, block.bytes())
             };
-            return Ok(Buffer::new(block, arm, Arc::downgrade(self)));
+            return Ok(Buffer::new(block, arm, Arc::downgrade(self), len_bytes));
         }
-        let limit = self.memory_limit.load(Ordering::Relaxed);
         if limit != 0 {
             let live = self.live_bytes.load(Ordering::Acquire);
-            while live + lists.cached_bytes + bytes > limit && lists.evict_largest() {}
-            if live + lists.cached_bytes + bytes > limit {
+            let need = |cached: usize| live.saturating_add(cached).saturating_add(bytes);
+            while need(lists.cached_bytes) > limit && lists.evict_largest() {}
+            if need(lists.cached_bytes) > limit {
                 return Err(Error::OutOfMemory {
                     requested_bytes: bytes,
                     live_bytes: live,
@@ -189,7 +264,7 @@ impl PoolShared {
             Some(block) => {
                 // reclaim subtracts block.bytes(): it must be what was reserved.
                 debug_assert_eq!(block.bytes(), bytes);
-                Ok(Buffer::new(block, arm, Arc::downgrade(self)))
+                Ok(Buffer::new(block, arm, Arc::downgrade(self), len_bytes))
             }
             None => {
                 let live = self.live_bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
@@ -273,10 +348,15 @@ impl BufferPool {
     /// Sets (or with `None` clears) the limit on live plus cached bytes.
     /// `Some(0)` is stored as a 1-byte limit (0 internally means "none"), so
     /// it refuses every fresh allocation rather than lifting the limit.
+    /// Cached blocks are evicted until live plus cached bytes fit under it.
     pub fn set_memory_limit(&self, limit: Option<usize>) {
-        self.shared
-            .memory_limit
-            .store(limit.map_or(0, |l| l.max(1)), Ordering::Relaxed);
+        let stored = limit.map_or(0, |l| l.max(1));
+        self.shared.memory_limit.store(stored, Ordering::Relaxed);
+        if stored != 0 {
+            let mut lists = self.shared.lock();
+            let live = self.shared.live_bytes.load(Ordering::Acquire);
+            while live.saturating_add(lists.cached_bytes) > stored && lists.evict_largest() {}
+        }
     }
 
     /// The limit on live plus cached bytes, if any.
@@ -293,7 +373,8 @@ impl BufferPool {
         if len > (MAX_REQUEST_BYTES / 4).saturating_sub(1024) {
             return Err(self.too_large(len.saturating_mul(4)));
         }
-        self.shared.acquire(Arm::F32, allocation_len(len) * 4)
+        self.shared
+            .acquire(Arm::F32, allocation_len(len) * 4, len * 4)
     }
 
     /// A 64-byte-aligned slab of at least `bytes` bytes (rounded to 4096).
@@ -301,7 +382,7 @@ impl BufferPool {
         if bytes > MAX_REQUEST_BYTES {
             return Err(self.too_large(bytes));
         }
-        self.shared.acquire(Arm::Slab, slab_len(bytes))
+        self.shared.acquire(Arm::Slab, slab_len(bytes), bytes)
     }
 
     /// The error for a request no allocator could serve.
@@ -361,7 +442,7 @@ impl BufferPool {
             live_bytes: self.shared.live_bytes.load(Ordering::Acquire),
             peak_live_bytes: self.shared.peak_live_bytes.load(Ordering::Acquire),
             cached_bytes: lists.cached_bytes,
-            cached_buffers: lists.f32_arm.len() + lists.slab_arm.len(),
+            cached_buffers: lists.f32_arm.count + lists.slab_arm.count,
             hits: self.shared.hits.load(Ordering::Relaxed),
             misses: self.shared.misses.load(Ordering::Relaxed),
         }
@@ -370,7 +451,7 @@ impl BufferPool {
     /// Capacities (bytes) of the cached blocks of one arm, in free-list order.
     pub fn cached_sizes(&self, arm: Arm) -> Vec<usize> {
         let mut lists = self.shared.lock();
-        lists.list(arm).iter().map(|b| b.bytes()).collect()
+        lists.list(arm).sizes()
     }
 
     /// `Ok` when no buffer is outstanding, else [`Error::Leak`].

@@ -2,6 +2,12 @@
 //!
 //! Strides are in elements and never negative; a stride of 0 is a broadcast
 //! axis. Row-major ("C") order is the contiguous layout.
+//!
+//! Every size computed from user input (element counts, sums of extents,
+//! padded lengths, offsets, a view's reach) goes through the checked helpers
+//! here ([`numel_of`], [`sum_of`], [`add_of`], [`mul_of`], [`view_reach`]),
+//! which return [`Error::SizeOverflow`] instead of wrapping. Entry points
+//! validate with them once; kernels then use the unchecked forms.
 
 use smallvec::SmallVec;
 
@@ -20,6 +26,77 @@ pub fn numel(shape: &[usize]) -> usize {
 #[inline]
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// Element count of `shape`, or [`Error::SizeOverflow`] naming `op`.
+#[inline]
+pub fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
+    checked_numel(shape).ok_or_else(|| Error::SizeOverflow {
+        op,
+        what: "element count",
+        shape: shape.to_vec(),
+    })
+}
+
+/// `a + b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
+#[inline]
+pub fn add_of(
+    op: &'static str,
+    what: &'static str,
+    a: usize,
+    b: usize,
+    shape: &[usize],
+) -> Result<usize> {
+    a.checked_add(b).ok_or_else(|| Error::SizeOverflow {
+        op,
+        what,
+        shape: shape.to_vec(),
+    })
+}
+
+/// `a * b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
+#[inline]
+pub fn mul_of(
+    op: &'static str,
+    what: &'static str,
+    a: usize,
+    b: usize,
+    shape: &[usize],
+) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::SizeOverflow {
+        op,
+        what,
+        shape: shape.to_vec(),
+    })
+}
+
+/// The sum of `values`, or [`Error::SizeOverflow`] naming `op` and `what`
+/// (the error carries the values summed).
+pub fn sum_of(op: &'static str, what: &'static str, values: &[usize]) -> Result<usize> {
+    values
+        .iter()
+        .try_fold(0usize, |acc, &v| acc.checked_add(v))
+        .ok_or_else(|| Error::SizeOverflow {
+            op,
+            what,
+            shape: values.to_vec(),
+        })
+}
+
+/// One past the last element a view of `(shape, strides)` at `offset` addresses
+/// (`offset` itself for an empty view), or `None` when that overflows `usize`.
+/// A view is in bounds when this is at most the extent of the tensor it views.
+pub fn view_reach(shape: &[usize], strides: &[usize], offset: usize) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(offset);
+    }
+    shape
+        .iter()
+        .zip(strides)
+        .try_fold(offset, |acc, (&d, &s)| {
+            (d - 1).checked_mul(s).and_then(|x| acc.checked_add(x))
+        })
+        .and_then(|x| x.checked_add(1))
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.

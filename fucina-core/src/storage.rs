@@ -5,6 +5,12 @@
 //! came from through a weak back-pointer (freed instead if the pool is gone).
 //! Writing is only possible while the buffer is unique ([`Buffer::get_mut`]),
 //! so a fresh kernel output can be filled before anyone else can see it.
+//!
+//! A buffer has two sizes: the block's capacity (after the pool's rounding)
+//! and its logical length, the bytes requested when it was handed out. Every
+//! safe access (views, `storage()`, `get_mut`) is bounded by the logical
+//! length, so a recycled block's tail (another tensor's old data, or memory
+//! never written) is unreachable.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::ptr::NonNull;
@@ -80,6 +86,8 @@ pub(crate) struct BufferInner {
     block: Option<RawBlock>,
     arm: Arm,
     pool: Weak<PoolShared>,
+    /// The logical length in bytes (≤ the block's capacity), fixed at creation.
+    len_bytes: usize,
 }
 
 impl Drop for BufferInner {
@@ -110,12 +118,21 @@ impl std::fmt::Debug for Buffer {
 }
 
 impl Buffer {
-    pub(crate) fn new(block: RawBlock, arm: Arm, pool: Weak<PoolShared>) -> Buffer {
+    /// A buffer over `block` whose safe accesses are bounded by `len_bytes`
+    /// (clamped to the block's capacity).
+    pub(crate) fn new(
+        block: RawBlock,
+        arm: Arm,
+        pool: Weak<PoolShared>,
+        len_bytes: usize,
+    ) -> Buffer {
+        let len_bytes = len_bytes.min(block.bytes());
         Buffer {
             inner: Arc::new(BufferInner {
                 block: Some(block),
                 arm,
                 pool,
+                len_bytes,
             }),
         }
     }
@@ -148,6 +165,13 @@ impl Buffer {
         self.block().bytes()
     }
 
+    /// The logical length in bytes: what was requested when the buffer was
+    /// handed out. Views and slices never reach past it.
+    #[inline]
+    pub fn len_bytes(&self) -> usize {
+        self.inner.len_bytes
+    }
+
     /// The pool arm the buffer returns to.
     pub fn arm(&self) -> Arm {
         self.inner.arm
@@ -169,11 +193,12 @@ impl Buffer {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The bytes, mutably, when this is the only reference.
+    /// The first [`Buffer::len_bytes`] bytes, mutably, when this is the only reference.
     pub fn get_mut(&mut self) -> Option<&mut [u8]> {
         let inner = Arc::get_mut(&mut self.inner)?;
+        let len = inner.len_bytes;
         let b = inner.block.as_mut()?;
-        // SAFETY: unique access to an allocation of `bytes` bytes.
-        Some(unsafe { std::slice::from_raw_parts_mut(b.ptr(), b.bytes()) })
+        // SAFETY: unique access to an allocation of `bytes() >= len` bytes.
+        Some(unsafe { std::slice::from_raw_parts_mut(b.ptr(), len) })
     }
 }

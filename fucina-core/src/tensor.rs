@@ -4,6 +4,11 @@
 //! `broadcast_to`, `narrow`, `permute`, `transpose`, `squeeze`, `unsqueeze`)
 //! returns a new header over the same buffer and bumps its refcount; nothing
 //! here allocates element memory. Copies (`contiguous`) live on the context.
+//!
+//! Invariant: every view addresses only elements below its extent, the
+//! buffer's logical length ([`Buffer::len_bytes`] / element size, fixed when
+//! the tensor was created), never the pooled block's larger capacity; each
+//! view op checks its reach with overflow-checked arithmetic.
 
 use smallvec::SmallVec;
 
@@ -37,12 +42,12 @@ impl RawTensor {
     /// A contiguous tensor of `shape` over `buf`, which must hold enough bytes.
     pub fn from_buffer(buf: Buffer, dtype: DType, shape: &[usize]) -> Result<RawTensor> {
         let need = shape::checked_numel(shape).and_then(|n| n.checked_mul(dtype.size_of()));
-        if need.filter(|&need| need <= buf.capacity_bytes()).is_none() {
+        if need.filter(|&need| need <= buf.len_bytes()).is_none() {
             return Err(Error::InvalidArgument {
                 op: "from_buffer",
                 msg: format!(
                     "buffer of {} bytes cannot hold shape {shape:?} of {dtype}",
-                    buf.capacity_bytes()
+                    buf.len_bytes()
                 ),
             });
         }
@@ -90,6 +95,12 @@ impl RawTensor {
     pub fn buffer(&self) -> &Buffer {
         &self.buf
     }
+    /// The extent in elements: how far into the buffer any view of this
+    /// tensor may reach (the buffer's logical length over the element size).
+    #[inline]
+    pub fn extent(&self) -> usize {
+        self.buf.len_bytes() / self.dtype.size_of()
+    }
     /// Row-major contiguous (offset may be non-zero).
     #[inline]
     pub fn is_contiguous(&self) -> bool {
@@ -126,11 +137,28 @@ impl RawTensor {
         })
     }
 
-    /// The whole buffer as `T`s (for strided kernels that index by offset).
+    /// The bytes of a contiguous view, in order (any dtype).
+    pub fn as_bytes(&self) -> Result<&[u8]> {
+        if !self.is_contiguous() {
+            return Err(Error::NotContiguous {
+                op: "as_bytes",
+                shape: self.shape.to_vec(),
+            });
+        }
+        let w = self.dtype.size_of();
+        // SAFETY: offset + numel ≤ extent (checked when the view was made), so
+        // these bytes lie within the buffer's logical length.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.buf.as_ptr().add(self.offset * w), self.numel() * w)
+        })
+    }
+
+    /// The buffer up to this tensor's [`RawTensor::extent`] as `T`s (for
+    /// strided kernels that index by offset). Never the block's recycled tail.
     pub fn storage<T: Element>(&self) -> Result<&[T]> {
         self.check_dtype::<T>("storage")?;
-        let n = self.buf.capacity_bytes() / std::mem::size_of::<T>();
-        // SAFETY: aligned, in bounds, dtype checked.
+        let n = self.extent();
+        // SAFETY: aligned; extent ≤ the block's capacity (Buffer::new clamps); dtype checked.
         Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const T, n) })
     }
 
@@ -154,7 +182,7 @@ impl RawTensor {
         Ok(unsafe { std::slice::from_raw_parts_mut((bytes.as_mut_ptr() as *mut T).add(off), n) })
     }
 
-    /// The bytes of the whole buffer, mutably; only when this view is the sole reference.
+    /// The buffer's bytes up to its logical length, mutably; only when this view is the sole reference.
     pub fn as_mut_bytes(&mut self) -> Result<&mut [u8]> {
         self.buf
             .get_mut()
@@ -182,12 +210,19 @@ impl RawTensor {
     }
 
     /// Copies the elements out in row-major logical order (any strides).
+    /// A broadcast view can name far more elements than memory holds: the
+    /// vector is reserved fallibly, so that is [`Error::OutOfMemory`], not an abort.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_dtype::<T>("to_vec")?;
+        let n = self.numel();
+        let mut out = try_vec_with_capacity::<T>(n)?;
         if self.is_contiguous() {
-            return Ok(self.as_slice::<T>()?.to_vec());
+            out.extend_from_slice(self.as_slice::<T>()?);
+            return Ok(out);
         }
         let st = self.storage::<T>()?;
-        Ok(self.offsets().map(|o| st[o]).collect())
+        out.extend(self.offsets().map(|o| st[o]));
+        Ok(out)
     }
 
     /// The scalar value of a one-element tensor.
@@ -226,21 +261,12 @@ impl RawTensor {
                 to: shape.to_vec(),
             });
         }
-        let cap = self.buf.capacity_bytes() / self.dtype.size_of();
+        // Bounded by the extent of the tensor viewed, never the block's capacity.
+        let extent = self.extent();
         // One past the last element addressed; None when the arithmetic overflows
         // (such a view could never fit, and wrapping would defeat the bound check).
-        let last = if shape.contains(&0) {
-            Some(offset)
-        } else {
-            shape
-                .iter()
-                .zip(strides)
-                .try_fold(offset, |acc, (&d, &s)| {
-                    (d - 1).checked_mul(s).and_then(|x| acc.checked_add(x))
-                })
-                .and_then(|x| x.checked_add(1))
-        };
-        if last.filter(|&last| last <= cap).is_none() || shape::checked_numel(shape).is_none() {
+        let last = shape::view_reach(shape, strides, offset);
+        if last.filter(|&last| last <= extent).is_none() || shape::checked_numel(shape).is_none() {
             return Err(Error::BadView {
                 op: "view_with_strides",
                 from: self.shape.to_vec(),
@@ -269,7 +295,11 @@ impl RawTensor {
     /// A view with a new shape of the same element count; fails with
     /// [`Error::BadView`] when the strides cannot express it (copy first).
     pub fn reshape(&self, shape: &[usize]) -> Result<RawTensor> {
-        match shape::view_strides(&self.shape, &self.strides, shape) {
+        // The reach check is O(rank) and cheap: it keeps a view in bounds even
+        // if the stride arithmetic met a size-1 axis with an extreme stride.
+        match shape::view_strides(&self.shape, &self.strides, shape).filter(|st| {
+            shape::view_reach(shape, st, self.offset).is_some_and(|r| r <= self.extent())
+        }) {
             Some(st) => Ok(self.with_layout(SmallVec::from_slice(shape), st, self.offset)),
             None => Err(Error::BadView {
                 op: "reshape",
@@ -309,7 +339,9 @@ impl RawTensor {
         }
         let mut shape = self.shape.clone();
         shape[axis] = len;
-        let off = if len == 0 {
+        // An empty view keeps its offset: moving it could point past the
+        // extent (the fuzz soak found `[0, 2]` narrowed on axis 1 at offset 1).
+        let off = if shape.contains(&0) {
             self.offset
         } else {
             self.offset + start * self.strides[axis]
@@ -381,7 +413,8 @@ impl RawTensor {
         }
         let mut v = self.clone();
         let st = if axis < self.rank() {
-            self.strides[axis] * self.shape[axis]
+            // The new axis has size 1: its stride is never multiplied by an index.
+            self.strides[axis].saturating_mul(self.shape[axis])
         } else {
             1
         };
@@ -389,4 +422,17 @@ impl RawTensor {
         v.strides.insert(axis, st);
         Ok(v)
     }
+}
+
+/// An empty vector with room for `n` elements of `T`, reserved fallibly:
+/// [`Error::OutOfMemory`] when the system refuses (or the byte count
+/// overflows), never an abort.
+pub fn try_vec_with_capacity<T>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        requested_bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        live_bytes: 0,
+        limit_bytes: crate::pool::MAX_REQUEST_BYTES,
+    })?;
+    Ok(v)
 }

@@ -6,7 +6,7 @@ use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 mod common;
-use common::{bits, rand_t, SIZES};
+use common::{bits, rand_t, sizes};
 
 /// A view of logical `shape` whose axes 0 and `rank-1` are swapped in storage.
 fn transposed<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
@@ -19,7 +19,7 @@ fn transposed<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usiz
 fn concat_case<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(11);
-    for &n in &SIZES {
+    for &n in sizes() {
         for axis in 0..3 {
             let mut s1 = vec![3, 4, 5];
             let mut s2 = s1.clone();
@@ -105,7 +105,7 @@ fn concat_large_is_thread_invariant_and_any_dtype() {
 fn stack_inserts_an_axis() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(13);
-    for &n in &SIZES {
+    for &n in sizes() {
         let a = rand_t::<f64>(&ctx, &mut rng, &[n, 3]);
         let b = transposed::<f64>(&ctx, &mut rng, &[n, 3]);
         for axis in 0..3 {
@@ -129,7 +129,7 @@ fn stack_inserts_an_axis() {
 fn pad_case<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(14);
-    for &n in &SIZES {
+    for &n in sizes() {
         for pads in [
             [(0usize, 0usize), (1, 2), (0, 3)],
             [(2, 1), (0, 0), (3, 0)],

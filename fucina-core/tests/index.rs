@@ -6,7 +6,7 @@ use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 mod common;
-use common::{bits, rand_t, SIZES};
+use common::{bits, rand_t, sizes};
 
 fn rand_ids(rng: &mut SplitMix64, n: usize, bound: usize) -> Vec<i64> {
     (0..n).map(|_| rng.below(bound as u64) as i64).collect()
@@ -28,7 +28,7 @@ fn transposed<T: Element>(
 fn index_select_case<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(1);
-    for &a in &SIZES {
+    for &a in sizes() {
         for &n in &[1usize, 7, 33] {
             for axis in 0..3 {
                 let mut shape = vec![3, 4, 5];
@@ -102,7 +102,7 @@ fn index_select_any_dtype_and_strided_index() {
 fn embedding_case<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(3);
-    for &v in &SIZES {
+    for &v in sizes() {
         for &d in &[1usize, 16, 33] {
             let w = rand_t::<T>(&ctx, &mut rng, &[v, d]);
             let ids = rand_ids(&mut rng, 6, v);
@@ -137,7 +137,7 @@ fn index_add_case<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(4);
-    for &a in &SIZES {
+    for &a in sizes() {
         for &n in &[1usize, 17, 257] {
             for axis in 0..3 {
                 let mut shape = vec![3, 4, 5];
@@ -190,7 +190,7 @@ fn embedding_backward_case<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(5);
-    for &v in &SIZES {
+    for &v in sizes() {
         for &d in &[1usize, 16, 65] {
             let ids = rand_ids(&mut rng, 2 * 33, v);
             let idx = c1.from_slice(&ids, &[2, 33]).unwrap();
@@ -247,7 +247,7 @@ fn gather_scatter_case<T: Float>() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(7);
-    for &a in &SIZES {
+    for &a in sizes() {
         for axis in 0..3 {
             let mut shape = vec![3, 4, 5];
             shape[axis] = a;
@@ -342,7 +342,7 @@ fn gather_any_dtype() {
 fn one_hot_matches_reference() {
     let ctx = ExecContext::with_threads(1).unwrap();
     let mut rng = SplitMix64::new(9);
-    for &c in &SIZES {
+    for &c in sizes() {
         let ids = rand_ids(&mut rng, 6, c);
         let idx = ctx.from_slice(&ids, &[3, 2]).unwrap();
         let y = ctx.one_hot(&idx, c, DType::F32).unwrap();

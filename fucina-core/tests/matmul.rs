@@ -7,7 +7,17 @@ use fucina_core::kernels::matmul::reference;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
+const ALL_SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
+
+/// The awkward sizes; their first eight (up to 33) under `FUCINA_REDUCED_SIZES`
+/// (the valgrind run, `tools/valgrind-kernels.sh`).
+fn sizes() -> &'static [usize] {
+    if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
+        &ALL_SIZES[..8]
+    } else {
+        &ALL_SIZES
+    }
+}
 
 fn rand_tensor<T: Float>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
     let n: usize = shape.iter().product();
@@ -38,9 +48,10 @@ fn assert_close<T: Float>(fast: &RawTensor, refr: &RawTensor, k: usize, scale: f
 /// A (m, k, n) triple list covering every awkward size on each axis, kept affordable.
 fn triples() -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
-    for (i, &s) in SIZES.iter().enumerate() {
-        let o1 = SIZES[(i + 4) % SIZES.len()];
-        let o2 = SIZES[(i + 7) % SIZES.len()];
+    let sz = sizes();
+    for (i, &s) in sz.iter().enumerate() {
+        let o1 = sz[(i + 4) % sz.len()];
+        let o2 = sz[(i + 7) % sz.len()];
         out.push((s, o1, o2));
         out.push((o2, s, o1));
         out.push((o1, o2, s));
@@ -77,7 +88,13 @@ fn matmul_matches_reference_f64() {
 fn transposed_and_narrowed<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(12);
-    for (m, k, n) in triples().into_iter().step_by(2) {
+    // Under valgrind (FUCINA_REDUCED_SIZES) every fourth triple: this test is the slowest there.
+    let step = if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
+        4
+    } else {
+        2
+    };
+    for (m, k, n) in triples().into_iter().step_by(step) {
         let at = rand_tensor::<T>(&ctx, &mut rng, &[k, m])
             .transpose(0, 1)
             .unwrap();
@@ -375,11 +392,13 @@ fn bitwise_equal_across_threads_f64() {
 fn large_blocks<T: Float>() {
     let ctx = ExecContext::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(23);
-    for &(m, k, n) in &[
-        (70usize, 600usize, 1100usize),
-        (13, 1030, 40),
-        (600, 20, 530),
-    ] {
+    let shapes: &[(usize, usize, usize)] = if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
+        // Still two K steps, two column blocks and two row blocks, at sizes valgrind runs quickly.
+        &[(7, 300, 40), (13, 20, 530), (100, 10, 20)]
+    } else {
+        &[(70, 600, 1100), (13, 1030, 40), (600, 20, 530)]
+    };
+    for &(m, k, n) in shapes {
         let a = rand_tensor::<T>(&ctx, &mut rng, &[k, m]);
         let b = rand_tensor::<T>(&ctx, &mut rng, &[n, k]);
         let c0 = rand_tensor::<T>(&ctx, &mut rng, &[m, n]);

@@ -533,3 +533,38 @@ fn holding_every_intermediate_grows_linearly() {
     assert_eq!(ctx.stats().outstanding, 0);
     assert_eq!(ctx.stats().cached_buffers, 17);
 }
+
+/// Seconds to release `n` small buffers into the free list and acquire
+/// them all back (best of 3, to shrug off a noisy neighbour).
+fn release_reacquire_secs(n: usize) -> f64 {
+    let pool = BufferPool::new();
+    // Mixed small sizes, so first fit and LIFO both do work.
+    let mut held: Vec<_> = (0..n)
+        .map(|i| pool.acquire_f32(1 + i % 7).unwrap())
+        .collect();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        held.clear();
+        held.extend((0..n).map(|i| pool.acquire_f32(1 + i % 7).unwrap()));
+        best = best.min(t.elapsed().as_secs_f64());
+        assert_eq!(pool.stats().misses as usize, n, "every reacquire is a hit");
+    }
+    drop(held);
+    assert_eq!(pool.stats().outstanding, 0);
+    pool.trim();
+    best
+}
+
+#[test]
+fn free_list_release_and_acquire_are_near_linear() {
+    // Issue 11's criterion: 10x the buffers may take at most 15x the time.
+    // A sorted Vec with front insertion is quadratic (about 100x here).
+    let small = release_reacquire_secs(100_000);
+    let large = release_reacquire_secs(1_000_000);
+    assert!(
+        large <= 15.0 * small,
+        "1,000,000 buffers took {large:.3}s, 100,000 took {small:.3}s ({:.1}x)",
+        large / small
+    );
+}

@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 use fucina_core::kernels::copy::SendPtr;
-use fucina_core::{bf16, DType, Element, ExecContext, Float};
+use fucina_core::{bf16, DType, Element, ExecContext, Float, RawTensor};
 
 /// Elements per parallel chunk of an update (fixed: results never depend on threads).
 pub const CHUNK: usize = 1 << 14;
@@ -143,43 +143,74 @@ impl Moment<f64> for bf16 {
 }
 
 /// One optimizer state buffer (a moment), stored as f32, f64 or bf16.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Buf {
-    /// f32 storage.
-    F32(Vec<f32>),
-    /// f64 storage.
-    F64(Vec<f64>),
-    /// bf16 storage (opt-in, halves the state's memory).
-    BF16(Vec<bf16>),
+///
+/// The elements live in a contiguous tensor from the parameter's context's
+/// pool, so optimizer state is counted in `ctx.stats()` and bounded by the
+/// pool's memory limit (a moment that does not fit is
+/// `fucina_core::Error::OutOfMemory`). `Clone` shares the buffer; the next
+/// update through a shared clone copies it first (copy on write).
+pub struct Buf {
+    t: RawTensor,
+    ctx: ExecContext,
 }
 
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf")
+            .field("dtype", &self.dtype())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Clone for Buf {
+    fn clone(&self) -> Buf {
+        Buf {
+            t: self.t.clone_view(),
+            ctx: self.ctx.clone(),
+        }
+    }
+}
+
+impl PartialEq for Buf {
+    /// Equal when dtype, length and every byte agree.
+    fn eq(&self, other: &Buf) -> bool {
+        self.dtype() == other.dtype() && self.len() == other.len() && self.bytes() == other.bytes()
+    }
+}
+
+/// The op name carried by state-buffer errors.
+const OP: &str = "optimizer state";
+
 impl Buf {
-    /// A zero buffer of `n` elements stored as `dtype` (f32, f64 or bf16).
-    pub fn zeros(dtype: DType, n: usize) -> Option<Buf> {
+    /// A zero buffer of `n` elements stored as `dtype` (f32, f64 or bf16),
+    /// allocated from `ctx`'s pool.
+    pub fn zeros(ctx: &ExecContext, dtype: DType, n: usize) -> crate::Result<Buf> {
+        Self::check_dtype(dtype)?;
+        Ok(Buf {
+            t: ctx.zeros(dtype, &[n])?,
+            ctx: ctx.clone(),
+        })
+    }
+
+    fn check_dtype(dtype: DType) -> crate::Result<()> {
         match dtype {
-            DType::F32 => Some(Buf::F32(vec![0.0; n])),
-            DType::F64 => Some(Buf::F64(vec![0.0; n])),
-            DType::BF16 => Some(Buf::BF16(vec![bf16::ZERO; n])),
-            _ => None,
+            DType::F32 | DType::F64 | DType::BF16 => Ok(()),
+            d => Err(crate::Error::Core(fucina_core::Error::UnsupportedDType {
+                op: OP,
+                dtype: d,
+            })),
         }
     }
 
     /// The storage dtype.
     pub fn dtype(&self) -> DType {
-        match self {
-            Buf::F32(_) => DType::F32,
-            Buf::F64(_) => DType::F64,
-            Buf::BF16(_) => DType::BF16,
-        }
+        self.t.dtype()
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            Buf::F32(v) => v.len(),
-            Buf::F64(v) => v.len(),
-            Buf::BF16(v) => v.len(),
-        }
+        self.t.numel()
     }
 
     /// True when the buffer holds no element.
@@ -187,73 +218,83 @@ impl Buf {
         self.len() == 0
     }
 
-    /// The raw little-endian bytes (for safetensors).
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Buf::F32(v) => bytemuck::cast_slice(v),
-            Buf::F64(v) => bytemuck::cast_slice(v),
-            Buf::BF16(v) => bytemuck::cast_slice(v),
-        }
+    /// The pool tensor holding the elements (`[len]`, contiguous).
+    pub fn tensor(&self) -> &RawTensor {
+        &self.t
     }
 
-    /// A buffer of `dtype` read from little-endian bytes (any alignment).
-    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Option<Buf> {
-        let n = bytes.len() / dtype.size_of();
-        if n * dtype.size_of() != bytes.len() {
-            return None;
+    /// The raw little-endian bytes (for safetensors).
+    pub fn bytes(&self) -> &[u8] {
+        // A Buf's tensor is always a fresh contiguous `[n]`: as_bytes cannot fail.
+        self.t.as_bytes().unwrap_or(&[])
+    }
+
+    /// A buffer of `dtype` read from little-endian bytes (any alignment),
+    /// allocated from `ctx`'s pool; a byte count that is not a whole number
+    /// of elements is [`crate::Error::StateMismatch`].
+    pub fn from_bytes(ctx: &ExecContext, dtype: DType, bytes: &[u8]) -> crate::Result<Buf> {
+        Self::check_dtype(dtype)?;
+        let w = dtype.size_of();
+        if bytes.len() % w != 0 {
+            return Err(crate::Error::StateMismatch(format!(
+                "{} bytes are not a whole number of {dtype} elements",
+                bytes.len()
+            )));
         }
-        let mut b = Buf::zeros(dtype, n)?;
-        match &mut b {
-            Buf::F32(v) => bytemuck::cast_slice_mut::<f32, u8>(v).copy_from_slice(bytes),
-            Buf::F64(v) => bytemuck::cast_slice_mut::<f64, u8>(v).copy_from_slice(bytes),
-            Buf::BF16(v) => bytemuck::cast_slice_mut::<bf16, u8>(v).copy_from_slice(bytes),
-        }
-        Some(b)
+        let mut t = ctx.empty(dtype, &[bytes.len() / w])?;
+        t.as_mut_bytes()?.copy_from_slice(bytes);
+        Ok(Buf {
+            t,
+            ctx: ctx.clone(),
+        })
     }
 
     /// The values widened to f64 (tests, inspection).
     pub fn to_f64(&self) -> Vec<f64> {
-        match self {
-            Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            Buf::F64(v) => v.clone(),
-            Buf::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+        let b = self.bytes();
+        match self.dtype() {
+            DType::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect(),
+            DType::F64 => b
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+            _ => b
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
         }
+    }
+
+    /// The elements as `M`, mutably, copying first if a clone shares them.
+    fn slice_mut<M: Element>(&mut self) -> crate::Result<&mut [M]> {
+        if !self.t.buffer().is_unique() {
+            self.t = self.ctx.copy(&self.t)?;
+        }
+        Ok(self.t.as_mut_slice::<M>()?)
     }
 }
 
 /// Typed access to a [`Buf`].
 pub(crate) trait BufElem: Element {
-    fn slice(b: &mut Buf) -> Option<&mut [Self]>;
-}
-impl BufElem for f32 {
-    fn slice(b: &mut Buf) -> Option<&mut [f32]> {
-        match b {
-            Buf::F32(v) => Some(v),
-            _ => None,
+    /// The elements, or `None` when the buffer is stored as another dtype.
+    fn slice(b: &mut Buf) -> crate::Result<Option<&mut [Self]>> {
+        if b.dtype() != Self::DTYPE {
+            return Ok(None);
         }
+        b.slice_mut::<Self>().map(Some)
     }
 }
-impl BufElem for f64 {
-    fn slice(b: &mut Buf) -> Option<&mut [f64]> {
-        match b {
-            Buf::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-}
-impl BufElem for bf16 {
-    fn slice(b: &mut Buf) -> Option<&mut [bf16]> {
-        match b {
-            Buf::BF16(v) => Some(v),
-            _ => None,
-        }
-    }
-}
+impl BufElem for f32 {}
+impl BufElem for f64 {}
+impl BufElem for bf16 {}
 
 /// The typed elements of `b`, or a state-mismatch error naming `what`.
 pub(crate) fn typed<M: BufElem>(b: &mut Buf, what: &str, n: usize) -> crate::Result<Disjoint<M>> {
     let dt = b.dtype();
-    let s = M::slice(b).ok_or_else(|| {
+    let s = M::slice(b)?.ok_or_else(|| {
         crate::Error::StateMismatch(format!("{what}: stored as {dt}, expected {}", M::DTYPE))
     })?;
     if s.len() != n {

@@ -321,8 +321,11 @@ impl<A: Algorithm> Optim<A> {
             let specs = group.config.buffers(p.shape(), p.dtype());
             let mut bufs = Vec::with_capacity(specs.len());
             for (name, dt) in specs {
-                bufs.push(Buf::zeros(dt, p.numel()).ok_or_else(|| {
-                    Error::config(A::NAME, format!("buffer `{name}` cannot be stored as {dt}"))
+                bufs.push(Buf::zeros(&ctx, dt, p.numel()).map_err(|e| match e {
+                    Error::Core(fucina_core::Error::UnsupportedDType { .. }) => {
+                        Error::config(A::NAME, format!("buffer `{name}` cannot be stored as {dt}"))
+                    }
+                    e => e,
                 })?);
             }
             st.bufs = bufs;

@@ -225,9 +225,10 @@ pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Resu
                         p.shape()
                     )));
                 }
-                let b = Buf::from_bytes(dt, view.data())
-                    .filter(|b| b.len() == p.numel())
-                    .ok_or_else(|| Error::StateMismatch(format!("`{tn}`: bad byte length")))?;
+                if view.data().len() != p.numel().saturating_mul(dt.size_of()) {
+                    return Err(Error::StateMismatch(format!("`{tn}`: bad byte length")));
+                }
+                let b = Buf::from_bytes(p.ctx(), dt, view.data())?;
                 bufs.push(b);
                 used += 1;
             }

@@ -99,7 +99,8 @@ impl Tensor {
     /// Splits `axis` into pieces of the given sizes (views).
     pub fn split(&self, axis: isize, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let a = axis_of("split", self, axis)?;
-        if sizes.iter().sum::<usize>() != self.shape()[a] {
+        // Checked: sizes that wrap around usize must not pass as the right total.
+        if fucina_core::shape::sum_of("split", "sum of sizes", sizes)? != self.shape()[a] {
             return Err(fucina_core::Error::InvalidArgument {
                 op: "split",
                 msg: format!("sizes {sizes:?} do not sum to {}", self.shape()[a]),

@@ -167,8 +167,15 @@ impl ExecContext {
                     rhs: x.shape().to_vec(),
                 });
             }
-            oshape[axis] += x.shape()[axis];
+            oshape[axis] = shape::add_of(
+                "concat",
+                "concatenated extent",
+                oshape[axis],
+                x.shape()[axis],
+                x.shape(),
+            )?;
         }
+        shape::numel_of("concat", &oshape)?;
         let mut out = self.empty(first.dtype(), &oshape)?;
         crate::dispatch_any!(first.dtype(), T => concat_typed::<T>(self, xs, axis, &mut out))?;
         Ok(out)
@@ -217,12 +224,13 @@ impl ExecContext {
                 ),
             });
         }
-        let oshape: Vec<usize> = x
+        let oshape = x
             .shape()
             .iter()
             .zip(pads)
-            .map(|(&d, &(b, a))| d + b + a)
-            .collect();
+            .map(|(&d, &(b, a))| shape::sum_of("pad", "padded extent", &[d, b, a]))
+            .collect::<Result<Vec<usize>>>()?;
+        shape::numel_of("pad", &oshape)?;
         let mut out = self.empty(x.dtype(), &oshape)?;
         crate::dispatch_any!(x.dtype(), T => pad_typed::<T>(self, x, pads, value, &mut out))?;
         Ok(out)
@@ -234,7 +242,7 @@ pub fn split(x: &RawTensor, axis: usize, sizes: &[usize]) -> Result<Vec<RawTenso
     if axis >= x.rank() {
         return Err(Error::axis("split", axis as i64, x.rank(), x.shape()));
     }
-    let total: usize = sizes.iter().sum();
+    let total = shape::sum_of("split", "sum of sizes", sizes)?;
     if total != x.shape()[axis] {
         return Err(Error::InvalidArgument {
             op: "split",

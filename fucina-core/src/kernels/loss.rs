@@ -152,7 +152,14 @@ fn check_inputs<'a>(
     }
     let t = Targets::new(op, targets)?;
     let mut count = 0;
-    for i in 0..n {
+    // A broadcast target (stride 0) holds one value: check it once, so a
+    // huge broadcast view costs O(1) here and fails at allocation instead.
+    let distinct = if targets.strides().first() == Some(&0) {
+        n.min(1)
+    } else {
+        n
+    };
+    for i in 0..distinct {
         let ti = t.get(i);
         if Some(ti) == opts.ignore_index {
             continue;
@@ -167,6 +174,9 @@ fn check_inputs<'a>(
             });
         }
         count += 1;
+    }
+    if distinct < n {
+        count *= n;
     }
     Ok((n, c, t, count))
 }

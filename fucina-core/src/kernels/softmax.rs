@@ -656,7 +656,12 @@ pub mod reference {
     }
 
     /// Calls `f(indices of one row along axis)` for every row.
+    /// An empty shape has no rows (and its other extents may be huge: the
+    /// fuzzer found `[0, 1 << 62]` overflowing the row buffer here).
     fn for_each_row(shape: &[usize], axis: usize, mut f: impl FnMut(&[usize])) {
+        if shape.contains(&0) {
+            return;
+        }
         let (outer, len, inner) = split(shape, axis);
         let mut idx = vec![0; len];
         for o in 0..outer {

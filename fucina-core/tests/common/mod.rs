@@ -7,6 +7,21 @@ use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 
 pub const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
 
+/// True when `FUCINA_REDUCED_SIZES` is set: the valgrind run
+/// (`tools/valgrind-kernels.sh`) shrinks the problems it checks.
+pub fn reduced() -> bool {
+    std::env::var_os("FUCINA_REDUCED_SIZES").is_some()
+}
+
+/// The awkward sizes, or their first eight (up to 33) when [`reduced`].
+pub fn sizes() -> &'static [usize] {
+    if reduced() {
+        &SIZES[..8]
+    } else {
+        &SIZES
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum Layout {
     Contig,
