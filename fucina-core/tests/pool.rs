@@ -559,8 +559,8 @@ fn release_reacquire_secs(n: usize) -> f64 {
 #[test]
 fn free_list_release_and_acquire_are_near_linear() {
     // Issue 11's criterion: 10x the buffers may take at most 15x the time
-    // (about 11x measured on a quiet machine; under a load of 16 on 2 cores
-    // one run in three reached 18x, hence best of 5).
+    // (under a load of 16 on 2 cores one best-of-3 run reached 18x while
+    // reruns passed, hence best of 5).
     // A sorted Vec with front insertion is quadratic (about 100x here).
     let small = release_reacquire_secs(100_000);
     let large = release_reacquire_secs(1_000_000);
