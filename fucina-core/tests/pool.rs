@@ -535,7 +535,7 @@ fn holding_every_intermediate_grows_linearly() {
 }
 
 /// Seconds to release `n` small buffers into the free list and acquire
-/// them all back (best of 3, to shrug off a noisy neighbour).
+/// them all back (best of 5, to shrug off a noisy neighbour).
 fn release_reacquire_secs(n: usize) -> f64 {
     let pool = BufferPool::new();
     // Mixed small sizes, so first fit and LIFO both do work.
@@ -543,7 +543,7 @@ fn release_reacquire_secs(n: usize) -> f64 {
         .map(|i| pool.acquire_f32(1 + i % 7).unwrap())
         .collect();
     let mut best = f64::INFINITY;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let t = std::time::Instant::now();
         held.clear();
         held.extend((0..n).map(|i| pool.acquire_f32(1 + i % 7).unwrap()));
@@ -558,7 +558,9 @@ fn release_reacquire_secs(n: usize) -> f64 {
 
 #[test]
 fn free_list_release_and_acquire_are_near_linear() {
-    // Issue 11's criterion: 10x the buffers may take at most 15x the time.
+    // Issue 11's criterion: 10x the buffers may take at most 15x the time
+    // (under a load of 16 on 2 cores one best-of-3 run reached 18x while
+    // reruns passed, hence best of 5).
     // A sorted Vec with front insertion is quadratic (about 100x here).
     let small = release_reacquire_secs(100_000);
     let large = release_reacquire_secs(1_000_000);

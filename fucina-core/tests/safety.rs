@@ -243,7 +243,11 @@ fn empty_tensors_with_huge_extents_are_handled() {
     use fucina_core::kernels::softmax;
     let ctx = ctx();
     let x = ctx.zeros(DType::F32, &[0]).unwrap();
-    let v = ctx.reshape(&x, &[0, 1 << 62]).unwrap().unsqueeze(2).unwrap();
+    let v = ctx
+        .reshape(&x, &[0, 1 << 62])
+        .unwrap()
+        .unsqueeze(2)
+        .unwrap();
     assert_eq!(v.numel(), 0);
     let y = ctx.softmax(&v, 1).unwrap();
     assert_eq!(y.shape(), &[0, 1 << 62, 1]);
