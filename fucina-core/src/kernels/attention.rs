@@ -64,10 +64,16 @@ impl<'a, T: Float> Heads<'a, T> {
         })
     }
 
+    /// Where head `(b, h)` starts in `st` (its row r starts `r * sr` further).
+    #[inline(always)]
+    fn start(&self, b: usize, h: usize) -> usize {
+        self.off + b * self.sb + h * self.sh
+    }
+
     /// Row `r` of head `(b, h)`.
     #[inline(always)]
     fn row(&self, b: usize, h: usize, r: usize) -> &'a [T] {
-        let base = self.off + b * self.sb + h * self.sh + r * self.sr;
+        let base = self.start(b, h) + r * self.sr;
         &self.st[base..base + self.cols]
     }
 }

@@ -206,11 +206,9 @@ fn fwd_block_impl<T: RowFloat>(
     };
     o.fill(T::ZERO);
     let (kt, s) = buf.split_at_mut(BC * d);
-    let mut qrows: [&[T]; BR] = [&[]; BR];
-    for (r, q) in qrows[..br].iter_mut().enumerate() {
-        *q = p.q.row(b, h, i0 + r);
-    }
-    let (mut krows, mut vrows): ([&[T]; BC], [&[T]; BC]) = ([&[]; BC], [&[]; BC]);
+    // Operands read in place: row r of this query block is at qs[q0 + r·qsr..].
+    let (qs, q0, qsr) = (p.q.st, p.q.start(b, h) + i0 * p.q.sr, p.q.sr);
+    let (vs, v0, vsr) = (p.v.st, p.v.start(b, h), p.v.sr);
     let mut m = [T::NEG_INFINITY; BR];
     let mut l = [T::ZERO; BR];
     let mut alpha = [T::ONE; BR];
@@ -219,11 +217,7 @@ fn fwd_block_impl<T: RowFloat>(
     let mut j0 = 0;
     while j0 < kend {
         let bc = BC.min(kend - j0);
-        for c in 0..bc {
-            krows[c] = p.k.row(b, h, j0 + c);
-            vrows[c] = p.v.row(b, h, j0 + c);
-        }
-        pack_t(&krows[..bc], d, kt);
+        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
         // S = Q·Kᵀ (padding columns of the last panel are computed and ignored).
         let bcp = bc.next_multiple_of(NR);
         gemm(
@@ -233,7 +227,7 @@ fn fwd_block_impl<T: RowFloat>(
             s,
             BC,
             false,
-            |r, x| qrows[r][x],
+            |r, x| qs[q0 + r * qsr + x],
             |x, n0| panel_row(kt, d, x, n0),
         );
         for r in 0..br {
@@ -258,10 +252,7 @@ fn fwd_block_impl<T: RowFloat>(
             dv,
             true,
             |r, c| s[r * BC + c],
-            |c, n0| {
-                let v: &[T] = vrows[c];
-                &v[n0..]
-            },
+            |c, n0| &vs[v0 + (j0 + c) * vsr + n0..],
         );
         j0 += bc;
     }
@@ -367,20 +358,18 @@ fn bwd_head_impl<T: RowFloat>(
     let (kt, rest) = buf.split_at_mut(BC * d);
     let (vt, rest) = rest.split_at_mut(BC * dv);
     let (s, dp) = rest.split_at_mut(BR * BC);
-    let (mut krows, mut vrows): ([&[T]; BC], [&[T]; BC]) = ([&[]; BC], [&[]; BC]);
-    let (mut qrows, mut grows): ([&[T]; BR], [&[T]; BR]) = ([&[]; BR], [&[]; BR]);
+    // Operands read in place: row r of head (b, h) of x is at xs[x0 + r·xsr..].
+    let (qs, q0, qsr) = (p.q.st, p.q.start(b, h), p.q.sr);
+    let (ks, k0, ksr) = (p.k.st, p.k.start(b, h), p.k.sr);
+    let (gs, g0, gsr) = (g_out.st, g_out.start(b, h), g_out.sr);
     let scale = p.scale;
     let mut j0 = 0;
     while j0 < ns {
         let bc = BC.min(ns - j0);
         let bcp = bc.next_multiple_of(NR);
-        for c in 0..bc {
-            krows[c] = p.k.row(b, h, j0 + c);
-            vrows[c] = p.v.row(b, h, j0 + c);
-        }
-        pack_t(&krows[..bc], d, kt);
+        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
         if need_s {
-            pack_t(&vrows[..bc], dv, vt);
+            pack_t(bc, |c| p.v.row(b, h, j0 + c), dv, vt);
         }
         // Causal: query rows before j0 − (S − T) see no key of this block.
         let i_first = if p.causal {
@@ -391,10 +380,7 @@ fn bwd_head_impl<T: RowFloat>(
         let mut i0 = i_first / BR * BR;
         while i0 < nt {
             let br = BR.min(nt - i0);
-            for r in 0..br {
-                qrows[r] = p.q.row(b, h, i0 + r);
-                grows[r] = g_out.row(b, h, i0 + r);
-            }
+            let (qi, gi) = (q0 + i0 * qsr, g0 + i0 * gsr);
             // P = e^(s·Q·Kᵀ + M − lse), recomputed for this tile.
             gemm(
                 br,
@@ -403,7 +389,7 @@ fn bwd_head_impl<T: RowFloat>(
                 s,
                 BC,
                 false,
-                |r, x| qrows[r][x],
+                |r, x| qs[qi + r * qsr + x],
                 |x, n0| panel_row(kt, d, x, n0),
             );
             for r in 0..br {
@@ -421,10 +407,7 @@ fn bwd_head_impl<T: RowFloat>(
                     dv,
                     true,
                     |c, r| s[r * BC + c],
-                    |r, n0| {
-                        let g: &[T] = grows[r];
-                        &g[n0..]
-                    },
+                    |r, n0| &gs[gi + r * gsr + n0..],
                 );
             }
             if need_s {
@@ -436,7 +419,7 @@ fn bwd_head_impl<T: RowFloat>(
                     dp,
                     BC,
                     false,
-                    |r, x| grows[r][x],
+                    |r, x| gs[gi + r * gsr + x],
                     |x, n0| panel_row(vt, dv, x, n0),
                 );
                 for r in 0..br {
@@ -456,10 +439,7 @@ fn bwd_head_impl<T: RowFloat>(
                         d,
                         true,
                         |r, c| dp[r * BC + c],
-                        |c, n0| {
-                            let k: &[T] = krows[c];
-                            &k[n0..]
-                        },
+                        |c, n0| &ks[k0 + (j0 + c) * ksr + n0..],
                     );
                 }
                 // gK_j += Σ_i s·gS_ij Q_i.
@@ -472,10 +452,7 @@ fn bwd_head_impl<T: RowFloat>(
                         d,
                         true,
                         |c, r| dp[r * BC + c],
-                        |r, n0| {
-                            let q: &[T] = qrows[r];
-                            &q[n0..]
-                        },
+                        |r, n0| &qs[qi + r * qsr + n0..],
                     );
                 }
             }
