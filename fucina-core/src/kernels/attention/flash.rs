@@ -505,7 +505,6 @@ pub(super) fn backward<T: RowFloat>(
     let lse = lse.as_slice::<T>()?;
     let len = BC * (d + dv) + 2 * BR * BC;
     ctx.for_chunks(nb * nh, p.parallel(), |bh| {
-        let dst = dst;
         with_scratch::<T, _>(len, |buf| bwd_head(p, bh, &g_h, &o_h, lse, dst, buf));
     });
     drop(delta);
