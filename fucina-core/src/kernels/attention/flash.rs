@@ -105,7 +105,10 @@ impl<'a, T: Float> Problem<'a, T> {
 
     /// Whether the problem is worth the worker threads.
     fn parallel(&self) -> bool {
-        self.nb * self.nh * self.nt * self.ns * (self.d + self.dv) >= PAR_MIN_WORK
+        [self.nh, self.nt, self.ns, self.d + self.dv]
+            .iter()
+            .fold(self.nb, |w, &x| w.saturating_mul(x))
+            >= PAR_MIN_WORK
     }
 }
 
