@@ -1,5 +1,6 @@
-//! Scaled dot-product attention with causal and padding masks. The node keeps
-//! q, k, v and the softmax probabilities (one `[T, S]` block per head), nothing else.
+//! Scaled dot-product attention with causal and padding masks, streamed over key blocks.
+//! The node keeps q, k, v, the mask, the output and each row's logsumexp (`[B, H, T]`):
+//! no `[T, S]` probability block is saved, the backward recomputes it tile by tile.
 
 pub use fucina_core::kernels::attention::AttentionOpts;
 use fucina_core::{ExecContext, RawTensor};
@@ -9,13 +10,17 @@ use crate::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
 use crate::tensor::Tensor;
 
-/// P = softmax(QKᵀ·s + M), O = P·V:
-/// gV = Pᵀ·gO; gP = gO·Vᵀ; gS = P ⊙ (gP − rowsum(gP ⊙ P)); gQ = s·gS·K; gK = s·gSᵀ·Q.
+/// P = softmax(QKᵀ·s + M), O = P·V, saved lse = ln Σ_j e^(QKᵀ·s + M)_ij; P is recomputed
+/// as e^(QKᵀ·s + M − lse). With Δ = rowsum(gO ⊙ O) (= rowsum(gP ⊙ P)):
+/// gV = Pᵀ·gO; gP = gO·Vᵀ; gS = P ⊙ (gP − Δ); gQ = s·gS·K; gK = s·gSᵀ·Q.
+/// The mask is a constant: it gets no gradient.
 struct AttentionBackward {
     q: RawTensor,
     k: RawTensor,
     v: RawTensor,
-    probs: RawTensor,
+    mask: Option<RawTensor>,
+    out: RawTensor,
+    lse: RawTensor,
     opts: AttentionOpts,
 }
 
@@ -28,7 +33,9 @@ impl Backward for AttentionBackward {
             &self.q,
             &self.k,
             &self.v,
-            &self.probs,
+            self.mask.as_ref(),
+            &self.out,
+            &self.lse,
             gy,
             self.opts,
             [needs[0], needs[1], needs[2]],
@@ -40,7 +47,8 @@ impl Backward for AttentionBackward {
 impl Tensor {
     /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]`;
     /// `mask`: an additive float bias or a U8 keep-mask broadcastable to
-    /// `[B,H,T,S]` (a constant); `opts`: causal flag and scale (default 1/√D).
+    /// `[B,H,T,S]` (a constant, e.g. a `[B,1,1,S]` key-padding mask); `opts`: causal flag
+    /// and scale (default 1/√D). Memory is linear in T and S: no `[T, S]` block is kept.
     ///
     /// ```
     /// use fucina_autograd::Tensor;
@@ -68,7 +76,7 @@ impl Tensor {
         let ctx = q.ctx();
         let (qr, kr, vr) = (q.raw()?, k.raw()?, v.raw()?);
         let mr = mask.map(|m| m.raw()).transpose()?;
-        let (out, probs) = ctx.attention(&qr, &kr, &vr, mr.as_ref(), opts)?;
+        let (out, lse) = ctx.attention(&qr, &kr, &vr, mr.as_ref(), opts)?;
         let mut inputs = vec![q, k, v];
         inputs.extend(mask);
         Ok(record(
@@ -76,12 +84,14 @@ impl Tensor {
             "scaled_dot_product_attention",
             out,
             &inputs,
-            |_| {
+            |out| {
                 Box::new(AttentionBackward {
                     q: qr,
                     k: kr,
                     v: vr,
-                    probs,
+                    mask: mr,
+                    out: out.clone_view(),
+                    lse,
                     opts,
                 })
             },

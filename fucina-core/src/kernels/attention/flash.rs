@@ -1,0 +1,581 @@
+//! Streaming attention (flash attention's algorithm on the CPU), forward and backward.
+//!
+//! Forward, per (head, block of `BR` query rows): loop over blocks of `BC` keys, skipping
+//! blocks wholly above the causal diagonal; per tile compute S = Q·Kᵀ, fold it into the
+//! running row max `m`, the running sum `l` and the output accumulator O (rescaled by
+//! e^(m_old − m_new)), and at the end write O / l and `lse = m + ln l`. Backward, per head:
+//! loop over key blocks, and inside over query blocks in increasing order, recompute
+//! P = e^(S − lse) per tile and accumulate gV, gK (key-block rows), gQ (query rows).
+//!
+//! Invariants: the only per-tile memory is a thread-local scratch of `O(BR·BC + BC·D)`
+//! elements (never pool memory, never `[T, S]`); each chunk writes only its own rows;
+//! every sum runs in a fixed order (keys, then query rows, ascending) with no FMA, so the
+//! bits depend neither on the thread count nor on the SIMD level picked at run time.
+
+use std::cell::Cell;
+
+use super::micro::{gemm, pack_t, panel_row, NR};
+use super::{Heads, Mask, RowMask};
+use crate::dtype::Float;
+use crate::error::Result;
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+use crate::kernels::softmax::{causal_allowed, chunk_mut, dot, max, simd_dispatch, sum, RowFloat};
+use crate::tensor::RawTensor;
+
+/// Query rows per block (one forward chunk; the inner loop of the backward).
+const BR: usize = 64;
+/// Keys per block (a multiple of [`NR`]).
+const BC: usize = 64;
+/// Problems with fewer multiply-adds than this run on the calling thread.
+const PAR_MIN_WORK: usize = 1 << 15;
+
+thread_local! {
+    /// This thread's tile scratch (taken while in use, so a re-entrant call just allocates).
+    static SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's tile scratch of `len` elements of `T` (contents unspecified).
+fn with_scratch<T: Float, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
+    let mut buf = SCRATCH.with(Cell::take);
+    if buf.len() < words {
+        buf = vec![0.0; words];
+    }
+    let slice: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..words]);
+    let out = f(&mut slice[..len]);
+    SCRATCH.with(|c| c.set(buf));
+    out
+}
+
+/// A validated attention problem: operands read in place, sizes, options.
+pub(super) struct Problem<'a, T> {
+    q: Heads<'a, T>,
+    k: Heads<'a, T>,
+    v: Heads<'a, T>,
+    mask: Mask<'a, T>,
+    nb: usize,
+    nh: usize,
+    nt: usize,
+    ns: usize,
+    d: usize,
+    dv: usize,
+    causal: bool,
+    scale: T,
+}
+
+impl<'a, T: Float> Problem<'a, T> {
+    /// Reads q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]` (validated, last axis unit-stride)
+    /// and a mask prepared by `prepare_mask`.
+    pub(super) fn new(
+        q: &'a RawTensor,
+        k: &'a RawTensor,
+        v: &'a RawTensor,
+        mask: Option<&'a RawTensor>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<Problem<'a, T>> {
+        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        debug_assert!(qs.len() == 4 && ks.len() == 4 && vs.len() == 4);
+        Ok(Problem {
+            q: Heads::new(q)?,
+            k: Heads::new(k)?,
+            v: Heads::new(v)?,
+            mask: Mask::new(mask)?,
+            nb: qs[0],
+            nh: qs[1],
+            nt: qs[2],
+            ns: ks[2],
+            d: qs[3],
+            dv: vs[3],
+            causal,
+            scale: T::from_f64(scale),
+        })
+    }
+
+    /// Keys visible to query row `i`: `0..visible(i)` (causal: `j ≤ i + S − T`).
+    #[inline(always)]
+    fn visible(&self, i: usize) -> usize {
+        if self.causal {
+            causal_allowed(i, self.nt, self.ns)
+        } else {
+            self.ns
+        }
+    }
+
+    /// Whether the problem is worth the worker threads.
+    fn parallel(&self) -> bool {
+        [self.nh, self.nt, self.ns, self.d + self.dv]
+            .iter()
+            .fold(self.nb, |w, &x| w.saturating_mul(x))
+            >= PAR_MIN_WORK
+    }
+}
+
+/// `row[..valid] = row · scale` plus the row's mask (−∞ where a keep-mask is 0), for keys
+/// `j0..j0 + valid`; `row[valid..] = −∞` (causally hidden).
+#[inline(always)]
+fn scale_and_mask<T: Float>(
+    row: &mut [T],
+    valid: usize,
+    scale: T,
+    mask: RowMask<'_, T>,
+    j0: usize,
+) {
+    let (vis, hidden) = row.split_at_mut(valid);
+    hidden.fill(T::NEG_INFINITY);
+    match mask {
+        RowMask::None => {
+            for x in vis.iter_mut() {
+                *x *= scale;
+            }
+        }
+        RowMask::Bias { m, base, st } => {
+            let base = base + j0 * st;
+            if st == 1 {
+                for (x, &bias) in vis.iter_mut().zip(&m[base..base + valid]) {
+                    *x = *x * scale + bias;
+                }
+            } else {
+                for (c, x) in vis.iter_mut().enumerate() {
+                    *x = *x * scale + m[base + c * st];
+                }
+            }
+        }
+        RowMask::Keep { m, base, st } => {
+            let base = base + j0 * st;
+            for (c, x) in vis.iter_mut().enumerate() {
+                *x = if m[base + c * st] == 0 {
+                    T::NEG_INFINITY
+                } else {
+                    *x * scale
+                };
+            }
+        }
+    }
+}
+
+/// One row of the online softmax: turns the raw scores `row` into e^(s − m_new), where
+/// m_new = max(m, max s), updates `m` and `l ← l·e^(m − m_new) + Σ e^(s − m_new)`, and
+/// returns the factor e^(m − m_new) the row's output accumulator must be scaled by.
+/// A row with no visible key so far stays at m = −∞, l = 0 with all-zero weights.
+#[inline(always)]
+fn online_row<T: RowFloat>(
+    row: &mut [T],
+    valid: usize,
+    scale: T,
+    mask: RowMask<'_, T>,
+    j0: usize,
+    m: &mut T,
+    l: &mut T,
+) -> T {
+    scale_and_mask(row, valid, scale, mask, j0);
+    let block_max = max(row);
+    let m_new = if block_max > *m { block_max } else { *m };
+    if m_new == T::NEG_INFINITY {
+        row.fill(T::ZERO);
+        return T::ONE;
+    }
+    // e^(−∞) = 0: the first visible block discards the (zero) accumulator.
+    let alpha = (*m - m_new).vexp();
+    for x in row.iter_mut() {
+        *x = (*x - m_new).vexp();
+    }
+    *l = *l * alpha + sum(row);
+    *m = m_new;
+    alpha
+}
+
+/// The forward of chunk `c` = (head, query block): writes its rows of `out` and `lse`.
+#[inline(always)]
+fn fwd_block_impl<T: RowFloat>(
+    p: &Problem<'_, T>,
+    chunk: usize,
+    out: SendPtr<T>,
+    lse: SendPtr<T>,
+    buf: &mut [T],
+) {
+    let (nt, d, dv) = (p.nt, p.d, p.dv);
+    let n_qb = nt.div_ceil(BR);
+    let (bh, i0) = (chunk / n_qb, (chunk % n_qb) * BR);
+    let (b, h) = (bh / p.nh, bh % p.nh);
+    let br = BR.min(nt - i0);
+    // SAFETY: rows (b, h, i0..i0 + br) of out and lse are written by this chunk only.
+    let (o, lse) = unsafe {
+        (
+            chunk_mut(out, (bh * nt + i0) * dv, br * dv),
+            chunk_mut(lse, bh * nt + i0, br),
+        )
+    };
+    o.fill(T::ZERO);
+    let (kt, s) = buf.split_at_mut(BC * d);
+    // Operands read in place: row r of this query block is at qs[q0 + r·qsr..].
+    let (qs, q0, qsr) = (p.q.st, p.q.start(b, h) + i0 * p.q.sr, p.q.sr);
+    let (vs, v0, vsr) = (p.v.st, p.v.start(b, h), p.v.sr);
+    let mut m = [T::NEG_INFINITY; BR];
+    let mut l = [T::ZERO; BR];
+    let mut alpha = [T::ONE; BR];
+    // Keys past the last row's visible range are hidden from every row of the block.
+    let kend = p.visible(i0 + br - 1);
+    let mut j0 = 0;
+    while j0 < kend {
+        let bc = BC.min(kend - j0);
+        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
+        // S = Q·Kᵀ (padding columns of the last panel are computed and ignored).
+        let bcp = bc.next_multiple_of(NR);
+        gemm(
+            br,
+            bcp,
+            d,
+            s,
+            BC,
+            false,
+            |r, x| qs[q0 + r * qsr + x],
+            |x, n0| panel_row(kt, d, x, n0),
+        );
+        for r in 0..br {
+            let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
+            let row = &mut s[r * BC..r * BC + bc];
+            let mask = p.mask.row(b, h, i0 + r);
+            alpha[r] = online_row(row, valid, p.scale, mask, j0, &mut m[r], &mut l[r]);
+        }
+        // O = diag(alpha)·O + P·V.
+        for (r, orow) in o.chunks_exact_mut(dv.max(1)).enumerate().take(br) {
+            if alpha[r] != T::ONE {
+                for x in orow.iter_mut() {
+                    *x *= alpha[r];
+                }
+            }
+        }
+        gemm(
+            br,
+            dv,
+            bc,
+            o,
+            dv,
+            true,
+            |r, c| s[r * BC + c],
+            |c, n0| &vs[v0 + (j0 + c) * vsr + n0..],
+        );
+        j0 += bc;
+    }
+    for r in 0..br {
+        let orow = &mut o[r * dv..(r + 1) * dv];
+        if l[r] > T::ZERO {
+            let inv = T::ONE / l[r];
+            for x in orow.iter_mut() {
+                *x *= inv;
+            }
+            lse[r] = m[r] + l[r].ln();
+        } else {
+            // No visible key: zero output, lse = −∞ (the backward then skips the row).
+            orow.fill(T::ZERO);
+            lse[r] = T::NEG_INFINITY;
+        }
+    }
+}
+
+simd_dispatch! { fn fwd_block => fwd_block_impl(p: &Problem<'_, T>, chunk: usize, out: SendPtr<T>, lse: SendPtr<T>, buf: &mut [T]) }
+
+/// The streaming forward: fills `out [B,H,T,Dv]` and `lse [B,H,T]` (fresh, contiguous).
+pub(super) fn forward<T: RowFloat>(
+    ctx: &ExecContext,
+    p: &Problem<'_, T>,
+    out: &mut RawTensor,
+    lse: &mut RawTensor,
+) -> Result<()> {
+    let out_ptr = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
+    let lse_ptr = SendPtr(lse.as_mut_slice::<T>()?.as_mut_ptr());
+    let n_chunks = p.nb * p.nh * p.nt.div_ceil(BR);
+    let len = BC * p.d + BR * BC;
+    ctx.for_chunks(n_chunks, p.parallel(), |c| {
+        let (op, lp) = (out_ptr, lse_ptr);
+        with_scratch::<T, _>(len, |buf| fwd_block(p, c, op, lp, buf));
+    });
+    Ok(())
+}
+
+/// Probabilities of one recomputed row: e^(s·scale + mask − lse), 0 where hidden or masked,
+/// and all 0 for a row with no visible key (lse = −∞).
+#[inline(always)]
+fn probs_row<T: RowFloat>(
+    row: &mut [T],
+    valid: usize,
+    scale: T,
+    mask: RowMask<'_, T>,
+    j0: usize,
+    lse: T,
+) {
+    if lse == T::NEG_INFINITY {
+        row.fill(T::ZERO);
+        return;
+    }
+    scale_and_mask(row, valid, scale, mask, j0);
+    for x in row.iter_mut() {
+        *x = (*x - lse).vexp();
+    }
+}
+
+/// The backward's outputs (zero-initialised, `None` when not needed) and Δ = rowsum(gO ∘ O).
+#[derive(Clone, Copy)]
+struct BwdOut<T> {
+    gq: Option<SendPtr<T>>,
+    gk: Option<SendPtr<T>>,
+    gv: Option<SendPtr<T>>,
+    delta: Option<SendPtr<T>>,
+}
+
+/// The backward of head `bh`: accumulates its rows of gq, gk, gv.
+#[inline(always)]
+fn bwd_head_impl<T: RowFloat>(
+    p: &Problem<'_, T>,
+    bh: usize,
+    g_out: &Heads<'_, T>,
+    out: &Heads<'_, T>,
+    lse: &[T],
+    dst: BwdOut<T>,
+    buf: &mut [T],
+) {
+    let (nt, ns, d, dv) = (p.nt, p.ns, p.d, p.dv);
+    let (b, h) = (bh / p.nh, bh % p.nh);
+    let lse = &lse[bh * nt..(bh + 1) * nt];
+    // SAFETY (all four): head bh's rows of each buffer are owned by this chunk only; each
+    // buffer holds B·H such blocks.
+    let mut gq = dst.gq.map(|g| unsafe { chunk_mut(g, bh * nt * d, nt * d) });
+    let mut gk = dst.gk.map(|g| unsafe { chunk_mut(g, bh * ns * d, ns * d) });
+    let mut gv = dst
+        .gv
+        .map(|g| unsafe { chunk_mut(g, bh * ns * dv, ns * dv) });
+    let delta = dst.delta.map(|g| unsafe { chunk_mut(g, bh * nt, nt) });
+    // Δ_i = gO_i · O_i (= Σ_j P_ij gP_ij): the softmax backward's row term.
+    let delta: &[T] = match delta {
+        Some(dl) => {
+            for (i, x) in dl.iter_mut().enumerate() {
+                *x = dot(g_out.row(b, h, i), out.row(b, h, i));
+            }
+            dl
+        }
+        None => &[],
+    };
+    let need_s = !delta.is_empty();
+    let (kt, rest) = buf.split_at_mut(BC * d);
+    let (vt, rest) = rest.split_at_mut(BC * dv);
+    let (s, dp) = rest.split_at_mut(BR * BC);
+    // Operands read in place: row r of head (b, h) of x is at xs[x0 + r·xsr..].
+    let (qs, q0, qsr) = (p.q.st, p.q.start(b, h), p.q.sr);
+    let (ks, k0, ksr) = (p.k.st, p.k.start(b, h), p.k.sr);
+    let (gs, g0, gsr) = (g_out.st, g_out.start(b, h), g_out.sr);
+    let scale = p.scale;
+    let mut j0 = 0;
+    while j0 < ns {
+        let bc = BC.min(ns - j0);
+        let bcp = bc.next_multiple_of(NR);
+        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
+        if need_s {
+            pack_t(bc, |c| p.v.row(b, h, j0 + c), dv, vt);
+        }
+        // Causal: query rows before j0 − (S − T) see no key of this block.
+        let i_first = if p.causal {
+            (j0 + nt).saturating_sub(ns)
+        } else {
+            0
+        };
+        let mut i0 = i_first / BR * BR;
+        while i0 < nt {
+            let br = BR.min(nt - i0);
+            let (qi, gi) = (q0 + i0 * qsr, g0 + i0 * gsr);
+            // P = e^(s·Q·Kᵀ + M − lse), recomputed for this tile.
+            gemm(
+                br,
+                bcp,
+                d,
+                s,
+                BC,
+                false,
+                |r, x| qs[qi + r * qsr + x],
+                |x, n0| panel_row(kt, d, x, n0),
+            );
+            for r in 0..br {
+                let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
+                let row = &mut s[r * BC..r * BC + bc];
+                probs_row(row, valid, scale, p.mask.row(b, h, i0 + r), j0, lse[i0 + r]);
+            }
+            // gV[j] += Σ_i P_ij gO_i.
+            if let Some(gv) = gv.as_deref_mut() {
+                gemm(
+                    bc,
+                    dv,
+                    br,
+                    &mut gv[j0 * dv..],
+                    dv,
+                    true,
+                    |c, r| s[r * BC + c],
+                    |r, n0| &gs[gi + r * gsr + n0..],
+                );
+            }
+            if need_s {
+                // gP = gO·Vᵀ, then gS = P ∘ (gP − Δ), scaled by s once here.
+                gemm(
+                    br,
+                    bcp,
+                    dv,
+                    dp,
+                    BC,
+                    false,
+                    |r, x| gs[gi + r * gsr + x],
+                    |x, n0| panel_row(vt, dv, x, n0),
+                );
+                for r in 0..br {
+                    let dl = delta[i0 + r];
+                    let prow = &s[r * BC..r * BC + bc];
+                    for (x, &pv) in dp[r * BC..r * BC + bc].iter_mut().zip(prow) {
+                        *x = pv * (*x - dl) * scale;
+                    }
+                }
+                // gQ_i += Σ_j s·gS_ij K_j.
+                if let Some(gq) = gq.as_deref_mut() {
+                    gemm(
+                        br,
+                        d,
+                        bc,
+                        &mut gq[i0 * d..],
+                        d,
+                        true,
+                        |r, c| dp[r * BC + c],
+                        |c, n0| &ks[k0 + (j0 + c) * ksr + n0..],
+                    );
+                }
+                // gK_j += Σ_i s·gS_ij Q_i.
+                if let Some(gk) = gk.as_deref_mut() {
+                    gemm(
+                        bc,
+                        d,
+                        br,
+                        &mut gk[j0 * d..],
+                        d,
+                        true,
+                        |c, r| dp[r * BC + c],
+                        |r, n0| &qs[qi + r * qsr + n0..],
+                    );
+                }
+            }
+            i0 += br;
+        }
+        j0 += bc;
+    }
+}
+
+simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bh: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<T>, buf: &mut [T]) }
+
+/// The streaming backward from the forward's `out` and `lse` (contiguous) and the upstream
+/// `g_out` (last axis unit-stride): `(gq, gk, gv)` for those `needs` asks.
+pub(super) fn backward<T: RowFloat>(
+    ctx: &ExecContext,
+    p: &Problem<'_, T>,
+    out: &RawTensor,
+    lse: &RawTensor,
+    g_out: &RawTensor,
+    needs: [bool; 3],
+) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
+    let (nb, nh, nt, ns, d, dv) = (p.nb, p.nh, p.nt, p.ns, p.d, p.dv);
+    let zeros = |need: bool, shape: &[usize]| -> Result<Option<RawTensor>> {
+        Ok(if need {
+            Some(ctx.zeros(T::DTYPE, shape)?)
+        } else {
+            None
+        })
+    };
+    let mut gq = zeros(needs[0], &[nb, nh, nt, d])?;
+    let mut gk = zeros(needs[1], &[nb, nh, ns, d])?;
+    let mut gv = zeros(needs[2], &[nb, nh, ns, dv])?;
+    if !needs.iter().any(|&n| n) {
+        return Ok((gq, gk, gv));
+    }
+    let mut delta = zeros(needs[0] || needs[1], &[nb, nh, nt])?;
+    let ptr = |t: &mut Option<RawTensor>| -> Result<Option<SendPtr<T>>> {
+        Ok(match t {
+            Some(t) => Some(SendPtr(t.as_mut_slice::<T>()?.as_mut_ptr())),
+            None => None,
+        })
+    };
+    let dst = BwdOut {
+        gq: ptr(&mut gq)?,
+        gk: ptr(&mut gk)?,
+        gv: ptr(&mut gv)?,
+        delta: ptr(&mut delta)?,
+    };
+    let (g_h, o_h) = (Heads::<T>::new(g_out)?, Heads::<T>::new(out)?);
+    let lse = lse.as_slice::<T>()?;
+    let len = BC * (d + dv) + 2 * BR * BC;
+    ctx.for_chunks(nb * nh, p.parallel(), |bh| {
+        with_scratch::<T, _>(len, |buf| bwd_head(p, bh, &g_h, &o_h, lse, dst, buf));
+    });
+    drop(delta);
+    Ok((gq, gk, gv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::attention::{prepare_mask, AttentionOpts};
+
+    /// The runtime-dispatched (AVX2/AVX-512) tile kernels give the same bits as the
+    /// baseline build of the same code.
+    #[test]
+    fn dispatched_blocks_match_baseline_bitwise() -> Result<()> {
+        let ctx = ExecContext::with_threads(1)?;
+        let mut g = crate::rng::SplitMix64::new(11);
+        let (nb, nh, nt, ns, d, dv) = (1, 2, 70, 77, 19, 24);
+        let mut rnd = |n: usize| -> Vec<f32> { (0..n).map(|_| g.next_normal() as f32).collect() };
+        let q = ctx.from_slice(&rnd(nb * nh * nt * d), &[nb, nh, nt, d])?;
+        let k = ctx.from_slice(&rnd(nb * nh * ns * d), &[nb, nh, ns, d])?;
+        let v = ctx.from_slice(&rnd(nb * nh * ns * dv), &[nb, nh, ns, dv])?;
+        let go = ctx.from_slice(&rnd(nb * nh * nt * dv), &[nb, nh, nt, dv])?;
+        let bias = ctx.from_slice(&rnd(ns), &[1, 1, 1, ns])?;
+        let mask = prepare_mask(&ctx, "test", Some(&bias), q.dtype(), [nb, nh, nt, ns])?;
+        let opts = AttentionOpts {
+            causal: true,
+            scale: None,
+        };
+        let p = Problem::<f32>::new(&q, &k, &v, mask.as_ref(), true, opts.scale_for(d))?;
+        let (mut o1, mut l1) = (vec![0f32; nb * nh * nt * dv], vec![0f32; nb * nh * nt]);
+        let (mut o2, mut l2) = (o1.clone(), l1.clone());
+        let len = BC * d + BR * BC;
+        let (mut s1, mut s2) = (vec![0f32; len], vec![0f32; len]);
+        for c in 0..nb * nh * nt.div_ceil(BR) {
+            let (a, b) = (SendPtr(o1.as_mut_ptr()), SendPtr(l1.as_mut_ptr()));
+            fwd_block(&p, c, a, b, &mut s1);
+            let (a, b) = (SendPtr(o2.as_mut_ptr()), SendPtr(l2.as_mut_ptr()));
+            fwd_block_impl(&p, c, a, b, &mut s2);
+        }
+        assert_eq!(o1, o2);
+        assert_eq!(l1, l2);
+        let out = ctx.from_slice(&o1, &[nb, nh, nt, dv])?;
+        let (oh, gh) = (Heads::<f32>::new(&out)?, Heads::<f32>::new(&go)?);
+        let n = |len: usize| vec![0f32; len];
+        let mut bufs = [
+            (n(nt * d * 2), n(ns * d * 2), n(ns * dv * 2), n(nt * 2)),
+            (n(nt * d * 2), n(ns * d * 2), n(ns * dv * 2), n(nt * 2)),
+        ];
+        let len = BC * (d + dv) + 2 * BR * BC;
+        for (which, (gq, gk, gv, dl)) in bufs.iter_mut().enumerate() {
+            let dst = BwdOut {
+                gq: Some(SendPtr(gq.as_mut_ptr())),
+                gk: Some(SendPtr(gk.as_mut_ptr())),
+                gv: Some(SendPtr(gv.as_mut_ptr())),
+                delta: Some(SendPtr(dl.as_mut_ptr())),
+            };
+            let mut sc = vec![0f32; len];
+            for bh in 0..nb * nh {
+                if which == 0 {
+                    bwd_head(&p, bh, &gh, &oh, &l1, dst, &mut sc);
+                } else {
+                    bwd_head_impl(&p, bh, &gh, &oh, &l1, dst, &mut sc);
+                }
+            }
+        }
+        assert_eq!(bufs[0], bufs[1]);
+        assert!(bufs[0].0.iter().any(|&x| x != 0.0));
+        Ok(())
+    }
+}

@@ -1,0 +1,305 @@
+//! The materialising attention kernel that fucina shipped before the streaming one: it
+//! writes the full `[B, H, T, S]` probability tensor and its backward reads it back.
+//!
+//! Kept only as the comparison for `benches/benches/attention.rs` (and tested against the
+//! reference so the comparison stays honest); models use [`ExecContext::attention`].
+//! Forward chunks are fixed (head, 16-row block) pairs and backward chunks are heads, so
+//! results are bitwise identical for any thread count. Fully masked rows give zero
+//! probabilities, not NaN.
+
+use super::{check_qkv, expect_shape, prepare_mask, rows_readable, Heads, Mask};
+use crate::dtype::{Element, Float};
+use crate::error::Result;
+use crate::exec::ExecContext;
+use crate::kernels::copy::SendPtr;
+use crate::tensor::RawTensor;
+
+/// Query rows per forward chunk (fixed: never derived from the thread count).
+const ROW_BLOCK: usize = 16;
+
+/// Sum of `a[i] * b[i]` in 8 interleaved lanes (vectorisable; order fixed by the length).
+#[inline]
+fn dot<T: Float>(a: &[T], b: &[T]) -> T {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [T::ZERO; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = T::ZERO;
+    for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// `y += alpha * x`.
+#[inline]
+fn axpy<T: Float>(y: &mut [T], alpha: T, x: &[T]) {
+    for (v, &u) in y.iter_mut().zip(x) {
+        *v += alpha * u;
+    }
+}
+
+/// The forward kernel: probs and out are fresh contiguous outputs.
+fn attention_fwd<T: Float>(
+    ctx: &ExecContext,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+    mask: &Mask<'_, T>,
+    causal: bool,
+    scale: T,
+    out: &mut RawTensor,
+    probs: &mut RawTensor,
+) -> Result<()> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let (nb, nh, nt, ns, dv) = (qs[0], qs[1], qs[2], ks[2], vs[3]);
+    let (qh, kh, vh) = (
+        Heads::<T>::new(q)?,
+        Heads::<T>::new(k)?,
+        Heads::<T>::new(v)?,
+    );
+    let out_ptr = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
+    let probs_ptr = SendPtr(probs.as_mut_slice::<T>()?.as_mut_ptr());
+    let n_tb = nt.div_ceil(ROW_BLOCK);
+    let n_chunks = nb * nh * n_tb;
+    let work = nb * nh * nt * ns * (qs[3] + dv);
+    ctx.for_chunks(n_chunks, work >= 1 << 15, |c| {
+        let (op, pp) = (out_ptr, probs_ptr);
+        let (bh, tb) = (c / n_tb, c % n_tb);
+        let (b, h) = (bh / nh, bh % nh);
+        for i in tb * ROW_BLOCK..((tb + 1) * ROW_BLOCK).min(nt) {
+            let row = bh * nt + i;
+            // SAFETY: row (b, h, i) of probs and out is written by this chunk only.
+            let (p, o) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(pp.0.add(row * ns), ns),
+                    std::slice::from_raw_parts_mut(op.0.add(row * dv), dv),
+                )
+            };
+            // Causal: keys j <= i + (S - T) are visible.
+            let jmax = if causal {
+                (i + ns + 1).saturating_sub(nt).min(ns)
+            } else {
+                ns
+            };
+            let qi = qh.row(b, h, i);
+            let mut m = T::NEG_INFINITY;
+            for j in 0..jmax {
+                let s = mask.apply(b, h, i, j, dot(qi, kh.row(b, h, j)) * scale);
+                p[j] = s;
+                m = m.max(s);
+            }
+            p[jmax..].fill(T::ZERO);
+            o.fill(T::ZERO);
+            if m == T::NEG_INFINITY {
+                // Fully masked row: zero probabilities and a zero output.
+                p[..jmax].fill(T::ZERO);
+                continue;
+            }
+            let mut sum = T::ZERO;
+            for x in p[..jmax].iter_mut() {
+                let e = (*x - m).exp();
+                *x = e;
+                sum += e;
+            }
+            let inv = T::ONE / sum;
+            for (j, x) in p[..jmax].iter_mut().enumerate() {
+                *x *= inv;
+                if *x != T::ZERO {
+                    axpy(o, *x, vh.row(b, h, j));
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The backward kernel for one dtype; see [`attention_backward`] for the math.
+fn attention_bwd<T: Float>(
+    ctx: &ExecContext,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+    probs: &RawTensor,
+    g_out: &RawTensor,
+    scale: T,
+    needs: [bool; 3],
+) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let (nb, nh, nt, ns, d, dv) = (qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]);
+    let (qh, kh, vh) = (
+        Heads::<T>::new(q)?,
+        Heads::<T>::new(k)?,
+        Heads::<T>::new(v)?,
+    );
+    let pr = probs.as_slice::<T>()?;
+    let gr = g_out.as_slice::<T>()?;
+    let need_s = needs[0] || needs[1];
+    let mut gq = if needs[0] {
+        Some(ctx.empty(T::DTYPE, qs)?)
+    } else {
+        None
+    };
+    let mut gk = if needs[1] {
+        Some(ctx.zeros(T::DTYPE, &[nb, nh, ns, d])?)
+    } else {
+        None
+    };
+    let mut gv = if needs[2] {
+        Some(ctx.zeros(T::DTYPE, &[nb, nh, ns, dv])?)
+    } else {
+        None
+    };
+    let n_heads = nb * nh;
+    // One row of d(scores) per head, leased up front so chunks cannot fail.
+    let mut gs_buf = ctx
+        .pool()
+        .scratch::<T>(if need_s { n_heads * ns } else { 0 })?;
+    let ptr = |t: &mut Option<RawTensor>| -> Result<Option<SendPtr<T>>> {
+        Ok(match t {
+            Some(t) => Some(SendPtr(t.as_mut_slice::<T>()?.as_mut_ptr())),
+            None => None,
+        })
+    };
+    let (gq_ptr, gk_ptr, gv_ptr) = (ptr(&mut gq)?, ptr(&mut gk)?, ptr(&mut gv)?);
+    let gs_ptr = SendPtr(gs_buf.as_mut_ptr());
+    let work = n_heads * nt * ns * (d + dv);
+    ctx.for_chunks(n_heads, work >= 1 << 15, |bh| {
+        let (gqp, gkp, gvp, gsp) = (gq_ptr, gk_ptr, gv_ptr, gs_ptr);
+        let (b, h) = (bh / nh, bh % nh);
+        // SAFETY (all slices below): head bh's rows of gq/gk/gv and its gs row are
+        // owned by this chunk only; the buffers hold n_heads such blocks.
+        let gk_h =
+            gkp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * d), ns * d) });
+        let gv_h =
+            gvp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * dv), ns * dv) });
+        let (mut gk_h, mut gv_h) = (gk_h, gv_h);
+        let gs = if need_s {
+            unsafe { std::slice::from_raw_parts_mut(gsp.0.add(bh * ns), ns) }
+        } else {
+            &mut [][..]
+        };
+        for i in 0..nt {
+            let row = bh * nt + i;
+            let p = &pr[row * ns..(row + 1) * ns];
+            let g = &gr[row * dv..(row + 1) * dv];
+            // gv[j] += p[i, j] * g[i]   (gv = probsᵀ · g), i increasing.
+            if let Some(gv_h) = gv_h.as_deref_mut() {
+                for (j, &pj) in p.iter().enumerate() {
+                    if pj != T::ZERO {
+                        axpy(&mut gv_h[j * dv..(j + 1) * dv], pj, g);
+                    }
+                }
+            }
+            if !need_s {
+                continue;
+            }
+            // gp[j] = g[i] · v[j]; r = Σ_j gp[j] p[j]; gs[j] = p[j] (gp[j] - r).
+            // Where p[i, j] = 0 (masked or underflowed) gs[j] = 0 and is skipped.
+            let mut r = T::ZERO;
+            for (j, &pj) in p.iter().enumerate() {
+                gs[j] = if pj != T::ZERO {
+                    let gp = dot(g, vh.row(b, h, j));
+                    r += gp * pj;
+                    gp
+                } else {
+                    T::ZERO
+                };
+            }
+            for (x, &pj) in gs.iter_mut().zip(p) {
+                *x = pj * (*x - r) * scale;
+            }
+            // gq[i] = scale Σ_j gs[j] k[j];  gk[j] += scale gs[j] q[i].
+            if let Some(gqp) = gqp {
+                // SAFETY: row (b, h, i) of gq belongs to this chunk.
+                let gq_i = unsafe { std::slice::from_raw_parts_mut(gqp.0.add(row * d), d) };
+                gq_i.fill(T::ZERO);
+                for (j, &c) in gs.iter().enumerate() {
+                    if c != T::ZERO {
+                        axpy(gq_i, c, kh.row(b, h, j));
+                    }
+                }
+            }
+            if let Some(gk_h) = gk_h.as_deref_mut() {
+                let qi = qh.row(b, h, i);
+                for (j, &c) in gs.iter().enumerate() {
+                    if c != T::ZERO {
+                        axpy(&mut gk_h[j * d..(j + 1) * d], c, qi);
+                    }
+                }
+            }
+        }
+    });
+    drop(gs_buf);
+    Ok((gq, gk, gv))
+}
+
+/// The materialising forward: `(out [B,H,T,Dv], probs [B,H,T,S])`, with the arguments of
+/// [`ExecContext::attention`]. For the benchmark comparison only.
+pub fn attention(
+    ctx: &ExecContext,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+    mask: Option<&RawTensor>,
+    opts: super::AttentionOpts,
+) -> Result<(RawTensor, RawTensor)> {
+    const OP: &str = "attention_materialising";
+    let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+    let full = [nb, nh, nt, ns];
+    let mask = prepare_mask(ctx, OP, mask, q.dtype(), full)?;
+    let (q, k, v) = (
+        rows_readable(ctx, q)?,
+        rows_readable(ctx, k)?,
+        rows_readable(ctx, v)?,
+    );
+    let mut out = ctx.empty(q.dtype(), &[nb, nh, nt, dv])?;
+    let mut probs = ctx.empty(q.dtype(), &full)?;
+    let scale = opts.scale_for(d);
+    crate::dispatch_float!(q.dtype(), OP, T => {
+        let mk = Mask::<T>::new(mask.as_ref())?;
+        attention_fwd::<T>(ctx, &q, &k, &v, &mk, opts.causal, T::from_f64(scale), &mut out, &mut probs)
+    })?;
+    Ok((out, probs))
+}
+
+/// The materialising backward from `probs` and the upstream `g_out` `[B,H,T,Dv]`; `needs` =
+/// which of (gq, gk, gv) to compute. Masking is already in probs (masked entries are 0).
+/// Per head, with s = scale:
+/// ```text
+/// gv = probsᵀ · g                     gp = g · vᵀ
+/// gs = probs ∘ (gp − rowsum(gp ∘ probs))   (softmax backward)
+/// gq = s · gs · k                     gk = s · gsᵀ · q
+/// ```
+pub fn attention_backward(
+    ctx: &ExecContext,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+    probs: &RawTensor,
+    g_out: &RawTensor,
+    opts: super::AttentionOpts,
+    needs: [bool; 3],
+) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
+    const OP: &str = "attention_materialising_backward";
+    let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+    expect_shape(OP, probs, &[nb, nh, nt, ns], q.dtype())?;
+    expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
+    let (q, k, v) = (
+        rows_readable(ctx, q)?,
+        rows_readable(ctx, k)?,
+        rows_readable(ctx, v)?,
+    );
+    let probs = ctx.contiguous(probs)?;
+    let g_out = ctx.contiguous(g_out)?;
+    let scale = opts.scale_for(d);
+    crate::dispatch_float!(q.dtype(), OP, T => {
+        attention_bwd::<T>(ctx, &q, &k, &v, &probs, &g_out, T::from_f64(scale), needs)
+    })
+}
