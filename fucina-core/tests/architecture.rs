@@ -224,6 +224,7 @@ fn paths_named_in_architecture_md_exist() {
         "fucina-autograd/",
         "fucina-nn/",
         "fucina-optim/",
+        "fucina-distributed/",
         "src/",
         "examples/",
         "benches/",

@@ -85,9 +85,7 @@ impl BucketPlan {
                 Error::InvalidConfig(format!("parameter {param}: {len} elements overflow"))
             })?;
             match buckets.last_mut() {
-                Some(b)
-                    if b.dtype == dtype && bytes_in_last.saturating_add(bytes) <= cap_bytes =>
-                {
+                Some(b) if b.dtype == dtype && bytes_in_last.saturating_add(bytes) <= cap_bytes => {
                     b.slots.push(Slot {
                         param,
                         offset: b.len,

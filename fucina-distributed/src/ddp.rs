@@ -63,7 +63,11 @@ impl<'t> DataParallel<'t> {
     /// Checks that every rank has the same parameter list (count, shapes,
     /// dtypes: [`Error::ParamMismatch`] otherwise), plans the buckets, and
     /// (by default) broadcasts rank 0's parameter values to every rank.
-    pub fn new(transport: &'t dyn Transport, params: Vec<Tensor>, opts: DdpOptions) -> Result<Self> {
+    pub fn new(
+        transport: &'t dyn Transport,
+        params: Vec<Tensor>,
+        opts: DdpOptions,
+    ) -> Result<Self> {
         let specs: Vec<(usize, DType)> = params.iter().map(|p| (p.numel(), p.dtype())).collect();
         let plan = BucketPlan::new(&specs, opts.bucket_bytes)?;
         let mut layout = Fnv::new();
@@ -159,7 +163,9 @@ impl<'t> DataParallel<'t> {
         // 1. reduce-scatter: chunk q to rank q.
         let bytes: &[u8] = bytemuck::cast_slice(&flat);
         let sz = std::mem::size_of::<T>();
-        let send: Vec<&[u8]> = (0..n).map(|q| &bytes[q * c * sz..(q + 1) * c * sz]).collect();
+        let send: Vec<&[u8]> = (0..n)
+            .map(|q| &bytes[q * c * sz..(q + 1) * c * sz])
+            .collect();
         let mut recv = vec![vec![0u8; c * sz]; n];
         t.exchange(&format!("{what}: reduce-scatter"), &send, &mut recv)?;
         // 2. the ordered sum of this rank's chunk: ranks 0, 1, ..., n-1.
@@ -182,7 +188,9 @@ impl<'t> DataParallel<'t> {
         }
         for s in &b.slots {
             let p = &self.params[s.param];
-            let g = p.ctx().from_slice(&flat[s.offset..s.offset + s.len], p.shape())?;
+            let g = p
+                .ctx()
+                .from_slice(&flat[s.offset..s.offset + s.len], p.shape())?;
             p.set_grad(Some(g))?;
         }
         Ok(())
@@ -221,7 +229,10 @@ pub fn broadcast_tensors(t: &dyn Transport, tensors: &[Tensor]) -> Result<()> {
     if t.rank() == 0 {
         return Ok(());
     }
-    let expected: usize = tensors.iter().map(|x| x.numel() * x.dtype().size_of()).sum();
+    let expected: usize = tensors
+        .iter()
+        .map(|x| x.numel() * x.dtype().size_of())
+        .sum();
     if blob.len() != expected {
         return Err(Error::SizeMismatch {
             rank: t.rank(),
@@ -248,7 +259,9 @@ pub fn broadcast_tensors(t: &dyn Transport, tensors: &[Tensor]) -> Result<()> {
 /// The bytes of a tensor's value, contiguous, little-endian.
 fn tensor_bytes(raw: &RawTensor, owner: &Tensor) -> Result<Vec<u8>> {
     let raw = owner.ctx().contiguous(raw)?;
-    Ok(fucina_core::dispatch_any!(raw.dtype(), T => bytemuck::cast_slice::<T, u8>(raw.as_slice::<T>()?).to_vec()))
+    Ok(
+        fucina_core::dispatch_any!(raw.dtype(), T => bytemuck::cast_slice::<T, u8>(raw.as_slice::<T>()?).to_vec()),
+    )
 }
 
 /// A 64-bit hash (FNV-1a) of the values of `params`, in order: equal hashes

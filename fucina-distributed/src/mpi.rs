@@ -28,10 +28,10 @@ const TAG: i32 = 0x0fc1;
 
 /// The MPI world of this process: rank, size, and the exchange.
 pub struct Mpi {
-    // Finalizes MPI when dropped (after `world`).
-    _universe: Universe,
     world: SimpleCommunicator,
     timeout: Duration,
+    // Finalizes MPI when dropped: declared last, so dropped after `world`.
+    _universe: Universe,
 }
 
 /// Initializes MPI from the environment `mpirun` set up (rank, world size);
@@ -98,7 +98,12 @@ impl Transport for Mpi {
         check_exchange_args(self, what, send, recv)?;
         let me = self.rank();
         let limit = i32::MAX as usize;
-        if let Some(big) = send.iter().map(|s| s.len()).chain(recv.iter().map(|r| r.len())).find(|&l| l > limit) {
+        if let Some(big) = send
+            .iter()
+            .map(|s| s.len())
+            .chain(recv.iter().map(|r| r.len()))
+            .find(|&l| l > limit)
+        {
             return Err(Error::Mpi(format!(
                 "`{what}`: a message of {big} bytes is over MPI's {limit}-element limit (lower the bucket size)"
             )));

@@ -99,7 +99,9 @@ impl LocalTransport {
     /// `n` connected ranks (move each into its own thread). Errors when `n` is 0.
     pub fn group(n: usize, timeout: Duration) -> Result<Vec<LocalTransport>> {
         if n == 0 {
-            return Err(Error::InvalidConfig("a group needs at least one rank".into()));
+            return Err(Error::InvalidConfig(
+                "a group needs at least one rank".into(),
+            ));
         }
         let mut group: Vec<LocalTransport> = (0..n)
             .map(|rank| LocalTransport {
