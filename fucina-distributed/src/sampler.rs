@@ -114,7 +114,7 @@ impl DistributedSampler {
     /// the same on every rank. Errors when `batch` is 0 or the data set has
     /// fewer than `world·batch` samples.
     pub fn batches_per_epoch(&self, batch: usize) -> Result<usize> {
-        let global = batch.checked_mul(self.world).unwrap_or(usize::MAX);
+        let global = batch.saturating_mul(self.world);
         if batch == 0 || global > self.len {
             return Err(Error::InvalidConfig(format!(
                 "DistributedSampler: batch {batch} per rank x {} ranks needs at least that many samples, the data set has {}",
