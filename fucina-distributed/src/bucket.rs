@@ -63,10 +63,11 @@ impl BucketPlan {
     /// ```
     /// use fucina_core::DType;
     /// use fucina_distributed::BucketPlan;
-    /// // three f32 parameters of 100, 200 and 300 elements, a 1 KiB cap
-    /// let plan = BucketPlan::new(&[(100, DType::F32), (200, DType::F32), (300, DType::F32)], 1024)?;
+    /// // three f32 parameters of 100, 100 and 300 elements (400, 400, 1200 bytes), a 1 KiB cap
+    /// let plan = BucketPlan::new(&[(100, DType::F32), (100, DType::F32), (300, DType::F32)], 1024)?;
     /// let params: Vec<Vec<usize>> = plan.buckets.iter().map(|b| b.slots.iter().map(|s| s.param).collect()).collect();
-    /// assert_eq!(params, vec![vec![2], vec![1, 0]]); // reverse order; 300 + 200 elements would pass 1 KiB
+    /// // reverse order; the 1200-byte parameter is over the cap and alone; the other two share one
+    /// assert_eq!(params, vec![vec![2], vec![1, 0]]);
     /// # Ok::<(), fucina_distributed::Error>(())
     /// ```
     pub fn new(params: &[(usize, DType)], cap_bytes: usize) -> Result<Self> {

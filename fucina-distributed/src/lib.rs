@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use fucina_autograd::{ScopeExt, Tensor};
-//! use fucina_distributed::{DataParallel, DdpOptions, LocalTransport};
+//! use fucina_distributed::{DataParallel, DdpOptions, LocalTransport, Transport};
 //! use fucina_optim::{AdamConfig, AdamW, Optimizer};
 //! let ranks = LocalTransport::group(2, std::time::Duration::from_secs(10))?;
 //! let threads: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
