@@ -23,11 +23,12 @@ cargo build --release -p fucina-distributed --features mpi --example ddp_mlp >&2
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 run() { # np threads batch hidden
-    local np=$1 threads=$2 batch=$3 hidden=$4 sps=() step=() comp=() avg=() share=() line
+    local np=$1 threads=$2 batch=$3 hidden=$4 sps=() step=() comp=() avg=() share=() mins=() line out
     for _ in $(seq "$REPS"); do
-        line=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$BIN" \
-            --steps "$STEPS" --batch "$batch" --hidden "$hidden" --threads "$threads" --log-every 100000 |
-            grep '^timing:')
+        out=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$BIN" \
+            --steps "$STEPS" --batch "$batch" --hidden "$hidden" --threads "$threads" --log-every 100000)
+        line=$(grep '^timing:' <<<"$out")
+        mins+=("$(grep '^timing minima:' <<<"$out" | sed -E 's/timing minima: //')")
         sps+=("$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<<"$line")")
         step+=("$(sed -E 's/.*median step ([0-9.]+) ms.*/\1/' <<<"$line")")
         comp+=("$(sed -E 's/.*= compute ([0-9.]+) ms.*/\1/' <<<"$line")")
@@ -39,6 +40,7 @@ run() { # np threads batch hidden
         "$(printf '%s\n' "${sps[@]}" | median)" "$(printf '%s\n' "${step[@]}" | median)" \
         "$(printf '%s\n' "${comp[@]}" | median)" "$(printf '%s\n' "${avg[@]}" | median)" \
         "$(printf '%s\n' "${share[@]}" | median)" "$REPS" "${sps[*]}"
+    printf '    minima per run: %s\n' "${mins[@]}"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
