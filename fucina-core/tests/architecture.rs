@@ -225,6 +225,7 @@ fn named_paths(doc_name: &str) -> (usize, Vec<String>) {
         "fucina-autograd/",
         "fucina-nn/",
         "fucina-optim/",
+        "fucina-distributed/",
         "src/",
         "examples/",
         "benches/",

@@ -1,0 +1,201 @@
+//! The MPI transport (feature `mpi`): [`init`] from the environment that
+//! `mpirun` sets up, and [`Transport::exchange`] over non-blocking
+//! point-to-point messages polled against a deadline.
+//!
+//! Failure policy: nothing in a distributed job may hang. A rank that
+//! returns an error calls [`Mpi::abort`] (through [`Mpi::exit_on_error`]),
+//! which prints `rank R of N failed: ...` and calls `MPI_Abort`, so
+//! `mpirun` ends every rank. A rank that is killed is noticed by `mpirun`,
+//! which kills the others and names the dead rank. A rank that stalls
+//! (stopped, deadlocked) is noticed by its peers: an exchange whose messages
+//! have not all arrived by the deadline prints which ranks are missing and
+//! aborts the job. `MPI_Abort` never returns, so pending requests are never
+//! dropped (rsmpi would abort the process without a message if they were).
+
+use std::time::{Duration, Instant};
+
+use mpi::datatype::Equivalence;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use crate::error::{Error, Result};
+use crate::transport::{check_exchange_args, Transport, DEFAULT_TIMEOUT};
+
+/// The one tag of fucina's messages (MPI keeps messages between a pair of
+/// ranks with the same tag in order, so successive exchanges match).
+const TAG: i32 = 0x0fc1;
+
+/// The MPI world of this process: rank, size, and the exchange.
+pub struct Mpi {
+    world: SimpleCommunicator,
+    timeout: Duration,
+    // Finalizes MPI when dropped: declared last, so dropped after `world`.
+    _universe: Universe,
+}
+
+/// Initializes MPI from the environment `mpirun` set up (rank, world size);
+/// a process started without `mpirun` is a world of one. Errors when MPI was
+/// already initialized in this process.
+pub fn init() -> Result<Mpi> {
+    let universe =
+        mpi::initialize().ok_or_else(|| Error::Mpi("MPI is already initialized".into()))?;
+    let world = universe.world();
+    Ok(Mpi {
+        _universe: universe,
+        world,
+        timeout: DEFAULT_TIMEOUT,
+    })
+}
+
+impl Mpi {
+    /// The same world with another exchange deadline (see
+    /// [`crate::DEFAULT_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The host this rank runs on.
+    pub fn host(&self) -> String {
+        mpi::environment::processor_name().unwrap_or_else(|_| "?".into())
+    }
+
+    /// Prints `fucina-distributed: rank R of N failed: {message}; aborting the
+    /// job` to stderr and aborts every rank (`MPI_Abort`, exit code 1).
+    pub fn abort(&self, message: &str) -> ! {
+        eprintln!(
+            "fucina-distributed: rank {} of {} failed: {message}; aborting the job",
+            self.rank(),
+            self.size()
+        );
+        self.world.abort(1)
+    }
+
+    /// The value of `r`, or [`Mpi::abort`] with its error.
+    pub fn exit_on_error<T>(&self, r: Result<T>) -> T {
+        match r {
+            Ok(v) => v,
+            Err(e) => self.abort(&e.to_string()),
+        }
+    }
+}
+
+impl Transport for Mpi {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn exchange(&self, what: &str, send: &[&[u8]], recv: &mut [Vec<u8>]) -> Result<()> {
+        check_exchange_args(self, what, send, recv)?;
+        let me = self.rank();
+        let limit = i32::MAX as usize;
+        if let Some(big) = send
+            .iter()
+            .map(|s| s.len())
+            .chain(recv.iter().map(|r| r.len()))
+            .find(|&l| l > limit)
+        {
+            return Err(Error::Mpi(format!(
+                "`{what}`: a message of {big} bytes is over MPI's {limit}-element limit (lower the bucket size)"
+            )));
+        }
+        recv[me].copy_from_slice(send[me]);
+        let expected: Vec<usize> = recv.iter().map(|r| r.len()).collect();
+        let start = Instant::now();
+        let deadline = start + self.timeout;
+        let mut bad: Option<Error> = None;
+        mpi::request::scope(|scope| {
+            let mut recvs = Vec::with_capacity(recv.len());
+            for (q, buf) in recv.iter_mut().enumerate() {
+                if q != me {
+                    let req = self
+                        .world
+                        .process_at_rank(q as i32)
+                        .immediate_receive_into_with_tag(scope, &mut buf[..], TAG);
+                    recvs.push((q, req));
+                }
+            }
+            let mut sends = Vec::with_capacity(send.len());
+            for (q, buf) in send.iter().enumerate() {
+                if q != me {
+                    let req = self
+                        .world
+                        .process_at_rank(q as i32)
+                        .immediate_send_with_tag(scope, *buf, TAG);
+                    sends.push(req);
+                }
+            }
+            let mut spins = 0u32;
+            loop {
+                let before = recvs.len() + sends.len();
+                let mut still = Vec::with_capacity(recvs.len());
+                for (q, req) in recvs.drain(..) {
+                    match req.test() {
+                        Ok(status) => {
+                            let got = status.count(u8::equivalent_datatype()) as usize;
+                            if got != expected[q] && bad.is_none() {
+                                bad = Some(Error::SizeMismatch {
+                                    rank: me,
+                                    what: what.to_string(),
+                                    peer: q,
+                                    expected: expected[q],
+                                    got,
+                                });
+                            }
+                        }
+                        Err(req) => still.push((q, req)),
+                    }
+                }
+                recvs = still;
+                let mut still = Vec::with_capacity(sends.len());
+                for req in sends.drain(..) {
+                    if let Err(req) = req.test() {
+                        still.push(req);
+                    }
+                }
+                sends = still;
+                if recvs.is_empty() && sends.is_empty() {
+                    break;
+                }
+                if recvs.len() + sends.len() < before {
+                    spins = 0;
+                } else {
+                    spins += 1;
+                    if spins > 1000 {
+                        if Instant::now() > deadline {
+                            let err = Error::PeerTimeout {
+                                rank: me,
+                                what: what.to_string(),
+                                missing: if recvs.is_empty() {
+                                    // Only sends are pending: a peer is not receiving.
+                                    (0..self.size()).filter(|&q| q != me).collect()
+                                } else {
+                                    recvs.iter().map(|(q, _)| *q).collect()
+                                },
+                                waited_s: start.elapsed().as_secs_f64(),
+                            };
+                            self.abort(&err.to_string());
+                        }
+                        // Waiting for a peer: stop burning the core it may need.
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        });
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
