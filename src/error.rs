@@ -13,6 +13,9 @@ pub enum Error {
     /// A graph, scope or gradient error from autograd.
     #[error(transparent)]
     Autograd(#[from] fucina_autograd::Error),
+    /// A module, layer or init error from nn.
+    #[error(transparent)]
+    Nn(#[from] fucina_nn::Error),
     /// An optimizer, schedule or checkpoint error.
     #[error(transparent)]
     Optim(#[from] fucina_optim::Error),

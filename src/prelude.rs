@@ -1,8 +1,45 @@
 //! What a training loop uses, in one import: `use fucina::prelude::*;`.
 //!
 //! Tensors and the context, the scope trait, no-grad, the option structs of
-//! the ops, gradcheck, the optimizers with their configs, schedules and
+//! the ops, gradcheck, the `Module` trait with its derive and the nn layers,
+//! the optimizers with their configs, schedules and
 //! clipping, checkpoints, and the umbrella `Result`.
+//!
+//! ```
+//! use fucina::prelude::*;
+//!
+//! #[derive(Module)]
+//! struct Classifier {
+//!     body: Linear,
+//!     head: Linear,
+//! }
+//!
+//! // A crate that depends on `fucina` only gets `::fucina::nn` paths from
+//! // the derive automatically; the attribute spells it out.
+//! #[derive(Module)]
+//! #[module(crate = "fucina::nn")]
+//! struct Wrapper {
+//!     inner: Classifier,
+//! }
+//!
+//! fn main() -> fucina::Result<()> {
+//!     let ctx = ExecContext::with_threads(1)?;
+//!     let mut init = Init::new(&ctx, DType::F32, 0);
+//!     let m = Wrapper {
+//!         inner: Classifier { body: Linear::new(&mut init, 2, 4, true)?, head: Linear::new(&mut init, 4, 3, true)? },
+//!     };
+//!     assert_eq!(m.named_parameters()[2].0, "inner.head.weight");
+//!     let mut opt = AdamW::single(m.parameters(), AdamConfig::adamw(1e-3))?;
+//!     {
+//!         let _scope = ctx.scope();
+//!         let x = Tensor::constant(&ctx, &[0.5f32, -0.5], &[1, 2])?;
+//!         let y = m.inner.head.forward(&m.inner.body.forward(&x)?.tanh()?)?;
+//!         y.square()?.mean_all()?.backward()?;
+//!     }
+//!     opt.step()?;
+//!     Ok(())
+//! }
+//! ```
 
 pub use crate::{Error, Result};
 pub use fucina_autograd::{
@@ -10,6 +47,10 @@ pub use fucina_autograd::{
 };
 pub use fucina_core::kernels::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
+pub use fucina_nn::{
+    Activation, Dist, Dropout, Embedding, Forward, Init, Layer, LayerNorm, Linear, Mode, Module,
+    RmsNorm,
+};
 pub use fucina_optim::{
     clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, Adam,
     AdamConfig, AdamW, Lion, LionConfig, Muon, MuonConfig, Optimizer, ParamGroup, RmsProp,

@@ -1,1 +1,64 @@
-//! fucina-nn: modules, layers, models, LoRA and safetensors state dicts.
+//! fucina-nn: the [`Module`] trait and its `#[derive(Module)]`, parameter
+//! init from the counter-based RNG, layers (linear, embedding, norms,
+//! dropout, activations, sequential, MLP, attention, transformer blocks),
+//! a nanoGPT-layout [`Gpt`], and whole-module gradcheck.
+//!
+//! A layer is a plain struct of `Tensor` parameters and sub-layers with a
+//! `forward`; `#[derive(Module)]` names its parameters by dotted path from
+//! the field names, so a user's own model gets `named_parameters`, modes,
+//! freezing and param groups from one line. Layers are built through an
+//! [`Init`] (context, dtype, seed): same seed, same weights.
+//!
+//! ```
+//! use fucina_nn::{Activation, Init, Linear, Module};
+//! use fucina_core::{DType, ExecContext};
+//!
+//! #[derive(Module)]
+//! struct Mlp {
+//!     fc1: Linear,
+//!     fc2: Linear,
+//! }
+//!
+//! let ctx = ExecContext::with_threads(1)?;
+//! let mut init = Init::new(&ctx, DType::F32, 0);
+//! let mlp = Mlp { fc1: Linear::new(&mut init, 2, 8, true)?, fc2: Linear::new(&mut init, 8, 3, true)? };
+//! let x = fucina_autograd::Tensor::constant(&ctx, &[0.5f32, -1.0], &[1, 2])?;
+//! let y = mlp.fc2.forward(&Activation::Tanh.forward(&mlp.fc1.forward(&x)?)?)?;
+//! assert_eq!(y.shape(), &[1, 3]);
+//! assert_eq!(mlp.named_parameters()[2].0, "fc2.weight");
+//! # Ok::<(), fucina_nn::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+// The derive names `::fucina_nn`; this makes the path resolve inside this crate too.
+extern crate self as fucina_nn;
+
+pub mod activation;
+pub mod attention;
+pub mod dropout;
+pub mod embedding;
+pub mod error;
+pub mod gpt;
+pub mod gradcheck;
+pub mod init;
+pub mod linear;
+pub mod module;
+pub mod norm;
+pub mod sequential;
+pub mod transformer;
+
+pub use activation::Activation;
+pub use attention::SelfAttention;
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use error::{Error, Result};
+pub use fucina_autograd::Tensor;
+pub use fucina_nn_derive::Module;
+pub use gpt::{Gpt, GptConfig};
+pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
+pub use init::{Dist, Init};
+pub use linear::Linear;
+pub use module::{Forward, Layer, Mode, Module};
+pub use norm::{LayerNorm, RmsNorm};
+pub use sequential::{Mlp, Sequential};
+pub use transformer::{BlockConfig, BlockInit, FeedForward, TransformerBlock};

@@ -1,0 +1,74 @@
+//! The structured error type of fucina-nn (wraps autograd's and core's).
+//!
+//! Constructors validate their configuration and return
+//! [`Error::InvalidConfig`] naming the module and the offending field;
+//! forwards validate input shapes and return [`Error::BadInput`] naming the
+//! module and the shapes; op failures pass through as `Autograd`/`Core`.
+
+/// Errors raised by fucina-nn.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// A shape, dtype, range or memory error from the kernels.
+    #[error(transparent)]
+    Core(#[from] fucina_core::Error),
+    /// A graph, scope or gradient error from autograd.
+    #[error(transparent)]
+    Autograd(#[from] fucina_autograd::Error),
+    /// A module was configured with an invalid value.
+    #[error("{module}: invalid config: {msg}")]
+    InvalidConfig {
+        /// The module (`Linear`, `GptConfig`, ...).
+        module: &'static str,
+        /// What was wrong, naming the field and its value.
+        msg: String,
+    },
+    /// A forward got an input it cannot take.
+    #[error("{module}: bad input: {msg} (got shape {shape:?})")]
+    BadInput {
+        /// The module whose forward failed.
+        module: &'static str,
+        /// What was expected.
+        msg: String,
+        /// The offending input's shape.
+        shape: Vec<usize>,
+    },
+    /// `gradcheck_module` found a gradient that disagrees with central
+    /// differences: names the parameter (or `input.N`) and element.
+    #[error("gradcheck_module: `{name}` element {index}: analytical {analytical:e} vs numerical {numerical:e} (abs err {abs_err:e}, rel err {rel_err:e})")]
+    GradcheckFailed {
+        /// The parameter's dotted path, or `input.N` for the N-th input.
+        name: String,
+        /// The row-major element index.
+        index: usize,
+        /// The backward's value.
+        analytical: f64,
+        /// The central-difference value.
+        numerical: f64,
+        /// |analytical − numerical|.
+        abs_err: f64,
+        /// abs_err / max(|numerical|, |analytical|).
+        rel_err: f64,
+    },
+}
+
+impl Error {
+    /// An [`Error::InvalidConfig`].
+    pub fn config(module: &'static str, msg: impl Into<String>) -> Error {
+        Error::InvalidConfig {
+            module,
+            msg: msg.into(),
+        }
+    }
+
+    /// An [`Error::BadInput`].
+    pub fn input(module: &'static str, msg: impl Into<String>, shape: &[usize]) -> Error {
+        Error::BadInput {
+            module,
+            msg: msg.into(),
+            shape: shape.to_vec(),
+        }
+    }
+}
+
+/// `Result` with fucina-nn's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,119 @@
+//! `Linear`: `y = x·Wᵀ + b` over the last axis, PyTorch's layout
+//! (`weight [out, in]`, `bias [out]`) and default init (uniform on
+//! `±1/√in` for both). The product runs through autograd's fused `linear`.
+
+use fucina_autograd::Tensor;
+
+use crate::error::{Error, Result};
+use crate::init::{Dist, Init};
+use crate::module::Forward;
+
+/// A fully connected layer: `weight [out, in]`, optional `bias [out]`.
+///
+/// ```
+/// use fucina_nn::{Init, Linear, Module};
+/// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
+/// let mut init = Init::new(&ctx, fucina_core::DType::F32, 0);
+/// let lin = Linear::new(&mut init, 3, 2, true).unwrap();
+/// let x = fucina_autograd::Tensor::constant(&ctx, &[1.0f32; 12], &[2, 2, 3]).unwrap();
+/// assert_eq!(lin.forward(&x).unwrap().shape(), &[2, 2, 2]);
+/// assert_eq!(lin.num_parameters(), 3 * 2 + 2);
+/// ```
+#[derive(Debug, fucina_nn_derive::Module)]
+pub struct Linear {
+    /// `[out_features, in_features]`.
+    pub weight: Tensor,
+    /// `[out_features]`, if the layer has a bias.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// PyTorch's default init: weight and bias uniform on `±1/√in`.
+    pub fn new(
+        init: &mut Init,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let d = Dist::kaiming_uniform(in_features);
+        Self::with_dist(init, in_features, out_features, bias, d, d)
+    }
+
+    /// A linear layer with explicit weight and bias distributions (GPT:
+    /// `Dist::normal(0.02)` and `Dist::Zeros`).
+    pub fn with_dist(
+        init: &mut Init,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        weight: Dist,
+        bias_dist: Dist,
+    ) -> Result<Linear> {
+        if in_features == 0 || out_features == 0 {
+            return Err(Error::config(
+                "Linear",
+                format!("in_features ({in_features}) and out_features ({out_features}) must be positive"),
+            ));
+        }
+        let w = init.param(&[out_features, in_features], weight)?;
+        let b = if bias {
+            Some(init.param(&[out_features], bias_dist)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight: w, bias: b })
+    }
+
+    /// A layer over existing tensors (`weight [out, in]`, `bias [out]`).
+    pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
+        if weight.rank() != 2 {
+            return Err(Error::config(
+                "Linear",
+                format!("weight must be [out, in], got {:?}", weight.shape()),
+            ));
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [weight.shape()[0]] || b.dtype() != weight.dtype() {
+                return Err(Error::config(
+                    "Linear",
+                    format!(
+                        "bias must be [{}] {:?}, got {:?} {:?}",
+                        weight.shape()[0],
+                        weight.dtype(),
+                        b.shape(),
+                        b.dtype()
+                    ),
+                ));
+            }
+        }
+        Ok(Linear { weight, bias })
+    }
+
+    /// The input width.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    /// The output width.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// `x [..., in] -> [..., out]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
+            return Err(Error::input(
+                "Linear",
+                format!("expected [..., {}]", self.in_features()),
+                x.shape(),
+            ));
+        }
+        Ok(x.linear(&self.weight, self.bias.as_ref())?)
+    }
+}
+
+impl Forward for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Linear::forward(self, x)
+    }
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes fucina-nn/tests/goldens/gpt.safetensors: a 2-layer CharGPT's weights,
+inputs, logits, loss and every parameter's gradient, computed by PyTorch.
+
+The model is `CharGPT` of the reference workloads (reference/torch_workloads.py
+of the project's shared reference), copied below verbatim apart from its size:
+nanoGPT layout (wte, wpe, blocks.N.{ln1, qkv, proj, ln2, fc, fc_proj}, ln_f),
+pre-LN, GELU(tanh), explicit causal softmax attention, tied head, N(0, 0.02)
+init with zero biases. After init every bias and LayerNorm parameter gets
+small noise, so that each parameter changes the output and a mix-up of two
+of them cannot pass.
+
+For each dtype D in {f32, f64} the file holds
+    D/param/NAME   the weights, under the state-dict names fucina-nn uses
+    D/grad/NAME    d loss / d NAME
+    D/logits       [B, T, vocab]
+    D/loss         [] mean cross-entropy of logits against tgt
+and, shared, `idx` and `tgt` (int64 [B, T]) and `config` ([vocab, block,
+n_layer, n_head, d] as int64). The Rust test `fucina-nn/tests/gpt_golden.rs`
+loads the weights by name into `fucina_nn::Gpt` and compares (f32 within
+1e-5, f64 within 1e-10, relative to each tensor's largest magnitude).
+
+Regenerate (needs torch, safetensors, numpy; CI never runs this):
+    python3 -m venv .venv && .venv/bin/pip install torch safetensors numpy
+    PYTHON=.venv/bin/python; ${PYTHON:-python3} tools/gen_nn_goldens.py
+"""
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+VOCAB, BLOCK, N_LAYER, N_HEAD, D = 65, 8, 2, 2, 16
+B, T = 2, 8
+
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.fc_proj = nn.Linear(4 * d, d)
+        self.h = h
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q = q.view(b, t, self.h, d // self.h).transpose(1, 2)
+        k = k.view(b, t, self.h, d // self.h).transpose(1, 2)
+        v = v.view(b, t, self.h, d // self.h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.h) ** 0.5)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
+        x = x + self.proj(y)
+        x = x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return x
+
+
+class CharGPT(nn.Module):
+    def __init__(self, vocab=65, block=128, n_layer=4, n_head=4, d=256):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(block, d)
+        self.blocks = nn.ModuleList([Block(d, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d)
+        for m in self.modules():  # nanoGPT init: N(0, 0.02) weights and embeddings, zero biases
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def main():
+    torch.manual_seed(0)
+    model = CharGPT(VOCAB, BLOCK, N_LAYER, N_HEAD, D).double()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.add_(0.02 * torch.randn_like(p))
+            elif ".ln" in name or name.startswith("ln_f"):
+                p.add_(0.1 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, VOCAB, (B, T), generator=g)
+    tgt = torch.randint(0, VOCAB, (B, T), generator=g)
+    out = {
+        "idx": idx.contiguous(),
+        "tgt": tgt.contiguous(),
+        "config": torch.tensor([VOCAB, BLOCK, N_LAYER, N_HEAD, D], dtype=torch.int64),
+    }
+    for tag, dtype in (("f64", torch.float64), ("f32", torch.float32)):
+        m = CharGPT(VOCAB, BLOCK, N_LAYER, N_HEAD, D).to(dtype)
+        m.load_state_dict({k: v.to(dtype) for k, v in model.state_dict().items()})
+        logits = m(idx)
+        loss = F.cross_entropy(logits.view(-1, VOCAB), tgt.view(-1))
+        loss.backward()
+        for name, p in m.named_parameters():
+            out[f"{tag}/param/{name}"] = p.detach().contiguous()
+            out[f"{tag}/grad/{name}"] = p.grad.contiguous()
+        out[f"{tag}/logits"] = logits.detach().contiguous()
+        out[f"{tag}/loss"] = loss.detach().reshape(())
+    path = os.path.join(os.path.dirname(__file__), "..", "fucina-nn", "tests", "goldens", "gpt.safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    save_file(out, path)
+    print(f"wrote {os.path.normpath(path)}: {len(out)} tensors")
+
+
+if __name__ == "__main__":
+    main()
