@@ -43,13 +43,18 @@
 
 pub use crate::{Error, Result};
 pub use fucina_autograd::{
-    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, Reduction, ScopeExt, Tensor,
+    checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, LoadOptions, Reduction,
+    SaveOptions, ScopeExt, Tensor,
 };
 pub use fucina_core::kernels::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use fucina_nn::{
-    Activation, Dist, Dropout, Embedding, Forward, Init, Layer, LayerNorm, Linear, Mode, Module,
-    RmsNorm,
+    apply_lora, load_adapter, mean_pool, save_adapter, BertConfig, BertModel, LoraConfig, StateDict,
+};
+pub use fucina_nn::{
+    gradcheck_module, gradcheck_module_with, Activation, BlockConfig, Dist, Dropout, Embedding,
+    FeedForward, Forward, Gpt, GptConfig, Init, Layer, LayerNorm, Linear, Mlp, Mode, Module,
+    RmsNorm, SelfAttention, Sequential, TransformerBlock,
 };
 pub use fucina_optim::{
     clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, Adam,

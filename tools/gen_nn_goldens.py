@@ -20,6 +20,18 @@ n_layer, n_head, d] as int64). The Rust test `fucina-nn/tests/gpt_golden.rs`
 loads the weights by name into `fucina_nn::Gpt` and compares (f32 within
 1e-5, f64 within 1e-10, relative to each tensor's largest magnitude).
 
+It also writes fucina-nn/tests/goldens/block.safetensors: PyTorch's
+`nn.TransformerEncoderLayer` (batch_first, dropout 0, training mode so the
+fused fast path is off) with exact GELU, post-LN (`post/`) and pre-LN
+(`pre/`), bidirectional attention with a key-padding mask, as
+    K/param/NAME  weights under fucina's `TransformerBlock` names (qkv =
+                  self_attn.in_proj, proj = out_proj, fc = linear1,
+                  fc_proj = linear2, ln1 = norm1, ln2 = norm2)
+    K/x, K/gy     input [B, T, D] and upstream gradient
+    K/y           output; K/grad/x and K/grad/NAME the gradients of <y, gy>
+and `lengths` (int64 [B]: real tokens per row; the rest is padding), for
+f64 only (compared within 1e-10 by `fucina-nn/tests/block_golden.rs`).
+
 Regenerate (needs torch, safetensors, numpy; CI never runs this):
     python3 -m venv .venv && .venv/bin/pip install torch safetensors numpy
     PYTHON=.venv/bin/python; ${PYTHON:-python3} tools/gen_nn_goldens.py
@@ -116,5 +128,51 @@ def main():
     print(f"wrote {os.path.normpath(path)}: {len(out)} tensors")
 
 
+BLOCK_NAMES = {
+    "self_attn.in_proj_weight": "qkv.weight",
+    "self_attn.in_proj_bias": "qkv.bias",
+    "self_attn.out_proj.weight": "proj.weight",
+    "self_attn.out_proj.bias": "proj.bias",
+    "linear1.weight": "fc.weight",
+    "linear1.bias": "fc.bias",
+    "linear2.weight": "fc_proj.weight",
+    "linear2.bias": "fc_proj.bias",
+    "norm1.weight": "ln1.weight",
+    "norm1.bias": "ln1.bias",
+    "norm2.weight": "ln2.weight",
+    "norm2.bias": "ln2.bias",
+}
+
+
+def blocks():
+    torch.manual_seed(2)
+    d, h, ff, b, t = 8, 2, 16, 2, 5
+    lengths = torch.tensor([5, 3], dtype=torch.int64)
+    pad = torch.arange(t)[None, :] >= lengths[:, None]  # True = padding (ignored key)
+    out = {"lengths": lengths}
+    for key, norm_first in (("post", False), ("pre", True)):
+        layer = nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=norm_first).double()
+        layer.train()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        x = torch.randn(b, t, d, dtype=torch.float64, requires_grad=True)
+        gy = torch.randn(b, t, d, dtype=torch.float64)
+        y = layer(x, src_key_padding_mask=pad)
+        (y * gy).sum().backward()
+        for name, p in layer.named_parameters():
+            out[f"{key}/param/{BLOCK_NAMES[name]}"] = p.detach().contiguous()
+            out[f"{key}/grad/{BLOCK_NAMES[name]}"] = p.grad.contiguous()
+        out[f"{key}/x"] = x.detach().contiguous()
+        out[f"{key}/gy"] = gy
+        out[f"{key}/y"] = y.detach().contiguous()
+        out[f"{key}/grad/x"] = x.grad.contiguous()
+    path = os.path.join(os.path.dirname(__file__), "..", "fucina-nn", "tests", "goldens", "block.safetensors")
+    save_file(out, path)
+    print(f"wrote {os.path.normpath(path)}: {len(out)} tensors")
+
+
 if __name__ == "__main__":
+    blocks()
     main()

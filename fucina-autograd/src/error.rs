@@ -55,6 +55,9 @@ pub enum Error {
     /// A checkpointed block ran a checkpoint during its own recompute.
     #[error("nested checkpoint recompute is not supported")]
     NestedCheckpointRecompute,
+    /// Reading or writing a state-dict file failed (names the file and tensor).
+    #[error(transparent)]
+    StateDict(Box<crate::io::StateDictError>),
     /// gradcheck was given no input that requires a gradient.
     #[error("gradcheck: no input requires a gradient")]
     NoVariableInputs,

@@ -29,6 +29,7 @@ pub mod error;
 pub mod grad_mode;
 pub mod gradcheck;
 pub mod graph;
+pub mod io;
 pub mod ops;
 pub mod scope;
 pub mod suite;
@@ -44,5 +45,9 @@ pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
 pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
 pub use graph::{live_nodes, Backward, Grads};
+pub use io::{
+    load_state_dict, save_state_dict, LoadOptions, LoadReport, SafetensorsFile, SaveOptions,
+    StateDictError,
+};
 pub use scope::{scope_depth, ExecScope, ScopeExt};
 pub use tensor::Tensor;

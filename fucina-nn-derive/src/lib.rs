@@ -1,6 +1,8 @@
-//! `#[derive(Module)]` for fucina-nn: generates the three visits of the
-//! `Module` trait (`visit_params`, `visit_params_mut`, `set_training`) over a
-//! struct's fields, in declaration order.
+//! `#[derive(Module)]` for fucina-nn: generates the visits of the `Module`
+//! trait (`visit_params`, `visit_params_mut`, `visit_modules`,
+//! `visit_modules_mut`, `set_training`) over a struct's fields, in
+//! declaration order. The struct must be `'static` (modules are owned), as
+//! `visit_modules` hands it out as `dyn Any`.
 //!
 //! Every field is itself a `Module` (a `Tensor` is a parameter named by its
 //! path; `Vec<T>`, `Option<T>` and `Box<T>` are modules), so the derive needs
@@ -81,15 +83,11 @@ fn container_crate(attrs: &[syn::Attribute]) -> syn::Result<Option<syn::Path>> {
     Ok(out)
 }
 
-/// The path of fucina-nn as the deriving crate sees it: `::fucina_nn` when
-/// its manifest names `fucina-nn` (fucina-nn itself has
+/// The path of fucina-nn as the deriving crate sees it, from its manifest:
+/// `::fucina_nn` when it names `fucina-nn` (fucina-nn itself has
 /// `extern crate self as fucina_nn`), else `::fucina::nn` when it names the
 /// umbrella `fucina`, else `::fucina_nn`.
-fn default_crate() -> TokenStream2 {
-    let manifest = std::env::var("CARGO_MANIFEST_DIR")
-        .ok()
-        .and_then(|d| std::fs::read_to_string(std::path::Path::new(&d).join("Cargo.toml")).ok())
-        .unwrap_or_default();
+fn crate_path(manifest: &str) -> &'static str {
     let names = |dep: &str| {
         manifest.lines().any(|l| {
             let l = l.trim();
@@ -102,11 +100,22 @@ fn default_crate() -> TokenStream2 {
         })
     };
     if names("fucina-nn") || names("fucina_nn") {
-        quote!(::fucina_nn)
+        "::fucina_nn"
     } else if names("fucina") {
-        quote!(::fucina::nn)
+        "::fucina::nn"
     } else {
-        quote!(::fucina_nn)
+        "::fucina_nn"
+    }
+}
+
+fn default_crate() -> TokenStream2 {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .ok()
+        .and_then(|d| std::fs::read_to_string(std::path::Path::new(&d).join("Cargo.toml")).ok())
+        .unwrap_or_default();
+    match crate_path(&manifest) {
+        "::fucina::nn" => quote!(::fucina::nn),
+        _ => quote!(::fucina_nn),
     }
 }
 
@@ -127,6 +136,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let mut visit = Vec::new();
     let mut visit_mut = Vec::new();
     let mut training = Vec::new();
+    let mut modules = Vec::new();
+    let mut modules_mut = Vec::new();
     let members: Vec<(syn::Member, String, &syn::Field)> = match fields {
         Fields::Named(n) => n
             .named
@@ -165,12 +176,27 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         visit_mut.push(quote! {
             { #make_path #krate::Module::visit_params_mut(&mut self.#member, &#path, f); }
         });
+        modules.push(quote! {
+            { #make_path #krate::Module::visit_modules(&self.#member, &#path, f); }
+        });
+        modules_mut.push(quote! {
+            { #make_path #krate::Module::visit_modules_mut(&mut self.#member, &#path, f); }
+        });
         training.push(quote! {
             #krate::Module::set_training(&self.#member, training);
         });
     }
     let ident = &input.ident;
-    let (impl_g, ty_g, where_c) = input.generics.split_for_impl();
+    let (impl_g, ty_g, _) = input.generics.split_for_impl();
+    let mut where_c = input
+        .generics
+        .where_clause
+        .clone()
+        .unwrap_or(syn::WhereClause {
+            where_token: Default::default(),
+            predicates: Default::default(),
+        });
+    where_c.predicates.push(syn::parse_quote!(Self: 'static));
     Ok(quote! {
         impl #impl_g #krate::Module for #ident #ty_g #where_c {
             #[allow(unused_variables)]
@@ -181,10 +207,37 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut #krate::Tensor)) {
                 #(#visit_mut)*
             }
+            fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn ::core::any::Any)) {
+                f(prefix, self);
+                #(#modules)*
+            }
+            fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn ::core::any::Any)) {
+                f(prefix, self);
+                #(#modules_mut)*
+            }
             #[allow(unused_variables)]
             fn set_training(&self, training: bool) {
                 #(#training)*
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crate_path;
+
+    #[test]
+    fn finds_the_crate_from_the_manifest() {
+        let umbrella_only = "[package]\nname = \"app\"\n[dependencies]\nfucina = \"0.1\"\n";
+        assert_eq!(crate_path(umbrella_only), "::fucina::nn");
+        let table = "[dependencies.fucina]\npath = \"..\"\n";
+        assert_eq!(crate_path(table), "::fucina::nn");
+        let both = "[dependencies]\nfucina.workspace = true\nfucina-nn.workspace = true\n";
+        assert_eq!(crate_path(both), "::fucina_nn");
+        let nn_itself = "[package]\nname = \"fucina-nn\"\n[dependencies]\nfucina-core.workspace = true\nfucina-nn-derive.workspace = true\n";
+        assert_eq!(crate_path(nn_itself), "::fucina_nn");
+        assert_eq!(crate_path("# fucina = \"1\"\n"), "::fucina_nn");
+        assert_eq!(crate_path(""), "::fucina_nn");
+    }
 }

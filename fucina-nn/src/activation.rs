@@ -54,10 +54,16 @@ impl Activation {
     }
 }
 
-/// No parameters and no mode.
+/// No parameters and no mode; reported by `visit_modules`.
 impl Module for Activation {
     fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
     fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+    fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
+        f(prefix, self);
+    }
+    fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn std::any::Any)) {
+        f(prefix, self);
+    }
     fn set_training(&self, _training: bool) {}
 }
 

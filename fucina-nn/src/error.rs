@@ -32,6 +32,16 @@ pub enum Error {
         /// The offending input's shape.
         shape: Vec<usize>,
     },
+    /// A file that cannot be read or parsed (a `config.json`, an adapter
+    /// config); safetensors errors pass through as `Autograd` and name the
+    /// file and tensor themselves.
+    #[error("{file}: {msg}")]
+    File {
+        /// The file.
+        file: std::path::PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
     /// `gradcheck_module` found a gradient that disagrees with central
     /// differences: names the parameter (or `input.N`) and element.
     #[error("gradcheck_module: `{name}` element {index}: analytical {analytical:e} vs numerical {numerical:e} (abs err {abs_err:e}, rel err {rel_err:e})")]

@@ -25,6 +25,10 @@ pub struct Linear {
     pub weight: Tensor,
     /// `[out_features]`, if the layer has a bias.
     pub bias: Option<Tensor>,
+    /// A LoRA adapter (`crate::lora`), when one is attached: its parameters
+    /// are `lora_A.weight` and `lora_B.weight` beside `weight`.
+    #[module(flatten)]
+    pub lora: Option<crate::lora::LoraAdapter>,
 }
 
 impl Linear {
@@ -61,7 +65,11 @@ impl Linear {
         } else {
             None
         };
-        Ok(Linear { weight: w, bias: b })
+        Ok(Linear {
+            weight: w,
+            bias: b,
+            lora: None,
+        })
     }
 
     /// A layer over existing tensors (`weight [out, in]`, `bias [out]`).
@@ -86,7 +94,11 @@ impl Linear {
                 ));
             }
         }
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight,
+            bias,
+            lora: None,
+        })
     }
 
     /// The input width.
@@ -108,7 +120,12 @@ impl Linear {
                 x.shape(),
             ));
         }
-        Ok(x.linear(&self.weight, self.bias.as_ref())?)
+        let y = x.linear(&self.weight, self.bias.as_ref())?;
+        match &self.lora {
+            // Unmerged adapter: y + scale·B(A(dropout(x))), PEFT's order.
+            Some(l) if !l.is_merged() => Ok(y.add(&l.delta(x)?)?),
+            _ => Ok(y),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The [`Module`] trait: named parameters by dotted path, train/eval mode,
 //! freezing by name pattern, gradients and parameter groups — all derived
-//! from one visit over a module's fields.
+//! from the visits over a module's fields (parameters, sub-modules, modes).
 //!
 //! Invariants: a visit reaches parameters in field-declaration order (so
 //! `named_parameters` is deterministic); a [`Tensor`] is the leaf module (a
@@ -9,6 +9,7 @@
 //! reported once, under its first path. Modes live in [`Mode`] fields, which
 //! `set_training` reaches through the same visit.
 
+use std::any::Any;
 use std::cell::Cell;
 
 use crate::error::Result;
@@ -64,12 +65,12 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 
 /// A module: a struct of parameters and sub-modules, visited by name.
 ///
-/// Implement it with `#[derive(Module)]`: every field must be a module (a
+/// Implement it with `#[derive(Module)]` (a `'static` struct): every field must be a module (a
 /// [`Tensor`] parameter, a layer, a `Vec`/`Option`/`Box` of modules) or be
 /// marked `#[module(skip)]`. `#[module(rename = "LayerNorm")]` changes a
 /// field's name in the path; `#[module(flatten)]` gives a sub-module's
 /// parameters the parent's prefix. Everything else — names, counts, modes,
-/// freezing, groups — comes from the three visits.
+/// freezing, groups, typed sub-module access — comes from the visits.
 ///
 /// ```
 /// use fucina_nn::{Init, Linear, Module, LayerNorm};
@@ -106,6 +107,18 @@ pub trait Module {
     /// [`Module::visit_params`] (replacing a parameter's handle: state-dict
     /// loading, LoRA wrapping).
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor));
+
+    /// Calls `f(path, module)` for this module and every sub-module, parents
+    /// first (a derived struct reports itself, then its fields; `Vec`,
+    /// `Option`, `Box` are transparent; tensors and modes are not reported; a
+    /// flattened field shares its parent's path). Downcast with
+    /// `downcast_ref` on `dyn Any`, or use [`for_each`].
+    fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any));
+
+    /// [`Module::visit_modules`] with mutable access (swap a sub-module,
+    /// attach an adapter to every `Linear` whose path matches a pattern);
+    /// see [`for_each_mut`].
+    fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn Any));
 
     /// Sets every [`Mode`] in the module (and its sub-modules) to training
     /// (`true`) or evaluation (`false`).
@@ -166,13 +179,13 @@ pub trait Module {
         self.set_training(false);
     }
 
-    /// Stops gradients to every parameter whose name [`matches`] `pattern`;
+    /// Stops gradients to every parameter whose name [`matches()`] `pattern`;
     /// returns how many parameters it froze.
     fn freeze(&self, pattern: &str) -> usize {
         set_requires_grad_matching(self, pattern, false)
     }
 
-    /// Lets gradients flow again to every parameter whose name [`matches`]
+    /// Lets gradients flow again to every parameter whose name [`matches()`]
     /// `pattern`; returns how many parameters it touched.
     fn unfreeze(&self, pattern: &str) -> usize {
         set_requires_grad_matching(self, pattern, true)
@@ -245,6 +258,8 @@ impl Module for Tensor {
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor)) {
         f(prefix, self);
     }
+    fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
+    fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
     fn set_training(&self, _training: bool) {}
 }
 
@@ -258,6 +273,16 @@ impl<M: Module> Module for Vec<M> {
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor)) {
         for (i, m) in self.iter_mut().enumerate() {
             m.visit_params_mut(&join(prefix, &i.to_string()), f);
+        }
+    }
+    fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
+        for (i, m) in self.iter().enumerate() {
+            m.visit_modules(&join(prefix, &i.to_string()), f);
+        }
+    }
+    fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn Any)) {
+        for (i, m) in self.iter_mut().enumerate() {
+            m.visit_modules_mut(&join(prefix, &i.to_string()), f);
         }
     }
     fn set_training(&self, training: bool) {
@@ -277,6 +302,16 @@ impl<M: Module> Module for Option<M> {
             m.visit_params_mut(prefix, f);
         }
     }
+    fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
+        if let Some(m) = self {
+            m.visit_modules(prefix, f);
+        }
+    }
+    fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn Any)) {
+        if let Some(m) = self {
+            m.visit_modules_mut(prefix, f);
+        }
+    }
     fn set_training(&self, training: bool) {
         if let Some(m) = self {
             m.set_training(training);
@@ -291,6 +326,12 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor)) {
         (**self).visit_params_mut(prefix, f);
+    }
+    fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
+        (**self).visit_modules(prefix, f);
+    }
+    fn visit_modules_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut dyn Any)) {
+        (**self).visit_modules_mut(prefix, f);
     }
     fn set_training(&self, training: bool) {
         (**self).set_training(training);
@@ -329,9 +370,39 @@ impl Clone for Mode {
 impl Module for Mode {
     fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
     fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+    fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
+    fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
     fn set_training(&self, training: bool) {
         self.0.set(training);
     }
+}
+
+/// Calls `f(path, m)` for every sub-module of type `T` (parents first).
+///
+/// ```
+/// use fucina_nn::{module::for_each, Activation, Init, Linear, Mlp};
+/// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
+/// let mlp = Mlp::new(&mut Init::new(&ctx, fucina_core::DType::F32, 0), &[2, 4, 3], Activation::Relu).unwrap();
+/// let mut paths = Vec::new();
+/// for_each::<Linear, _>(&mlp, |path, lin| paths.push((path.to_string(), lin.out_features())));
+/// assert_eq!(paths, [("layers.0".to_string(), 4), ("layers.1".to_string(), 3)]);
+/// ```
+pub fn for_each<T: Any, M: Module + ?Sized>(m: &M, mut f: impl FnMut(&str, &T)) {
+    m.visit_modules("", &mut |path, any| {
+        if let Some(t) = any.downcast_ref::<T>() {
+            f(path, t);
+        }
+    });
+}
+
+/// Calls `f(path, m)` with mutable access for every sub-module of type `T`
+/// (parents first; a replaced sub-module's own children are then visited).
+pub fn for_each_mut<T: Any, M: Module + ?Sized>(m: &mut M, mut f: impl FnMut(&str, &mut T)) {
+    m.visit_modules_mut("", &mut |path, any| {
+        if let Some(t) = any.downcast_mut::<T>() {
+            f(path, t);
+        }
+    });
 }
 
 /// A module with one input and one output, as `Sequential` chains them.

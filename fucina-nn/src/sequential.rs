@@ -20,9 +20,9 @@ use crate::module::{Forward, Layer};
 /// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
 /// let mut init = Init::new(&ctx, fucina_core::DType::F32, 0);
 /// let net = Sequential::new()
-///     .add(Linear::new(&mut init, 2, 8, true).unwrap())
-///     .add(Activation::Tanh)
-///     .add(Linear::new(&mut init, 8, 3, true).unwrap());
+///     .with(Linear::new(&mut init, 2, 8, true).unwrap())
+///     .with(Activation::Tanh)
+///     .with(Linear::new(&mut init, 8, 3, true).unwrap());
 /// assert_eq!(net.named_parameters()[2].0, "2.weight");
 /// let x = fucina_autograd::Tensor::constant(&ctx, &[1.0f32, 0.0], &[1, 2]).unwrap();
 /// assert_eq!(net.forward(&x).unwrap().shape(), &[1, 3]);
@@ -49,7 +49,7 @@ impl Sequential {
     }
 
     /// The chain with `layer` appended.
-    pub fn add<L: Layer + 'static>(mut self, layer: L) -> Sequential {
+    pub fn with<L: Layer + 'static>(mut self, layer: L) -> Sequential {
         self.layers.push(Box::new(layer));
         self
     }

@@ -232,3 +232,70 @@ fn same_seed_same_weights_any_thread_count() {
     assert_eq!(c1.stats().outstanding, 0);
     assert_eq!(c2.stats().outstanding, 0);
 }
+
+#[derive(Module)]
+struct Wrap<T: Module> {
+    inner: T,
+}
+
+#[test]
+fn typed_sub_module_visits() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    {
+        let mut m = build(&ctx, 0);
+        let mut all = Vec::new();
+        m.visit_modules("", &mut |p, _| all.push(p.to_string()));
+        // Parents first; Vec/Option are transparent; the flattened Pair shares the root path.
+        assert_eq!(
+            all,
+            [
+                "",
+                "LayerNorm",
+                "layer.0",
+                "layer.0.lin",
+                "layer.0.drop",
+                "layer.1",
+                "layer.1.lin",
+                "layer.1.drop",
+                ""
+            ]
+        );
+        let mut lins = Vec::new();
+        fucina_nn::module::for_each::<Linear, _>(&m, |p, l| {
+            lins.push((p.to_string(), l.in_features()))
+        });
+        assert_eq!(
+            lins,
+            [
+                ("layer.0.lin".to_string(), 3),
+                ("layer.1.lin".to_string(), 3)
+            ]
+        );
+        // Swap the bias of every Linear under `layer.1` for a fresh one.
+        fucina_nn::module::for_each_mut::<Linear, _>(&mut m, |p, l| {
+            if matches("layer.1.*", p) {
+                l.bias = Some(Tensor::variable(&ctx, &[9.0f32; 3], &[3]).unwrap());
+            }
+        });
+        assert_eq!(
+            m.parameter("layer.1.lin.bias")
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![9.0; 3]
+        );
+        assert_ne!(
+            m.parameter("layer.0.lin.bias")
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![9.0; 3]
+        );
+        // Generic modules derive too.
+        let w = Wrap { inner: m };
+        assert_eq!(w.named_parameters()[0].0, "inner.LayerNorm.weight");
+        w.eval();
+        assert!(!w.inner.layer[0].drop.mode.is_training());
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}

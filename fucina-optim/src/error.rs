@@ -50,7 +50,33 @@ pub enum Error {
         /// How many groups there are.
         len: usize,
     },
-    /// A failure injected by a test at a named point of a checkpoint save.
+    /// A checkpoint file whose contents are wrong: a marker that does not
+    /// parse, a payload whose size or checksum differs from the marker's.
+    #[error("{file}: damaged checkpoint: {reason}")]
+    BadCheckpoint {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A checkpoint directory without its marker (a save that did not finish).
+    #[error("{dir}: incomplete checkpoint (no trainer_state.json marker)")]
+    IncompleteCheckpoint {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// An error while reading the optimizer state file `file`.
+    #[error("{file}: {source}")]
+    InFile {
+        /// The file.
+        file: PathBuf,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A failure injected by a test at a named point of a checkpoint save
+    /// (feature `fault-injection`, for crash-safety tests only).
+    #[cfg(feature = "fault-injection")]
     #[error("injected failure at `{0}`")]
     Injected(&'static str),
 }

@@ -1,43 +1,21 @@
 //! Crash-safe file writes: temporary name, fsync, rename, fsync the directory.
 //!
+//! One implementation for the workspace lives in
+//! [`fucina_autograd::io`]; these wrappers return this crate's [`Error`].
 //! A reader sees either the old file or the complete new one, never a torn
 //! write; after a crash, stray `*.tmp-*` files are ignored by every reader.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
 /// Fsyncs a directory so a rename or unlink in it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    let d = File::open(dir).map_err(|e| Error::io(dir, e))?;
-    d.sync_all().map_err(|e| Error::io(dir, e))
+    fucina_autograd::io::sync_dir(dir).map_err(Error::from)
 }
 
 /// Writes `bytes` to `path` atomically (temporary file in the same directory,
 /// `fsync`, `rename`, `fsync` of the directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        Error::io(
-            path,
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
-        )
-    })?;
-    let tmp = dir.join(format!(
-        "{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    {
-        let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    sync_dir(&dir)
+    fucina_autograd::io::write_atomic(path, bytes).map_err(Error::from)
 }

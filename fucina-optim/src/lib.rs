@@ -74,8 +74,9 @@ pub mod state;
 
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use checkpoint::{
-    load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes, save_checkpoint,
-    save_model, Checkpoint, TrainerState,
+    find_latest, fnv1a64, load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes,
+    save_checkpoint, save_model, Checkpoint, FileDigest, LatestCheckpoint, SkippedCheckpoint,
+    TrainerState,
 };
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use error::{Error, Result};

@@ -168,7 +168,10 @@ pub trait Optimizer {
     /// Reads state from `path` (see [`Optimizer::load_state_bytes`]).
     fn load(&mut self, path: &Path) -> Result<()> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        self.load_state_bytes(&bytes)
+        self.load_state_bytes(&bytes).map_err(|e| Error::InFile {
+            file: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 }
 

@@ -4,7 +4,13 @@
 //! Two crash tests: a failure injected between two files of a save, and a
 //! child process (this test binary re-executed) killed by the parent while
 //! it is in the middle of a save. Both times `load_latest` must return the
-//! previous complete checkpoint.
+//! previous complete checkpoint. The fault hooks come from the crate's
+//! `fault-injection` feature, which only its own tests enable.
+//!
+//! Then damage after the fact: a malformed marker, a truncated or
+//! bit-flipped payload and a stray file named like a step directory are
+//! skipped by `load_latest`, with the reason (naming the file) available
+//! from `find_latest`; a model file with an extra tensor is rejected.
 
 mod common;
 
@@ -12,9 +18,18 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
+use fucina_autograd::StateDictError;
 use fucina_core::ExecContext;
 use fucina_optim::checkpoint::{inject_fault, FaultAction};
 use fucina_optim::*;
+
+/// The state-dict error inside an optim error.
+fn sd_err(e: Error) -> StateDictError {
+    match e {
+        Error::Autograd(fucina_autograd::Error::StateDict(e)) => *e,
+        other => panic!("not a state-dict error: {other}"),
+    }
+}
 
 const CHILD_ENV: &str = "FUCINA_OPTIM_CRASH_CHILD_ROOT";
 
@@ -79,10 +94,9 @@ fn injected_failure_between_files_keeps_previous_checkpoint() {
 
 /// In the child: save step 3 completely, then hang in the middle of saving step 6.
 #[test]
+#[ignore = "the child process of killed_mid_save_keeps_previous_checkpoint, which runs it"]
 fn crash_child_entry() {
-    let Ok(root) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let root = std::env::var(CHILD_ENV).expect("run by killed_mid_save_keeps_previous_checkpoint");
     let root = PathBuf::from(root);
     train_and_save(&root, 3).unwrap();
     inject_fault(Some(("after_model", FaultAction::Hang)));
@@ -99,6 +113,7 @@ fn killed_mid_save_keeps_previous_checkpoint() {
         .args([
             "crash_child_entry",
             "--exact",
+            "--ignored",
             "--nocapture",
             "--test-threads",
             "1",
@@ -156,18 +171,26 @@ fn bad_files_are_structured_errors() {
     let good = opt.state_bytes().unwrap();
     let model = model_bytes(&ps).unwrap();
 
-    // Missing file.
+    // Missing file: an I/O error naming it.
     let missing = std::env::temp_dir().join("fucina-optim-definitely-missing.safetensors");
     assert!(matches!(opt.load(&missing), Err(Error::Io { .. })));
-    assert!(matches!(load_model(&missing, &ps), Err(Error::Io { .. })));
+    let e = sd_err(load_model(&missing, &ps).unwrap_err());
+    assert!(
+        matches!(&e, StateDictError::Io { file, .. } if *file == missing),
+        "{e}"
+    );
     // Truncated files.
     for cut in [0, 7, 100, good.len() / 2, good.len() - 1] {
         assert!(opt.load_state_bytes(&good[..cut]).is_err(), "cut at {cut}");
     }
     for cut in [0, 7, model.len() / 2, model.len() - 1] {
+        let e = sd_err(load_model_bytes(&model[..cut], &ps).unwrap_err());
         assert!(
-            load_model_bytes(&model[..cut], &ps).is_err(),
-            "cut at {cut}"
+            matches!(
+                e,
+                StateDictError::Format { .. } | StateDictError::Tensor { .. }
+            ),
+            "cut at {cut}: {e}"
         );
     }
     // A model file is not an optimizer file.
@@ -181,28 +204,28 @@ fn bad_files_are_structured_errors() {
         sgd.load_state_bytes(&good),
         Err(Error::StateMismatch(_))
     ));
-    // Wrong shapes / names / dtypes in the model.
+    // Wrong dtypes / names / shapes in the model: one error listing the keys.
     let ps64 = params_of(&ctx, fucina_core::DType::F64);
-    assert!(matches!(
-        load_model_bytes(&model, &ps64),
-        Err(Error::StateMismatch(_))
-    ));
+    let e = sd_err(load_model_bytes(&model, &ps64).unwrap_err());
+    assert!(
+        matches!(&e, StateDictError::Keys { mismatched, .. } if mismatched.len() == 3),
+        "{e}"
+    );
     let renamed: Vec<_> = ps
         .iter()
         .map(|(n, t)| (format!("{n}_x"), t.clone()))
         .collect();
-    assert!(matches!(
-        load_model_bytes(&model, &renamed),
-        Err(Error::StateMismatch(_))
-    ));
+    let e = sd_err(load_model_bytes(&model, &renamed).unwrap_err());
+    assert!(
+        matches!(&e, StateDictError::Keys { missing, unexpected, .. } if missing.len() == 3 && unexpected.len() == 3),
+        "{e}"
+    );
     let other_shape = vec![(
         "w1".to_string(),
         fucina_autograd::Tensor::variable(&ctx, &[0f32; 48], &[8, 6]).unwrap(),
     )];
-    assert!(matches!(
-        load_model_bytes(&model, &other_shape),
-        Err(Error::StateMismatch(_))
-    ));
+    let e = sd_err(load_model_bytes(&model, &other_shape).unwrap_err());
+    assert!(e.to_string().contains("w1"), "{e}");
     // Optimizer over different parameters.
     let few = vec![ps[0].clone()];
     let (mut opt_few, _) = build("adamw", &few);
@@ -319,4 +342,152 @@ fn clip_grad_norm_returns_pre_clip_norm_and_skips_missing_grads() {
     clip_grad_norm(&all, 10.0).unwrap();
     assert_eq!(ps[0].1.grad().unwrap().to_vec::<f32>().unwrap(), g0);
     assert!(clip_grad_norm(&all, -1.0).is_err());
+}
+
+fn bits_of(ps: &[(String, fucina_autograd::Tensor)]) -> Vec<Vec<u32>> {
+    ps.iter()
+        .map(|(_, t)| {
+            t.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn strict_model_load_rejects_an_unexpected_tensor() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let ps = params(&ctx);
+    let mut more = params(&ctx);
+    more.push((
+        "extra".to_string(),
+        fucina_autograd::Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
+    ));
+    let path = tmp_root("extra").with_extension("safetensors");
+    save_model(&path, &more).unwrap();
+    // Change the targets so "unchanged" is observable.
+    for (_, t) in &ps {
+        t.set_value(ctx.zeros(t.dtype(), t.shape()).unwrap())
+            .unwrap();
+    }
+    let before = bits_of(&ps);
+    let e = sd_err(load_model(&path, &ps).unwrap_err());
+    match &e {
+        StateDictError::Keys {
+            file,
+            unexpected,
+            missing,
+            mismatched,
+        } => {
+            assert_eq!(file, &path);
+            assert_eq!(unexpected, &["extra"]);
+            assert!(missing.is_empty() && mismatched.is_empty());
+        }
+        other => panic!("wrong error: {other}"),
+    }
+    assert_eq!(bits_of(&ps), before, "a failed load changed the model");
+    std::fs::remove_file(&path).ok();
+    drop((ps, more));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn malformed_marker_is_an_error_naming_it_and_load_latest_skips_it() {
+    let root = tmp_root("badmarker");
+    train_and_save(&root, 3).unwrap();
+    train_and_save(&root, 5).unwrap();
+    let marker = root.join("step-000005").join("trainer_state.json");
+    std::fs::write(&marker, b"{\"step\": 5, \"seeds\": ").unwrap();
+    match load_checkpoint(&root.join("step-000005")) {
+        Err(Error::BadCheckpoint { file, reason }) => {
+            assert_eq!(file, marker);
+            assert!(reason.contains("does not parse"), "{reason}");
+        }
+        other => panic!("expected a marker error, got {other:?}"),
+    }
+    let found = find_latest(&root).unwrap();
+    assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
+    assert_eq!(found.skipped.len(), 1);
+    assert_eq!(found.skipped[0].dir, root.join("step-000005"));
+    assert!(found.skipped[0]
+        .reason
+        .to_string()
+        .contains("trainer_state.json"));
+    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 3);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn load_latest_verifies_the_payload_and_falls_back() {
+    let root = tmp_root("verify");
+    train_and_save(&root, 3).unwrap();
+    train_and_save(&root, 5).unwrap();
+    train_and_save(&root, 7).unwrap();
+    // step 7: model truncated (size differs); step 5: one bit flipped in the
+    // optimizer file (size equal, checksum differs).
+    let model7 = root.join("step-000007").join("model.safetensors");
+    let bytes = std::fs::read(&model7).unwrap();
+    std::fs::write(&model7, &bytes[..bytes.len() - 10]).unwrap();
+    let opt5 = root.join("step-000005").join("optimizer.safetensors");
+    let mut bytes = std::fs::read(&opt5).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x10;
+    std::fs::write(&opt5, &bytes).unwrap();
+    let found = find_latest(&root).unwrap();
+    assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
+    let reasons: Vec<_> = found.skipped.iter().map(|s| &s.reason).collect();
+    assert!(
+        matches!(reasons[0], Error::BadCheckpoint { file, reason } if *file == model7 && reason.contains("bytes")),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        matches!(reasons[1], Error::BadCheckpoint { file, reason } if *file == opt5 && reason.contains("checksum")),
+        "{}",
+        reasons[1]
+    );
+    // The fallback loads end to end.
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let ps = params(&ctx);
+    let (mut opt, _) = build("adamw", &ps);
+    let ck = found.checkpoint.unwrap();
+    ck.load_model(&ps).unwrap();
+    ck.load_optimizer(opt.as_mut()).unwrap();
+    assert_eq!(opt.step_count(), 3);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn stray_files_named_like_steps_are_skipped() {
+    let root = tmp_root("stray");
+    train_and_save(&root, 3).unwrap();
+    std::fs::write(root.join("step-000009"), b"not a directory").unwrap();
+    std::fs::create_dir_all(root.join("step-000008")).unwrap(); // incomplete
+    let found = find_latest(&root).unwrap();
+    assert_eq!(found.checkpoint.unwrap().state.step, 3);
+    assert_eq!(found.skipped.len(), 1);
+    assert!(
+        matches!(&found.skipped[0].reason, Error::IncompleteCheckpoint { dir } if dir.ends_with("step-000008"))
+    );
+    std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn optimizer_file_errors_name_the_file() {
+    let root = tmp_root("optfile");
+    std::fs::create_dir_all(&root).unwrap();
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let ps = params(&ctx);
+    let (mut opt, _) = build("adamw", &ps);
+    let path = root.join("optimizer.safetensors");
+    save_model(&path, &ps).unwrap(); // a model file, not an optimizer file
+    let e = opt.load(&path).unwrap_err();
+    assert!(
+        matches!(&e, Error::InFile { file, .. } if *file == path),
+        "{e}"
+    );
+    assert!(e.to_string().contains("optimizer.safetensors"), "{e}");
+    std::fs::remove_dir_all(&root).ok();
 }

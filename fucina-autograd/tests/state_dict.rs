@@ -1,0 +1,408 @@
+//! State dicts (fucina-autograd/src/io): save then load is bit-exact; each
+//! bad file (truncated, wrong dtype or shape, missing key, unexpected key,
+//! not safetensors) is one structured error naming the file and the key, and
+//! the model's bits are unchanged afterwards; non-strict loads report the
+//! same lists; f16/bf16 widen into f32/f64; prefix rules rewrite keys.
+
+use std::path::{Path, PathBuf};
+
+use fucina_autograd::io::{
+    load_state_dict, load_state_dict_bytes, save_state_dict, state_dict_bytes, DtypePolicy,
+    LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
+};
+use fucina_autograd::{Error, Tensor};
+use fucina_core::{DType, ExecContext};
+
+fn tmp(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "fucina-sd-{tag}-{}.safetensors",
+        std::process::id()
+    ))
+}
+
+/// Values with awkward bits: signed zero, subnormals, large and tiny magnitudes.
+fn awkward(n: usize, seed: u64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let x = ((i as u64 + 1 + seed * 977).wrapping_mul(0x9E37_79B9_7F4A_7C15)) as f64
+                / u64::MAX as f64;
+            match i % 5 {
+                0 => -0.0,
+                1 => 1e-310 * x,
+                2 => (x - 0.5) * 1e30,
+                _ => x - 0.5,
+            }
+        })
+        .collect()
+}
+
+fn model(ctx: &ExecContext, seed: u64) -> Vec<(String, Tensor)> {
+    let a: Vec<f32> = awkward(12, seed).iter().map(|&v| v as f32).collect();
+    let b = awkward(5, seed + 1);
+    let c: Vec<f32> = awkward(6, seed + 2).iter().map(|&v| v as f32).collect();
+    vec![
+        (
+            "enc.w".to_string(),
+            Tensor::variable(ctx, &a, &[3, 4]).unwrap(),
+        ),
+        (
+            "enc.b".to_string(),
+            Tensor::variable(ctx, &b, &[5]).unwrap(),
+        ),
+        (
+            "head.w".to_string(),
+            Tensor::variable(ctx, &c, &[2, 3]).unwrap(),
+        ),
+    ]
+}
+
+/// Every tensor's bits, widened to u64.
+fn bits(ps: &[(String, Tensor)]) -> Vec<(String, Vec<u64>)> {
+    ps.iter()
+        .map(|(n, t)| {
+            let v = match t.dtype() {
+                DType::F32 => t
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits() as u64)
+                    .collect(),
+                DType::F64 => t
+                    .to_vec::<f64>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect(),
+                d => panic!("dtype {d} not used here"),
+            };
+            (n.clone(), v)
+        })
+        .collect()
+}
+
+fn state_err(e: Error) -> StateDictError {
+    match e {
+        Error::StateDict(e) => *e,
+        other => panic!("not a state-dict error: {other}"),
+    }
+}
+
+/// Loads `path` strictly into a fresh model, expects an error, checks the
+/// model is unchanged and returns the error.
+fn failing_load(ctx: &ExecContext, path: &Path, opts: &LoadOptions) -> StateDictError {
+    let target = model(ctx, 99);
+    let before = bits(&target);
+    let err = load_state_dict(path, &target, opts).unwrap_err();
+    assert_eq!(bits(&target), before, "a failed load changed the model");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&path.display().to_string()),
+        "no file in `{msg}`"
+    );
+    state_err(err)
+}
+
+#[test]
+fn save_then_load_is_bit_exact() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let src = model(&ctx, 1);
+    let path = tmp("roundtrip");
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    let dst = model(&ctx, 2);
+    assert_ne!(bits(&src), bits(&dst));
+    let rep = load_state_dict(&path, &dst, &LoadOptions::new()).unwrap();
+    assert!(rep.is_complete());
+    assert_eq!(rep.loaded, ["enc.w", "enc.b", "head.w"]);
+    assert_eq!(bits(&src), bits(&dst));
+    // The file is readable by the reference implementation too.
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(st.tensor("enc.b").unwrap().shape(), &[5]);
+    std::fs::remove_file(&path).ok();
+    drop((src, dst));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn truncated_file_names_file_and_tensor() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("truncated");
+    let good = state_dict_bytes(&path, &model(&ctx, 1), &SaveOptions::default()).unwrap();
+    // Cut inside the data: the header is intact, the last tensor's bytes run past the end.
+    std::fs::write(&path, &good[..good.len() - 3]).unwrap();
+    match failing_load(&ctx, &path, &LoadOptions::new()) {
+        StateDictError::Tensor {
+            file,
+            tensor,
+            message,
+        } => {
+            assert_eq!(file, path);
+            assert!(message.contains("truncated"), "{message}");
+            // Tensors are laid out sorted by dtype alignment then name; whichever is last is named.
+            assert!(
+                ["enc.w", "enc.b", "head.w"].contains(&tensor.as_str()),
+                "{tensor}"
+            );
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    // Cut inside the header.
+    std::fs::write(&path, &good[..20]).unwrap();
+    assert!(matches!(
+        failing_load(&ctx, &path, &LoadOptions::new()),
+        StateDictError::Format { .. }
+    ));
+    std::fs::remove_file(&path).ok();
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn wrong_dtype_names_the_key() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("dtype");
+    // enc.b stored as i64: no float policy loads it.
+    let mut src = model(&ctx, 1);
+    src[1].1 = Tensor::constant(&ctx, &[1i64, 2, 3, 4, 5], &[5]).unwrap();
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    match failing_load(
+        &ctx,
+        &path,
+        &LoadOptions::new().dtype_policy(DtypePolicy::AnyFloat),
+    ) {
+        StateDictError::Keys {
+            missing,
+            unexpected,
+            mismatched,
+            ..
+        } => {
+            assert!(missing.is_empty() && unexpected.is_empty());
+            assert_eq!(mismatched.len(), 1);
+            assert_eq!(mismatched[0].key, "enc.b");
+            assert_eq!(mismatched[0].file_dtype, "I64");
+            assert_eq!(mismatched[0].param_dtype, DType::F64);
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    // f64 into an f32 parameter narrows: refused by the default policy.
+    src = model(&ctx, 1);
+    src[0].1 = Tensor::variable(&ctx, &[0.5f64; 12], &[3, 4]).unwrap();
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    let e = failing_load(&ctx, &path, &LoadOptions::new());
+    assert!(e.to_string().contains("enc.w"), "{e}");
+    std::fs::remove_file(&path).ok();
+    drop(src);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn wrong_shape_names_the_key() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("shape");
+    let mut src = model(&ctx, 1);
+    src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    match failing_load(&ctx, &path, &LoadOptions::new()) {
+        StateDictError::Keys { mismatched, .. } => {
+            assert_eq!(mismatched.len(), 1);
+            assert_eq!(mismatched[0].key, "head.w");
+            assert_eq!(mismatched[0].file_shape, [3, 2]);
+            assert_eq!(mismatched[0].param_shape, [2, 3]);
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    std::fs::remove_file(&path).ok();
+    drop(src);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn missing_key_is_listed() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("missing");
+    let src = model(&ctx, 1);
+    save_state_dict(&path, &src[..2], &SaveOptions::default()).unwrap();
+    match failing_load(&ctx, &path, &LoadOptions::new()) {
+        StateDictError::Keys {
+            missing,
+            unexpected,
+            mismatched,
+            ..
+        } => {
+            assert_eq!(missing, ["head.w"]);
+            assert!(unexpected.is_empty() && mismatched.is_empty());
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    std::fs::remove_file(&path).ok();
+    drop(src);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("unexpected");
+    let mut src = model(&ctx, 1);
+    src.push((
+        "pooler.dense.bias".into(),
+        Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
+    ));
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    match failing_load(&ctx, &path, &LoadOptions::new()) {
+        StateDictError::Keys {
+            file,
+            missing,
+            unexpected,
+            mismatched,
+        } => {
+            assert_eq!(file, path);
+            assert_eq!(unexpected, ["pooler.dense.bias"]);
+            assert!(missing.is_empty() && mismatched.is_empty());
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    // Non-strict: everything that fits loads; the lists come back.
+    let mut dst = model(&ctx, 2);
+    dst[2].1 = Tensor::variable(&ctx, &[0f32; 4], &[4]).unwrap(); // mismatched shape
+    dst.push((
+        "extra".into(),
+        Tensor::variable(&ctx, &[7f32], &[1]).unwrap(),
+    ));
+    let head_before = bits(&dst[2..]);
+    let rep = load_state_dict(&path, &dst, &LoadOptions::new().strict(false)).unwrap();
+    assert_eq!(rep.loaded, ["enc.w", "enc.b"]);
+    assert_eq!(rep.missing, ["extra"]);
+    assert_eq!(rep.unexpected, ["pooler.dense.bias"]);
+    assert_eq!(rep.mismatched.len(), 1);
+    assert_eq!(rep.mismatched[0].key, "head.w");
+    assert_eq!(bits(&dst[..2]), bits(&src[..2]));
+    assert_eq!(bits(&dst[2..]), head_before);
+    std::fs::remove_file(&path).ok();
+    drop((src, dst));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn non_safetensors_file_is_a_format_error() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("notst");
+    std::fs::write(
+        &path,
+        b"{\"step\": 3, \"this\": \"is json, not safetensors\"}",
+    )
+    .unwrap();
+    match failing_load(&ctx, &path, &LoadOptions::new()) {
+        StateDictError::Format { file, message } => {
+            assert_eq!(file, path);
+            assert!(message.contains("header length"), "{message}");
+        }
+        e => panic!("wrong error: {e}"),
+    }
+    // Too short for even the length prefix, and a header that is not JSON.
+    std::fs::write(&path, b"abc").unwrap();
+    assert!(matches!(
+        failing_load(&ctx, &path, &LoadOptions::new()),
+        StateDictError::Format { .. }
+    ));
+    let mut junk = 4u64.to_le_bytes().to_vec();
+    junk.extend_from_slice(b"{abc");
+    std::fs::write(&path, &junk).unwrap();
+    assert!(matches!(
+        failing_load(&ctx, &path, &LoadOptions::new()),
+        StateDictError::Format { .. }
+    ));
+    // A missing file is an I/O error naming it.
+    std::fs::remove_file(&path).ok();
+    assert!(matches!(
+        failing_load(&ctx, &path, &LoadOptions::new()),
+        StateDictError::Io { .. }
+    ));
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn half_precision_widens_and_saves_narrow_on_request() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let path = tmp("half");
+    let src = model(&ctx, 1);
+    for (store, tol) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
+        let opts = SaveOptions {
+            float_dtype: Some(store),
+            ..Default::default()
+        };
+        save_state_dict(&path, &src, &opts).unwrap();
+        let f = SafetensorsFile::open(&path).unwrap();
+        assert!(f.names().all(|n| f.info(n).unwrap().dtype == Some(store)));
+        // Exact refuses; the default policy widens into f32 and f64.
+        let dst = model(&ctx, 2);
+        let e = load_state_dict(
+            &path,
+            &dst,
+            &LoadOptions::new().dtype_policy(DtypePolicy::Exact),
+        );
+        assert!(e.is_err());
+        load_state_dict(&path, &dst, &LoadOptions::new()).unwrap();
+        for ((_, a), (_, b)) in src.iter().zip(&dst) {
+            // Stored values are the source rounded to `store`; widening is exact.
+            let want = ctx
+                .to_dtype(&ctx.to_dtype(&a.raw().unwrap(), store).unwrap(), a.dtype())
+                .unwrap();
+            let want = fucina_autograd::Tensor::from_raw(&ctx, want, false);
+            assert_eq!(
+                bits(&[("x".into(), want)]),
+                bits(&[("x".into(), b.clone())])
+            );
+            for (x, y) in a.to_vec_f64().unwrap().iter().zip(b.to_vec_f64().unwrap()) {
+                assert!(
+                    (x - y).abs() <= tol * x.abs().max(6.2e-5) || x.abs() > 6.5e4,
+                    "{x} vs {y}"
+                );
+            }
+        }
+        drop(dst);
+    }
+    std::fs::remove_file(&path).ok();
+    drop(src);
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn prefix_rules_rewrite_keys() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let src = model(&ctx, 1);
+    let prefixed: Vec<_> = src
+        .iter()
+        .map(|(n, t)| (format!("bert.{n}"), t.clone()))
+        .collect();
+    let bytes = state_dict_bytes(Path::new("mem"), &prefixed, &SaveOptions::default()).unwrap();
+    let dst = model(&ctx, 2);
+    // Without the rule: all three missing and unexpected, nothing loaded.
+    let e = state_err(load_state_dict_bytes("mem", &bytes, &dst, &LoadOptions::new()).unwrap_err());
+    assert!(
+        matches!(&e, StateDictError::Keys { missing, unexpected, .. } if missing.len() == 3 && unexpected.len() == 3)
+    );
+    load_state_dict_bytes(
+        "mem",
+        &bytes,
+        &dst,
+        &LoadOptions::new().map_prefix("bert.", ""),
+    )
+    .unwrap();
+    assert_eq!(bits(&src), bits(&dst));
+    // Two file keys mapping to one name is an error naming the second key.
+    let mut both = prefixed.clone();
+    both.push(src[0].clone());
+    let bytes = state_dict_bytes(Path::new("mem"), &both, &SaveOptions::default()).unwrap();
+    let e = state_err(
+        load_state_dict_bytes(
+            "mem",
+            &bytes,
+            &dst,
+            &LoadOptions::new().map_prefix("bert.", ""),
+        )
+        .unwrap_err(),
+    );
+    assert!(matches!(e, StateDictError::Tensor { .. }), "{e}");
+    drop((src, prefixed, both, dst));
+    assert_eq!(ctx.stats().outstanding, 0);
+}

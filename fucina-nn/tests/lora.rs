@@ -1,0 +1,314 @@
+//! LoRA against Hugging Face PEFT (`tools/gen_peft_goldens.py`: a tiny
+//! random BERT, an adapter saved by `peft` with random non-zero B, and the
+//! adapted model's output), plus the adapter's own invariants: zero initial
+//! delta, merge equals adapter within 1e-6, unmerge restores bits, only
+//! adapter parameters get gradients, fucina's saved adapter has PEFT's key
+//! names and config fields, and a failed load changes nothing.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use fucina_autograd::{no_grad, Tensor};
+use fucina_core::{DType, ExecContext};
+use fucina_nn::lora::{merge_lora, unmerge_lora, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use fucina_nn::{apply_lora, load_adapter, save_adapter, BertModel, Init, LoraConfig, Module};
+use serde::Deserialize;
+
+fn goldens() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/peft")
+}
+
+#[derive(Deserialize)]
+struct Expected {
+    ids: Vec<Vec<i64>>,
+    mask: Vec<Vec<u8>>,
+    shape: Vec<usize>,
+    last_hidden_state: Vec<f64>,
+}
+
+fn expected() -> Expected {
+    serde_json::from_str(&std::fs::read_to_string(goldens().join("expected.json")).unwrap())
+        .unwrap()
+}
+
+fn base(ctx: &ExecContext) -> BertModel {
+    BertModel::from_pretrained(ctx, &goldens().join("base"), DType::F32).unwrap()
+}
+
+fn forward(model: &BertModel, e: &Expected) -> Vec<f64> {
+    let ctx = model.embeddings.position_ids.ctx().clone();
+    let (b, t) = (e.ids.len(), e.ids[0].len());
+    let ids: Vec<i64> = e.ids.iter().flatten().copied().collect();
+    let mask: Vec<u8> = e.mask.iter().flatten().copied().collect();
+    let ids = Tensor::constant(&ctx, &ids, &[b, t]).unwrap();
+    let mask = Tensor::constant(&ctx, &mask, &[b, t]).unwrap();
+    let _ng = no_grad();
+    let h = model.forward(&ids, Some(&mask), None).unwrap();
+    assert_eq!(h.shape(), e.shape.as_slice());
+    h.to_vec_f64().unwrap()
+}
+
+fn max_abs(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn weight_bits(model: &BertModel) -> Vec<Vec<u32>> {
+    model
+        .named_parameters()
+        .iter()
+        .filter(|(n, _)| !n.contains("lora_"))
+        .map(|(_, t)| {
+            t.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn peft_adapter_loads_and_matches_peft_within_1e_5() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let e = expected();
+    {
+        let mut model = base(&ctx);
+        let plain = forward(&model, &e);
+        let mut init = Init::new(&ctx, DType::F32, 3);
+        let cfg = load_adapter(&mut model, &goldens().join("adapter"), &mut init).unwrap();
+        assert_eq!((cfg.r, cfg.lora_alpha, cfg.scale()), (4, 8.0, 2.0));
+        model.eval();
+        let got = forward(&model, &e);
+        let err = max_abs(&got, &e.last_hidden_state);
+        println!("LoRA vs peft max abs err {err:e}");
+        assert!(err <= 1e-5, "max abs err {err:e}");
+        // The adapter matters: the output moved well beyond the tolerance.
+        assert!(max_abs(&plain, &e.last_hidden_state) > 1e-2);
+        // Merged: the same output within 1e-6; unmerged: base weights bit-exact.
+        let before = weight_bits(&model);
+        merge_lora(&mut model).unwrap();
+        assert_ne!(weight_bits(&model), before);
+        let merged = forward(&model, &e);
+        let merr = max_abs(&merged, &got);
+        assert!(merr <= 1e-6, "merged vs adapter {merr:e}");
+        unmerge_lora(&mut model).unwrap();
+        assert_eq!(weight_bits(&model), before);
+        assert_eq!(forward(&model, &e), got);
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn fresh_adapter_has_zero_delta_and_only_adapters_get_gradients() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let e = expected();
+    {
+        let mut model = base(&ctx);
+        let plain = forward(&model, &e);
+        let mut init = Init::new(&ctx, DType::F32, 5);
+        let cfg = LoraConfig::new(2, 4.0, &["query", "value"]).with_dropout(0.1);
+        let paths = apply_lora(&mut model, &cfg, &mut init).unwrap();
+        assert_eq!(paths.len(), 4);
+        assert_eq!(paths[0], "encoder.layer.0.attention.self.query");
+        model.eval();
+        assert_eq!(
+            forward(&model, &e),
+            plain,
+            "B = 0: the initial delta is exactly zero"
+        );
+        let trainable: Vec<String> = model
+            .named_parameters()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(trainable.len(), 8);
+        assert!(trainable
+            .iter()
+            .all(|n| n.contains(".lora_A.") || n.contains(".lora_B.")));
+        model.train();
+        let ids = Tensor::constant(&ctx, &[2i64, 17, 33, 5], &[1, 4]).unwrap();
+        let loss = model
+            .forward(&ids, None, None)
+            .unwrap()
+            .square()
+            .unwrap()
+            .mean_all()
+            .unwrap();
+        loss.backward().unwrap();
+        drop(loss);
+        for (n, t) in model.named_parameters() {
+            let adapter = n.contains("lora_");
+            assert_eq!(t.grad().is_some(), adapter, "{n}");
+        }
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+fn json_keys(path: &Path) -> BTreeSet<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+#[test]
+fn saved_adapter_has_peft_key_names_and_config_fields_and_round_trips() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let e = expected();
+    let out = std::env::temp_dir().join(format!("fucina-lora-save-{}", std::process::id()));
+    {
+        let mut model = base(&ctx);
+        let mut init = Init::new(&ctx, DType::F32, 9);
+        let cfg =
+            LoraConfig::new(4, 8.0, &["value", "query", "intermediate.dense"]).with_dropout(0.1);
+        apply_lora(&mut model, &cfg, &mut init).unwrap();
+        // Make B non-zero so the round trip is observable.
+        for (n, t) in model.named_parameters() {
+            if n.contains("lora_B") {
+                let v: Vec<f32> = (0..t.numel())
+                    .map(|i| (i as f32 * 0.37).sin() * 0.1)
+                    .collect();
+                t.set_value(ctx.from_slice(&v, t.shape()).unwrap()).unwrap();
+            }
+        }
+        model.eval();
+        let want = forward(&model, &e);
+        save_adapter(&model, &cfg, &out).unwrap();
+        // Same tensor names as peft's file, same config fields as peft's config.
+        let mine = fucina_autograd::SafetensorsFile::open(&out.join(ADAPTER_WEIGHTS)).unwrap();
+        let peft = fucina_autograd::SafetensorsFile::open(
+            &goldens().join("adapter").join(ADAPTER_WEIGHTS),
+        )
+        .unwrap();
+        assert_eq!(
+            mine.names().collect::<Vec<_>>(),
+            peft.names().collect::<Vec<_>>()
+        );
+        for n in peft.names() {
+            assert_eq!(
+                mine.info(n).unwrap().shape,
+                peft.info(n).unwrap().shape,
+                "{n}"
+            );
+        }
+        assert_eq!(
+            json_keys(&out.join(ADAPTER_CONFIG)),
+            json_keys(&goldens().join("adapter").join(ADAPTER_CONFIG))
+        );
+        drop((mine, peft));
+        // A fresh base with the saved adapter gives the same output, bit for bit.
+        let mut fresh = base(&ctx);
+        let mut init = Init::new(&ctx, DType::F32, 11);
+        let back = load_adapter(&mut fresh, &out, &mut init).unwrap();
+        assert_eq!(back, cfg);
+        fresh.eval();
+        assert_eq!(forward(&fresh, &e), want);
+    }
+    std::fs::remove_dir_all(&out).ok();
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn failed_adapter_load_changes_nothing() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let e = expected();
+    let dir = std::env::temp_dir().join(format!("fucina-lora-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = goldens().join("adapter");
+    {
+        let mut model = base(&ctx);
+        let plain = forward(&model, &e);
+        let n_params = model.named_parameters().len();
+        let mut init = Init::new(&ctx, DType::F32, 3);
+        // An adapter file missing one tensor: strict error naming it.
+        let peft = fucina_autograd::SafetensorsFile::open(&src.join(ADAPTER_WEIGHTS)).unwrap();
+        let keep: Vec<(String, Tensor)> = peft
+            .names()
+            .filter(|n| !n.contains("layer.1.attention.self.value.lora_B"))
+            .map(|n| {
+                (
+                    n.to_string(),
+                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false),
+                )
+            })
+            .collect();
+        drop(peft);
+        fucina_autograd::save_state_dict(&dir.join(ADAPTER_WEIGHTS), &keep, &Default::default())
+            .unwrap();
+        drop(keep);
+        std::fs::copy(src.join(ADAPTER_CONFIG), dir.join(ADAPTER_CONFIG)).unwrap();
+        let err = load_adapter(&mut model, &dir, &mut init)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("layer.1.attention.self.value.lora_B.weight")
+                && err.contains(ADAPTER_WEIGHTS),
+            "{err}"
+        );
+        assert_eq!(
+            model.named_parameters().len(),
+            n_params,
+            "adapters removed again"
+        );
+        assert!(model
+            .named_parameters()
+            .iter()
+            .all(|(_, t)| t.requires_grad()));
+        assert_eq!(forward(&model, &e), plain);
+        // A config fucina does not implement names the file and field.
+        let text = std::fs::read_to_string(src.join(ADAPTER_CONFIG)).unwrap();
+        std::fs::write(
+            dir.join(ADAPTER_CONFIG),
+            text.replace("\"use_dora\": false", "\"use_dora\": true"),
+        )
+        .unwrap();
+        let err = load_adapter(&mut model, &dir, &mut init)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(ADAPTER_CONFIG) && err.contains("use_dora"),
+            "{err}"
+        );
+        assert_eq!(model.named_parameters().len(), n_params);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn lora_applies_to_any_module_by_path_gpt() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    {
+        let cfg = fucina_nn::GptConfig {
+            vocab_size: 13,
+            block_size: 8,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 8,
+            dropout: 0.0,
+            bias: true,
+            tied_head: true,
+            ln_eps: 1e-5,
+            init_std: 0.02,
+            residual_scaling: true,
+        };
+        let mut init = Init::new(&ctx, DType::F32, 4);
+        let mut gpt = fucina_nn::Gpt::new(&mut init, &cfg).unwrap();
+        let idx = Tensor::constant(&ctx, &[1i64, 4, 2, 7], &[1, 4]).unwrap();
+        let before = gpt.forward(&idx).unwrap().to_vec::<f32>().unwrap();
+        let paths = apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["qkv"]), &mut init).unwrap();
+        assert_eq!(paths.len(), 2, "{paths:?}");
+        assert!(paths.iter().all(|p| p.ends_with(".qkv")));
+        assert_eq!(gpt.forward(&idx).unwrap().to_vec::<f32>().unwrap(), before);
+        // Nothing matches: an error, nothing attached.
+        let err = apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["nope"]), &mut init).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+        // A second adapter on the same layer is refused.
+        assert!(apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["qkv"]), &mut init).is_err());
+        assert_eq!(fucina_nn::lora::remove_lora(&mut gpt).unwrap(), 2);
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
