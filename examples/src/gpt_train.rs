@@ -38,7 +38,7 @@ const VAL_STREAM: u64 = 0xffff_ffff;
 /// holding out its last 10% for validation, and writes its loss curve,
 /// a text sample and checkpoints to `--out`.
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
-#[command(name = "train_gpt", version, about, long_about = None)]
+#[command(name = "train_gpt", version, about, long_about = None, args_override_self = true)]
 pub struct TrainGptArgs {
     /// Training text: any UTF-8 file (default: this repository's data/shakespeare.txt)
     #[arg(long)]

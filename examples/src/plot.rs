@@ -101,12 +101,14 @@ pub fn loss_curve_png(path: &Path, c: &LossCurve) -> Result<()> {
         .configure_mesh()
         .x_desc("step")
         .y_desc("loss")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.1}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|e| plot_err(path, e))?;
-    let faint = RGBColor(31, 119, 180).mix(0.25);
+    let faint = RGBColor(31, 119, 180).mix(0.35);
     chart
         .draw_series(LineSeries::new(
             c.train
@@ -141,9 +143,10 @@ pub fn loss_curve_png(path: &Path, c: &LossCurve) -> Result<()> {
         .draw_series(c.val.iter().map(|&(s, v)| Circle::new((s as f64, v), 3, orange.filled())))
         .map_err(|e| plot_err(path, e))?;
     let grey = RGBColor(110, 110, 110);
-    let dashes = (0..(n as usize).div_ceil(20)).map(|k| {
-        let x0 = (k * 20) as f64;
-        PathElement::new(vec![(x0, c.baseline), ((x0 + 10.0).min(n), c.baseline)], grey)
+    let dash = n / 60.0; // 30 dashes across the plot
+    let dashes = (0..30).map(|k| {
+        let x0 = 2.0 * k as f64 * dash;
+        PathElement::new(vec![(x0, c.baseline), (x0 + dash, c.baseline)], grey)
     });
     chart
         .draw_series(dashes)
