@@ -20,7 +20,7 @@ use fucina_examples::{exit_on_error, Error, Result};
 
 /// Embed sentences with all-MiniLM-L6-v2 (fetched by scripts/fetch-minilm.sh).
 #[derive(Parser, Debug)]
-#[command(name = "embed", version, about, long_about = None)]
+#[command(name = "embed", version)]
 struct Args {
     /// Sentences to embed
     sentences: Vec<String>,
@@ -64,14 +64,14 @@ fn run() -> Result<()> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let emb = enc.embed(&refs, args.batch_size)?;
     for (t, e) in texts.iter().zip(&emb) {
-        println!(
-            "{}",
-            serde_json::json!({ "text": t, "embedding": e })
-        );
+        println!("{}", serde_json::json!({ "text": t, "embedding": e }));
     }
     println!("cosine similarity:");
     for (i, a) in emb.iter().enumerate() {
-        let row: Vec<String> = emb.iter().map(|b| format!("{:7.4}", cosine(a, b))).collect();
+        let row: Vec<String> = emb
+            .iter()
+            .map(|b| format!("{:7.4}", cosine(a, b)))
+            .collect();
         println!("  [{i}] {}", row.join(" "));
     }
     Ok(())

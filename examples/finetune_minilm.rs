@@ -30,7 +30,7 @@ use tokenizers::Tokenizer;
 
 /// Fine-tune all-MiniLM-L6-v2 for comedy-vs-tragedy: linear probe vs full fine-tuning vs LoRA.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "finetune_minilm", version, about, long_about = None)]
+#[command(name = "finetune_minilm", version)]
 struct Args {
     /// Directory with train.tsv and test.tsv (label<TAB>text; 0 = comedy, 1 = tragedy)
     #[arg(long)]
@@ -318,7 +318,16 @@ fn run() -> Result<()> {
 
     let t0 = Instant::now();
     let model = BertModel::from_pretrained(&ctx, &dir, DType::F32)?;
-    let (acc, trainable) = fine_tune(&ctx, &args, &tok, &model, args.full_lr, &train, &test, "full")?;
+    let (acc, trainable) = fine_tune(
+        &ctx,
+        &args,
+        &tok,
+        &model,
+        args.full_lr,
+        &train,
+        &test,
+        "full",
+    )?;
     results.push(Outcome {
         name: "full fine-tuning",
         accuracy: acc,
@@ -332,7 +341,13 @@ fn run() -> Result<()> {
     let cfg = LoraConfig::new(
         args.lora_r,
         args.lora_alpha,
-        &["query", "key", "value", "intermediate.dense", "output.dense"],
+        &[
+            "query",
+            "key",
+            "value",
+            "intermediate.dense",
+            "output.dense",
+        ],
     );
     let adapted = apply_lora(
         &mut model,
@@ -340,7 +355,16 @@ fn run() -> Result<()> {
         &mut Init::new(&ctx, DType::F32, args.seed ^ 0x104a),
     )?;
     println!("  LoRA r={} on {} linears", args.lora_r, adapted.len());
-    let (acc, trainable) = fine_tune(&ctx, &args, &tok, &model, args.lora_lr, &train, &test, "LoRA")?;
+    let (acc, trainable) = fine_tune(
+        &ctx,
+        &args,
+        &tok,
+        &model,
+        args.lora_lr,
+        &train,
+        &test,
+        "LoRA",
+    )?;
     results.push(Outcome {
         name: "LoRA",
         accuracy: acc,
@@ -349,7 +373,10 @@ fn run() -> Result<()> {
     });
 
     println!("\nheld-out accuracy (plays unseen in training):");
-    println!("  {:<32} {:>9} {:>9} {:>12}", "method", "accuracy", "wall (s)", "trainable");
+    println!(
+        "  {:<32} {:>9} {:>9} {:>12}",
+        "method", "accuracy", "wall (s)", "trainable"
+    );
     for r in &results {
         println!(
             "  {:<32} {:>8.1}% {:>9.1} {:>12}",

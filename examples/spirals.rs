@@ -26,7 +26,7 @@ use fucina_optim::{
 
 /// Two spirals learned by an MLP with each optimizer; writes the decision boundary as a PNG.
 #[derive(Parser, Debug)]
-#[command(name = "spirals", version, about, long_about = None)]
+#[command(name = "spirals", version)]
 struct Args {
     /// Where to write the decision-boundary picture
     #[arg(long, default_value = "runs/spirals/boundary.png")]
@@ -178,7 +178,12 @@ fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
                 ParamGroup::new(other, adam).with_schedule(s),
             ])?)
         }
-        other => return Err(Error::arg("optimizer", format!("unknown optimizer {other}"))),
+        other => {
+            return Err(Error::arg(
+                "optimizer",
+                format!("unknown optimizer {other}"),
+            ))
+        }
     })
 }
 
@@ -191,7 +196,10 @@ fn accuracy(logits: &Tensor, y: &[i64]) -> Result<f64> {
 fn class1_prob(ctx: &ExecContext, model: &Mlp, pts: &[(f64, f64)]) -> Result<Vec<f64>> {
     let _ng = no_grad();
     let _scope = ctx.scope();
-    let flat: Vec<f32> = pts.iter().flat_map(|&(x, y)| [x as f32, y as f32]).collect();
+    let flat: Vec<f32> = pts
+        .iter()
+        .flat_map(|&(x, y)| [x as f32, y as f32])
+        .collect();
     let x = Tensor::constant(ctx, &flat, &[pts.len(), 2])?;
     let p = model.forward(&x)?.softmax(1)?.to_vec::<f32>()?;
     Ok(p.chunks(2).map(|r| r[1] as f64).collect())

@@ -28,7 +28,10 @@ fn run() -> Result<()> {
         );
         return Ok(());
     }
-    println!("\n--- sample (temperature {}, top-k {}) ---", args.temperature, args.top_k);
+    println!(
+        "\n--- sample (temperature {}, top-k {}) ---",
+        args.temperature, args.top_k
+    );
     println!("{}", r.sample);
     println!("---");
     if let (Some(first), Some(last)) = (r.mem.first(), r.mem.last()) {

@@ -85,7 +85,11 @@ macro_rules! via_umbrella {
         }
     )*};
 }
-via_umbrella!(fucina_core::Error, fucina_autograd::Error, fucina_optim::Error);
+via_umbrella!(
+    fucina_core::Error,
+    fucina_autograd::Error,
+    fucina_optim::Error
+);
 
 /// `Result` with the examples' [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -38,7 +38,7 @@ const VAL_STREAM: u64 = 0xffff_ffff;
 /// holding out its last 10% for validation, and writes its loss curve,
 /// a text sample and checkpoints to `--out`.
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
-#[command(name = "train_gpt", version, about, long_about = None, args_override_self = true)]
+#[command(name = "train_gpt", version, args_override_self = true)]
 pub struct TrainGptArgs {
     /// Training text: any UTF-8 file (default: this repository's data/shakespeare.txt)
     #[arg(long)]
@@ -67,7 +67,7 @@ pub struct TrainGptArgs {
     pub dropout: f64,
 
     /// Optimizer steps
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 800)]
     pub steps: u64,
     /// Sequences per batch
     #[arg(long, default_value_t = 32)]
@@ -349,7 +349,11 @@ pub fn evaluate_full(
         let mut y = Vec::with_capacity(rows * block);
         for w in first..first + rows {
             x.extend(val[w * block..(w + 1) * block].iter().map(|&v| v as i64));
-            y.extend(val[w * block + 1..(w + 1) * block + 1].iter().map(|&v| v as i64));
+            y.extend(
+                val[w * block + 1..(w + 1) * block + 1]
+                    .iter()
+                    .map(|&v| v as i64),
+            );
         }
         let x = Tensor::constant(ctx, &x, &[rows, block])?;
         let y = Tensor::constant(ctx, &y, &[rows, block])?;
@@ -486,8 +490,10 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
             dir: ck.dir.clone(),
             msg,
         };
-        let saved: RunIdentity = serde_json::from_value(ck.state.extra["run"].clone())
-            .map_err(|e| resume_err(format!("trainer_state.json has no valid run identity: {e}")))?;
+        let saved: RunIdentity =
+            serde_json::from_value(ck.state.extra["run"].clone()).map_err(|e| {
+                resume_err(format!("trainer_state.json has no valid run identity: {e}"))
+            })?;
         if saved != identity {
             return Err(resume_err(format!(
                 "it was made by a different run (data, model or training knobs differ):\n  checkpoint: {saved:?}\n  this run:   {identity:?}"

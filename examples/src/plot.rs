@@ -140,7 +140,11 @@ pub fn loss_curve_png(path: &Path, c: &LossCurve) -> Result<()> {
         .label("validation (held-out tail)")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], orange.stroke_width(2)));
     chart
-        .draw_series(c.val.iter().map(|&(s, v)| Circle::new((s as f64, v), 3, orange.filled())))
+        .draw_series(
+            c.val
+                .iter()
+                .map(|&(s, v)| Circle::new((s as f64, v), 3, orange.filled())),
+        )
         .map_err(|e| plot_err(path, e))?;
     let grey = RGBColor(110, 110, 110);
     let dash = n / 60.0; // 30 dashes across the plot

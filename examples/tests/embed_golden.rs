@@ -33,7 +33,10 @@ fn embeddings_match_sentence_transformers() {
         .iter()
         .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()))
         .collect();
-    assert_eq!(batch.ids, ids, "token ids differ from the tokenizers library's");
+    assert_eq!(
+        batch.ids, ids,
+        "token ids differ from the tokenizers library's"
+    );
 
     let emb = enc.embed(&texts, 8).unwrap();
     let want = golden["embeddings"].as_array().unwrap();

@@ -32,10 +32,33 @@ fn small_text(dir: &Path) -> PathBuf {
 
 fn args(data: &Path, out: &Path, extra: &[&str]) -> TrainGptArgs {
     let mut v: Vec<String> = [
-        "train_gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
-        "--batch-size", "4", "--steps", "12", "--warmup", "2", "--eval-every", "4",
-        "--eval-batches", "2", "--ckpt-every", "4", "--dropout", "0.1", "--sample-len", "24",
-        "--threads", "2",
+        "train_gpt",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "16",
+        "--block-size",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "12",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "4",
+        "--eval-batches",
+        "2",
+        "--ckpt-every",
+        "4",
+        "--dropout",
+        "0.1",
+        "--sample-len",
+        "24",
+        "--threads",
+        "2",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -63,9 +86,12 @@ fn resume_is_bit_exact() {
     assert!(full.losses.iter().all(|l| l.is_finite()));
     assert!(full.final_val.is_some_and(f64::is_finite));
     assert_eq!(full.sample.chars().count(), 24 + 1); // the prompt "\n" + 24
-    // memory is flat: the same buffers are outstanding at every evaluation
+                                                     // memory is flat: the same buffers are outstanding at every evaluation
     assert!(full.mem.len() >= 3);
-    assert!(full.mem.iter().all(|m| m.outstanding == full.mem[0].outstanding));
+    assert!(full
+        .mem
+        .iter()
+        .all(|m| m.outstanding == full.mem[0].outstanding));
 
     // stopped after step 6 (a checkpoint there), then resumed
     let b = root.join("b");
@@ -74,7 +100,10 @@ fn resume_is_bit_exact() {
     assert_eq!(stopped.final_val, None);
     let resumed = train_gpt(&args(&data, &b, &["--resume"]), false).unwrap();
     assert_eq!(bits(&resumed), bits(&full));
-    assert_eq!(resumed.final_val.map(f64::to_bits), full.final_val.map(f64::to_bits));
+    assert_eq!(
+        resumed.final_val.map(f64::to_bits),
+        full.final_val.map(f64::to_bits)
+    );
     assert_eq!(resumed.sample, full.sample);
 
     // "killed" after step 7: the newest checkpoint is step 4's; resume from there
@@ -105,7 +134,10 @@ fn bad_arguments_and_data_are_clear_errors() {
     assert!(e.to_string().contains("--steps"), "{e}");
     let missing = root.join("nope.txt");
     let e = train_gpt(&args(&missing, &out, &[]), false).unwrap_err();
-    assert!(matches!(e, Error::Data { .. }) && e.to_string().contains("nope.txt"), "{e}");
+    assert!(
+        matches!(e, Error::Data { .. }) && e.to_string().contains("nope.txt"),
+        "{e}"
+    );
     let latin1 = root.join("latin1.txt");
     std::fs::write(&latin1, b"caf\xe9 ".repeat(100)).unwrap();
     let e = train_gpt(&args(&latin1, &out, &[]), false).unwrap_err();
