@@ -211,7 +211,7 @@ impl TrainGptArgs {
         pos("--temperature", self.temperature)?;
         pos("--eval-every", self.eval_every as f64)?;
         pos("--eval-batches", self.eval_batches as f64)?;
-        if self.n_embd % self.n_head != 0 {
+        if (self.n_embd / self.n_head) * self.n_head != self.n_embd {
             return Err(Error::arg(
                 "--n-embd",
                 format!(

@@ -169,6 +169,9 @@ pub fn loss_curve_png(path: &Path, c: &LossCurve) -> Result<()> {
     Ok(())
 }
 
+/// Maps points to the probability of class 1 (see [`decision_boundary_png`]).
+pub type Classifier<'a> = &'a mut dyn FnMut(&[(f64, f64)]) -> Result<Vec<f64>>;
+
 /// A two-class decision boundary: `classify` maps a point to the
 /// probability of class 1; the plane is shaded by it and the data drawn on
 /// top (class 0 blue, class 1 orange). 600×600 PNG over `[-lim, lim]²`.
@@ -177,7 +180,7 @@ pub fn decision_boundary_png(
     title: &str,
     lim: f64,
     points: &[(f64, f64, usize)],
-    classify: &mut dyn FnMut(&[(f64, f64)]) -> Result<Vec<f64>>,
+    classify: Classifier<'_>,
 ) -> Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (600, 640)).into_drawing_area();
