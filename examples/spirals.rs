@@ -2,16 +2,39 @@
 //!
 //! The data are synthetic and deterministic (two interleaved Archimedean
 //! spirals with seeded jitter); the model is 2 → 64 → 64 → 2 with tanh,
-//! PyTorch's `nn.Linear` init (kaiming-uniform, bound 1/√fan_in). Each
-//! optimizer trains the same initial model full-batch under warmup + cosine,
-//! printing loss and accuracy as it goes.
+//! built from fucina-nn's `Linear` (PyTorch's `nn.Linear` init,
+//! kaiming-uniform, bound 1/√fan_in). Each optimizer trains the same
+//! initial model full-batch under warmup + cosine, printing loss and
+//! accuracy as it goes; the decision boundary of the AdamW model is written
+//! as a PNG (`--out`, default `runs/spirals/boundary.png`).
 //!
 //! Run: `cargo run --release --example spirals`
 
-use fucina_autograd::{CrossEntropyOpts, ScopeExt, Tensor};
+use std::path::PathBuf;
+
+use clap::Parser;
+use fucina_autograd::{no_grad, CrossEntropyOpts, ScopeExt, Tensor};
 use fucina_core::rng::SplitMix64;
-use fucina_core::ExecContext;
-use fucina_optim::*;
+use fucina_core::{DType, ExecContext};
+use fucina_examples::plot::decision_boundary_png;
+use fucina_examples::{exit_on_error, Error, Result};
+use fucina_nn::{Init, Linear, Module};
+use fucina_optim::{
+    clip_grad_norm, Adam, AdamConfig, AdamW, Algorithm, Lion, LionConfig, Muon, MuonConfig,
+    Optimizer, ParamGroup, RmsProp, RmsPropConfig, Schedule, Sgd, SgdConfig,
+};
+
+/// Two spirals learned by an MLP with each optimizer; writes the decision boundary as a PNG.
+#[derive(Parser, Debug)]
+#[command(name = "spirals", version)]
+struct Args {
+    /// Where to write the decision-boundary picture
+    #[arg(long, default_value = "runs/spirals/boundary.png")]
+    out: PathBuf,
+    /// Worker threads (0: FUCINA_NUM_THREADS or every core)
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
 
 const POINTS_PER_ARM: usize = 256;
 const STEPS: u64 = 600;
@@ -35,63 +58,37 @@ fn two_spirals(n: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
     (x, y)
 }
 
-/// One `nn.Linear(fan_in, fan_out)`: weight `[out, in]` and bias, U(−1/√in, 1/√in).
-fn linear(
-    ctx: &ExecContext,
-    rng: &mut SplitMix64,
-    fan_in: usize,
-    fan_out: usize,
-) -> Result<(Tensor, Tensor)> {
-    let bound = 1.0 / (fan_in as f64).sqrt();
-    let w: Vec<f32> = rng
-        .vec_uniform(fan_in * fan_out, -bound, bound)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    let b: Vec<f32> = rng
-        .vec_uniform(fan_out, -bound, bound)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    Ok((
-        Tensor::variable(ctx, &w, &[fan_out, fan_in])?,
-        Tensor::variable(ctx, &b, &[fan_out])?,
-    ))
-}
-
+/// The classifier: 2 → 64 → 64 → 2 with tanh; fucina-nn's `Linear` (PyTorch's
+/// `nn.Linear` init), parameters named `l1.weight`, `l1.bias`, ... by the derive.
+#[derive(Module)]
 struct Mlp {
-    layers: Vec<(Tensor, Tensor)>,
+    l1: Linear,
+    l2: Linear,
+    l3: Linear,
 }
 
 impl Mlp {
     fn new(ctx: &ExecContext, seed: u64) -> Result<Mlp> {
-        let mut rng = SplitMix64::new(seed);
+        let mut init = Init::new(ctx, DType::F32, seed);
         Ok(Mlp {
-            layers: vec![
-                linear(ctx, &mut rng, 2, HIDDEN)?,
-                linear(ctx, &mut rng, HIDDEN, HIDDEN)?,
-                linear(ctx, &mut rng, HIDDEN, 2)?,
-            ],
+            l1: Linear::new(&mut init, 2, HIDDEN, true)?,
+            l2: Linear::new(&mut init, HIDDEN, HIDDEN, true)?,
+            l3: Linear::new(&mut init, HIDDEN, 2, true)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut h = x.clone();
-        for (i, (w, b)) in self.layers.iter().enumerate() {
-            h = h.linear(w, Some(b))?;
-            if i + 1 < self.layers.len() {
-                h = h.tanh()?;
-            }
-        }
-        Ok(h)
+        let h = self.l1.forward(x)?.tanh()?;
+        let h = self.l2.forward(&h)?.tanh()?;
+        Ok(self.l3.forward(&h)?)
     }
 
     fn weights(&self) -> Vec<Tensor> {
-        self.layers.iter().map(|(w, _)| w.clone()).collect()
+        self.decay_groups()[0].clone()
     }
 
     fn biases(&self) -> Vec<Tensor> {
-        self.layers.iter().map(|(_, b)| b.clone()).collect()
+        self.decay_groups()[1].clone()
     }
 }
 
@@ -181,7 +178,12 @@ fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
                 ParamGroup::new(other, adam).with_schedule(s),
             ])?)
         }
-        other => unreachable!("unknown optimizer {other}"),
+        other => {
+            return Err(Error::arg(
+                "optimizer",
+                format!("unknown optimizer {other}"),
+            ))
+        }
     })
 }
 
@@ -190,8 +192,26 @@ fn accuracy(logits: &Tensor, y: &[i64]) -> Result<f64> {
     Ok(pred.iter().zip(y).filter(|(p, t)| p == t).count() as f64 / y.len() as f64)
 }
 
-fn main() -> Result<()> {
-    let ctx = ExecContext::new()?;
+/// P(class 1) at each point, under no-grad.
+fn class1_prob(ctx: &ExecContext, model: &Mlp, pts: &[(f64, f64)]) -> Result<Vec<f64>> {
+    let _ng = no_grad();
+    let _scope = ctx.scope();
+    let flat: Vec<f32> = pts
+        .iter()
+        .flat_map(|&(x, y)| [x as f32, y as f32])
+        .collect();
+    let x = Tensor::constant(ctx, &flat, &[pts.len(), 2])?;
+    let p = model.forward(&x)?.softmax(1)?.to_vec::<f32>()?;
+    Ok(p.chunks(2).map(|r| r[1] as f64).collect())
+}
+
+fn run() -> Result<()> {
+    let args = Args::parse();
+    let ctx = if args.threads == 0 {
+        ExecContext::new()?
+    } else {
+        ExecContext::with_threads(args.threads)?
+    };
     let (xs, ys) = two_spirals(POINTS_PER_ARM, 7);
     let n = ys.len();
     let x = Tensor::constant(&ctx, &xs, &[n, 2])?;
@@ -199,6 +219,7 @@ fn main() -> Result<()> {
     println!("two spirals: {n} points, MLP 2-{HIDDEN}-{HIDDEN}-2 (tanh), {STEPS} full-batch steps, warmup+cosine");
     let t_all = std::time::Instant::now();
     let mut summary = Vec::new();
+    let mut drawn = None;
     for name in ["sgd+nesterov", "adam", "adamw", "rmsprop", "lion", "muon"] {
         let model = Mlp::new(&ctx, 1234)?;
         let mut opt = make_optimizer(name, &model)?;
@@ -232,11 +253,36 @@ fn main() -> Result<()> {
             }
         }
         println!("{line}  ({:.2} s)", t0.elapsed().as_secs_f64());
+        if name == "adamw" {
+            drawn = Some(model);
+        }
     }
     println!("final accuracy:");
     for (name, acc) in summary {
         println!("  {name:>13}: {:.1}%", 100.0 * acc);
     }
     println!("total {:.1} s", t_all.elapsed().as_secs_f64());
+    if let Some(model) = drawn {
+        if let Some(dir) = args.out.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        let points: Vec<(f64, f64, usize)> = xs
+            .chunks(2)
+            .zip(&ys)
+            .map(|(p, &c)| (p[0] as f64, p[1] as f64, c as usize))
+            .collect();
+        decision_boundary_png(
+            &args.out,
+            "two spirals: AdamW MLP decision boundary",
+            1.25,
+            &points,
+            &mut |pts| class1_prob(&ctx, &model, pts),
+        )?;
+        println!("wrote {}", args.out.display());
+    }
     Ok(())
+}
+
+fn main() {
+    exit_on_error(run());
 }

@@ -1,1 +1,0 @@
-//! Shared helpers for the fucina examples (data loading, printing).

@@ -1,0 +1,103 @@
+//! The examples' one error type: every failure a user can cause (a bad
+//! argument, unreadable data, missing model files) or a library error,
+//! each with a message that says what to do. `main` prints it and exits 1.
+
+use std::path::{Path, PathBuf};
+
+/// Why an example stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A command-line value that cannot work (names the flag and the value).
+    #[error("invalid argument {flag}: {msg}")]
+    Arg {
+        /// The flag, e.g. `--n-embd`.
+        flag: &'static str,
+        /// What is wrong with its value.
+        msg: String,
+    },
+    /// A file that cannot be read or parsed.
+    #[error("{}: {msg}", path.display())]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        msg: String,
+    },
+    /// Model files that are not there (says which fetch script to run).
+    #[error("{}: missing ({what}). Fetch the model first: `bash scripts/fetch-minilm.sh` (it fills $FUCINA_CACHE, default ~/.cache/fucina)", path.display())]
+    MissingModel {
+        /// The missing file or directory.
+        path: PathBuf,
+        /// Which part of the model it is.
+        what: &'static str,
+    },
+    /// A checkpoint that does not fit this run.
+    #[error("resume from {}: {msg}", dir.display())]
+    Resume {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// What does not match.
+        msg: String,
+    },
+    /// Writing the loss-curve or decision-boundary picture failed.
+    #[error("plot {}: {msg}", path.display())]
+    Plot {
+        /// The PNG being written.
+        path: PathBuf,
+        /// The backend's message.
+        msg: String,
+    },
+    /// The tokenizer failed to load or encode.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// An error from the fucina crates (core, autograd, optim).
+    #[error(transparent)]
+    Fucina(#[from] fucina::Error),
+    /// An error from fucina-nn.
+    #[error(transparent)]
+    Nn(#[from] fucina_nn::Error),
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, e: std::io::Error) -> Error {
+        Error::Data {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        }
+    }
+
+    /// A bad value for `flag`.
+    pub fn arg(flag: &'static str, msg: impl Into<String>) -> Error {
+        Error::Arg {
+            flag,
+            msg: msg.into(),
+        }
+    }
+}
+
+macro_rules! via_umbrella {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::Fucina(e.into())
+            }
+        }
+    )*};
+}
+via_umbrella!(
+    fucina_core::Error,
+    fucina_autograd::Error,
+    fucina_optim::Error
+);
+
+/// `Result` with the examples' [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs an example's body: on error prints `error: ...` to stderr and exits 1.
+pub fn exit_on_error(r: Result<()>) {
+    if let Err(e) = r {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

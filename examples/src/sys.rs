@@ -1,0 +1,15 @@
+//! Process facts the examples log: resident memory (Linux `/proc`).
+
+/// Resident set size in bytes (Linux: `VmRSS` of `/proc/self/status`);
+/// `None` where the platform does not expose it.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// `rss_bytes` in MiB for printing (`NaN` when unknown).
+pub fn rss_mib() -> f64 {
+    rss_bytes().map_or(f64::NAN, |b| b as f64 / (1024.0 * 1024.0))
+}

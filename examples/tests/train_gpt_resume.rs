@@ -1,0 +1,152 @@
+//! `train_gpt` at a tiny size: a run stopped at step k and resumed with
+//! `--resume` gives the same loss, bit for bit, at every later step as a
+//! run that never stopped (also when the resume starts from an earlier
+//! checkpoint, as after a crash), with dropout on so its counters must be
+//! restored too; the thread count does not change a bit; pool memory is
+//! flat over the run; bad arguments and unreadable data are clear errors.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use fucina_examples::gpt_train::{train_gpt, TrainGptArgs, TrainReport};
+use fucina_examples::Error;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fucina-train-gpt-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The first 30k characters of the shipped corpus.
+fn small_text(dir: &Path) -> PathBuf {
+    let full = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/shakespeare.txt"
+    ))
+    .unwrap();
+    let p = dir.join("small.txt");
+    std::fs::write(&p, full.chars().take(30_000).collect::<String>()).unwrap();
+    p
+}
+
+fn args(data: &Path, out: &Path, extra: &[&str]) -> TrainGptArgs {
+    let mut v: Vec<String> = [
+        "train_gpt",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "16",
+        "--block-size",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "12",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "4",
+        "--eval-batches",
+        "2",
+        "--ckpt-every",
+        "4",
+        "--dropout",
+        "0.1",
+        "--sample-len",
+        "24",
+        "--threads",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(["--data".into(), data.display().to_string()]);
+    v.extend(["--out".into(), out.display().to_string()]);
+    v.extend(extra.iter().map(|s| s.to_string()));
+    TrainGptArgs::try_parse_from(v).unwrap()
+}
+
+fn bits(r: &TrainReport) -> (Vec<u32>, Vec<(u64, u64)>) {
+    (
+        r.losses.iter().map(|l| l.to_bits()).collect(),
+        r.val.iter().map(|&(s, v)| (s, v.to_bits())).collect(),
+    )
+}
+
+#[test]
+fn resume_is_bit_exact() {
+    let root = tmp("resume");
+    let data = small_text(&root);
+
+    let full = train_gpt(&args(&data, &root.join("a"), &[]), false).unwrap();
+    assert_eq!(full.losses.len(), 12);
+    assert!(full.losses.iter().all(|l| l.is_finite()));
+    assert!(full.final_val.is_some_and(f64::is_finite));
+    assert_eq!(full.sample.chars().count(), 24 + 1); // the prompt "\n" + 24
+                                                     // memory is flat: the same buffers are outstanding at every evaluation
+    assert!(full.mem.len() >= 3);
+    assert!(full
+        .mem
+        .iter()
+        .all(|m| m.outstanding == full.mem[0].outstanding));
+
+    // stopped after step 6 (a checkpoint there), then resumed
+    let b = root.join("b");
+    let stopped = train_gpt(&args(&data, &b, &["--stop-after", "6"]), false).unwrap();
+    assert_eq!(stopped.last_step, 6);
+    assert_eq!(stopped.final_val, None);
+    let resumed = train_gpt(&args(&data, &b, &["--resume"]), false).unwrap();
+    assert_eq!(bits(&resumed), bits(&full));
+    assert_eq!(
+        resumed.final_val.map(f64::to_bits),
+        full.final_val.map(f64::to_bits)
+    );
+    assert_eq!(resumed.sample, full.sample);
+
+    // "killed" after step 7: the newest checkpoint is step 4's; resume from there
+    let c = root.join("c");
+    train_gpt(&args(&data, &c, &["--stop-after", "7"]), false).unwrap();
+    std::fs::remove_dir_all(c.join("checkpoints/step-000007")).unwrap();
+    let resumed = train_gpt(&args(&data, &c, &["--resume"]), false).unwrap();
+    assert_eq!(bits(&resumed), bits(&full));
+
+    // one thread: the same bits
+    let one = train_gpt(&args(&data, &root.join("d"), &["--threads", "1"]), false).unwrap();
+    assert_eq!(bits(&one), bits(&full));
+
+    // a resume whose knobs differ is refused, naming the checkpoint
+    let e = train_gpt(&args(&data, &b, &["--resume", "--lr", "1e-2"]), false).unwrap_err();
+    assert!(matches!(e, Error::Resume { .. }), "{e}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn bad_arguments_and_data_are_clear_errors() {
+    let root = tmp("errors");
+    let data = small_text(&root);
+    let out = root.join("out");
+    let e = train_gpt(&args(&data, &out, &["--n-embd", "15"]), false).unwrap_err();
+    assert!(e.to_string().contains("--n-embd"), "{e}");
+    let e = train_gpt(&args(&data, &out, &["--steps", "0"]), false).unwrap_err();
+    assert!(e.to_string().contains("--steps"), "{e}");
+    let missing = root.join("nope.txt");
+    let e = train_gpt(&args(&missing, &out, &[]), false).unwrap_err();
+    assert!(
+        matches!(e, Error::Data { .. }) && e.to_string().contains("nope.txt"),
+        "{e}"
+    );
+    let latin1 = root.join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9 ".repeat(100)).unwrap();
+    let e = train_gpt(&args(&latin1, &out, &[]), false).unwrap_err();
+    assert!(e.to_string().contains("not UTF-8"), "{e}");
+    let short = root.join("short.txt");
+    std::fs::write(&short, "to be or not").unwrap();
+    let e = train_gpt(&args(&short, &out, &[]), false).unwrap_err();
+    assert!(e.to_string().contains("too short"), "{e}");
+    let e = train_gpt(&args(&data, &root.join("empty"), &["--resume"]), false).unwrap_err();
+    assert!(matches!(e, Error::Resume { .. }), "{e}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
