@@ -140,12 +140,14 @@ fn assert_linear(what: &str, time: impl Fn(usize) -> Duration) {
 }
 
 #[test]
+#[ignore = "a wall-clock ratio (issue 11): run with --ignored on a quiet machine; figures in docs/RELIABILITY.md"]
 fn closing_a_scope_is_linear_in_its_results() {
     let _heavy = heavy();
     assert_linear("scope close", scope_close_time);
 }
 
 #[test]
+#[ignore = "a wall-clock ratio (issue 11): run with --ignored on a quiet machine; figures in docs/RELIABILITY.md"]
 fn backward_is_linear_in_the_chain_length() {
     let _heavy = heavy();
     assert_linear("backward", backward_time);
