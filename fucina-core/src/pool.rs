@@ -135,7 +135,7 @@ impl ArmList {
     fn sizes(&self) -> Vec<usize> {
         self.by_size
             .iter()
-            .flat_map(|(&k, q)| std::iter::repeat(k).take(q.len()))
+            .flat_map(|(&k, q)| std::iter::repeat_n(k, q.len()))
             .collect()
     }
 }
