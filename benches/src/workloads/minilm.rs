@@ -1,9 +1,9 @@
 //! The `minilm` training workload of `reference/torch_workloads.py`: a fine-tune
 //! step of a MiniLM-L6 classifier, on fucina-nn's [`BertModel`] (Hugging Face's
 //! layout: word + position + token-type embeddings and LayerNorm, 6 post-LN layers
-//! of width 384 with 12 heads, feed-forward 1536, exact GELU, LayerNorm eps 1e-12)
-//! + sentence-transformers' [`mean_pool`] over the attention mask + a [`Linear`]
-//! head to 2 classes, cross-entropy, AdamW(lr 2e-5, weight decay 0.01) over every
+//! of width 384 with 12 heads, feed-forward 1536, exact GELU, LayerNorm eps 1e-12),
+//! then sentence-transformers' [`mean_pool`] over the attention mask and a
+//! [`Linear`] head to 2 classes; cross-entropy, AdamW(lr 2e-5, weight decay 0.01) over every
 //! parameter, and the shared step (see [`super::train`]).
 //!
 //! Data: batch 16 of 64 token ids uniform in `[1000, vocab)`, attention mask 1 on
