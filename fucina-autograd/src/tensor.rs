@@ -286,7 +286,7 @@ impl Tensor {
     /// let w = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
     /// w.update_value(|v| {
     ///     v.as_mut_slice::<f64>()?.iter_mut().for_each(|x| *x *= 10.0);
-    ///     Ok(())
+    ///     Ok::<(), fucina_autograd::Error>(())
     /// })
     /// .unwrap();
     /// assert_eq!(w.to_vec::<f64>().unwrap(), vec![10.0, 20.0]);
