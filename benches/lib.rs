@@ -3,11 +3,13 @@
 //!
 //! A workload is built once (inputs, model, optimizer) and then stepped; timing covers
 //! `step()` only. New workloads are modules under `src/workloads/` registered in
-//! [`workloads::build`].
+//! [`workloads::build`]. Errors are the umbrella `fucina::Error`, which every crate's
+//! error converts into.
 
 use std::time::Instant;
 
-use fucina_core::{ExecContext, Result};
+use fucina::Result;
+use fucina_core::ExecContext;
 
 #[path = "src/workloads/mod.rs"]
 pub mod workloads;
@@ -108,5 +110,5 @@ pub fn json_line(name: &str, threads: usize, t: &Timing, flops: Option<f64>) -> 
 
 /// Builds a context with `threads` workers (the bench's `--threads`).
 pub fn context(threads: usize) -> Result<ExecContext> {
-    ExecContext::with_threads(threads)
+    Ok(ExecContext::with_threads(threads)?)
 }

@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
 # Side-by-side train-step timing: fucina-bench and torch_workloads.py, interleaved
-# (fucina, torch, fucina, torch, ...) so machine noise hits both alike, then a summary:
+# (per round and workload: fucina, then torch, each workload in a process of its own, so
+# machine noise hits both alike and each peak RSS is that workload's), then a summary:
 # per workload, each round's medians and ratio, the median of the per-round medians
-# and the ratio of those.
+# and the ratio of those, and each side's peak RSS.
 # Usage: tools/bench_train_vs_torch.sh [ROUNDS] [THREADS] [WORKLOADS]
+#   WORKLOADS: comma-separated, default all five: tiny,mlp,gpt,minilm,gemm.
 #   env: PYTHON (a python with torch; default python3), STEPS (default 50; tiny runs 20x
-#   that, as the torch script does), TORCH_WL (the torch side of the workloads).
-#   A venv with torch: python3 -m venv .venv && .venv/bin/pip install torch
+#   that, as the torch script does), WARMUP (default 5), TORCH_WL (the torch side of the
+#   workloads; default ../shared/reference/torch_workloads.py beside the repository),
+#   FUCINA_CACHE (where scripts/fetch-minilm.sh put all-MiniLM-L6-v2; default
+#   ~/.cache/fucina). When the MiniLM checkpoint is there, both sides get --minilm-dir
+#   (fucina loads the weights; the torch script reads its config.json; same shapes).
+#   A venv with torch: python3 -m venv .venv && .venv/bin/pip install torch safetensors
 #   then PYTHON=.venv/bin/python tools/bench_train_vs_torch.sh
 set -euo pipefail
 ROUNDS=${1:-5}
 THREADS=${2:-2}
-WORKLOADS=${3:-tiny,mlp}
+WORKLOADS=${3:-tiny,mlp,gpt,minilm,gemm}
 STEPS=${STEPS:-50}
+WARMUP=${WARMUP:-5}
 PYTHON=${PYTHON:-python3}
 TORCH_WL=${TORCH_WL:-$(dirname "$0")/../../shared/reference/torch_workloads.py}
+[ -f "$TORCH_WL" ] || { echo "bench_train_vs_torch: $TORCH_WL not found; set TORCH_WL" >&2; exit 2; }
+MINILM_DIR="${FUCINA_CACHE:-${HOME:-/nonexistent}/.cache/fucina}/all-MiniLM-L6-v2"
+extra=()
+if [ -f "$MINILM_DIR/config.json" ] && [ -f "$MINILM_DIR/model.safetensors" ]; then
+  extra=(--minilm-dir "$MINILM_DIR")
+fi
 cargo build --release -q -p fucina-benches --bin fucina-bench
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for r in $(seq "$ROUNDS"); do
-  ./target/release/fucina-bench --workload "$WORKLOADS" --threads "$THREADS" --steps "$STEPS" --warmup 5 | tee -a "$out"
-  "$PYTHON" "$TORCH_WL" --workload "$WORKLOADS" --threads "$THREADS" --steps "$STEPS" --warmup 5 | tee -a "$out"
+  for wl in ${WORKLOADS//,/ }; do
+    ./target/release/fucina-bench --workload "$wl" --threads "$THREADS" --steps "$STEPS" \
+      --warmup "$WARMUP" ${extra[@]+"${extra[@]}"} | tee -a "$out"
+    "$PYTHON" "$TORCH_WL" --workload "$wl" --threads "$THREADS" --steps "$STEPS" \
+      --warmup "$WARMUP" ${extra[@]+"${extra[@]}"} | tee -a "$out"
+  done
 done
 "$PYTHON" - "$out" <<'EOF'
 import json, statistics, sys
@@ -34,4 +51,7 @@ for wl in dict.fromkeys(r["workload"] for r in rows):
     print(f"{wl}: per-round ratios {' '.join(f'{x:.2f}' for x in per)}; "
           f"medians fucina {fm:.3f} ms, torch {tm:.3f} ms, ratio {fm / tm:.2f}x "
           f"(median of per-round ratios {statistics.median(per):.2f}x)")
+    fr = [r["peak_rss_mb"] for r in rows if r["workload"] == wl and r["framework"] == "fucina"]
+    tr = [r["peak_rss_mb"] for r in rows if r["workload"] == wl and r["framework"] == "torch"]
+    print(f"{wl}: peak RSS fucina {max(fr):.1f} MB, torch {max(tr):.1f} MB (largest over rounds)")
 EOF

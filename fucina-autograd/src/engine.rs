@@ -149,7 +149,7 @@ impl Staged {
         let mut old = Vec::with_capacity(totals.len());
         for (slot, total) in slots.iter_mut().zip(totals) {
             if let Some(total) = total {
-                old.push(slot.replace(total));
+                old.push((**slot).replace(total));
             }
         }
         drop(slots);

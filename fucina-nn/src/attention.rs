@@ -27,7 +27,7 @@ pub fn split_heads(x: &Tensor, n_head: usize) -> Result<Tensor> {
         ));
     }
     let (b, t, d) = (s[0] as isize, s[1] as isize, s[2]);
-    Ok(x.reshape(&[b, t, n_head as isize, (d / n_head) as isize])?
+    Ok(x.reshape([b, t, n_head as isize, (d / n_head) as isize])?
         .transpose(1, 2)?)
 }
 
@@ -39,7 +39,7 @@ pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
     }
     let (b, h, t, dh) = (s[0], s[1], s[2], s[3]);
     Ok(x.transpose(1, 2)?
-        .reshape(&[b as isize, t as isize, (h * dh) as isize])?)
+        .reshape([b as isize, t as isize, (h * dh) as isize])?)
 }
 
 /// A U8 key-padding keep-mask `[B, S]` from each sequence's length
@@ -91,7 +91,7 @@ pub fn multi_head_attention(
                     m.shape(),
                 ));
             }
-            Some(m.reshape(&[b as isize, 1, 1, s as isize])?)
+            Some(m.reshape([b as isize, 1, 1, s as isize])?)
         }
     };
     let opts = AttentionOpts {

@@ -215,7 +215,7 @@ impl Gpt {
         let logits = self.forward(idx)?;
         let v = self.config.vocab_size as isize;
         Ok(logits
-            .reshape(&[-1, v])?
-            .cross_entropy(&targets.reshape(&[-1])?, CrossEntropyOpts::default())?)
+            .reshape([-1, v])?
+            .cross_entropy(&targets.reshape([-1])?, CrossEntropyOpts::default())?)
     }
 }

@@ -78,7 +78,7 @@ impl Gemm {
 }
 
 impl Workload for Gemm {
-    fn step(&mut self) -> Result<()> {
+    fn step(&mut self) -> fucina::Result<()> {
         let c = self.ctx.matmul(&self.a, &self.b)?;
         std::hint::black_box(&c);
         Ok(())

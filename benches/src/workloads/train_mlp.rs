@@ -1,8 +1,8 @@
 //! The `tiny` and `mlp` training workloads of `reference/torch_workloads.py`,
-//! reproduced exactly: same layers, PyTorch `nn.Linear` init (kaiming-uniform,
-//! bound 1/√fan_in for weights and biases), same batch, AdamW(lr 1e-3,
-//! weight decay 0.01), and the same step: zero_grad + forward + cross-entropy
-//! + backward + optimizer step, with one exec scope per step.
+//! reproduced exactly on fucina-nn's [`Mlp`]: same layers, PyTorch's
+//! `nn.Linear` init (kaiming-uniform, bound 1/√fan_in for weights and biases,
+//! which is `Mlp::new`'s), same batch, AdamW(lr 1e-3, weight decay 0.01), and the
+//! same step (see [`super::train`]).
 //!
 //! - tiny: 2 → 64 → 64 → 3, tanh, batch 64 (overhead-bound);
 //! - mlp: 784 → 512 → 512 → 10, ReLU, batch 128.
@@ -10,25 +10,20 @@
 //! Inputs are N(0, 1) and labels uniform from a seeded SplitMix64 (torch's
 //! generator differs; shapes and distributions are the same).
 
-use fucina_autograd::{CrossEntropyOpts, ScopeExt, Tensor};
+use fucina::Result;
+use fucina_autograd::{CrossEntropyOpts, Tensor};
 use fucina_core::rng::SplitMix64;
-use fucina_core::ExecContext;
-use fucina_optim::{AdamConfig, AdamW, Optimizer, Result};
+use fucina_core::{DType, ExecContext};
+use fucina_nn::{Activation, Init, Mlp, Module};
+use fucina_optim::AdamW;
 
-/// Activation between the linear layers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Act {
-    /// `nn.Tanh`.
-    Tanh,
-    /// `nn.ReLU`.
-    Relu,
-}
+use super::train::{adamw, train_step};
 
 /// An MLP train step with its data and AdamW optimizer.
 pub struct MlpTrain {
     ctx: ExecContext,
-    layers: Vec<(Tensor, Tensor)>,
-    act: Act,
+    /// The model.
+    pub model: Mlp,
     x: Tensor,
     y: Tensor,
     opt: AdamW,
@@ -37,51 +32,29 @@ pub struct MlpTrain {
 }
 
 impl MlpTrain {
-    /// An MLP with layer widths `dims` (input first), `batch` rows, `classes = dims.last()`.
+    /// An MLP with layer widths `dims` (input first), `batch` rows, `classes = dims.last()`;
+    /// weights from `Init` seed `seed`, data from SplitMix64 seed `seed`.
     pub fn new(
         ctx: &ExecContext,
         dims: &[usize],
-        act: Act,
+        act: Activation,
         batch: usize,
         seed: u64,
     ) -> Result<MlpTrain> {
+        let model = Mlp::new(&mut Init::new(ctx, DType::F32, seed), dims, act)?;
         let mut rng = SplitMix64::new(seed);
-        let mut layers = Vec::new();
-        for w in dims.windows(2) {
-            let (fan_in, fan_out) = (w[0], w[1]);
-            let bound = 1.0 / (fan_in as f64).sqrt();
-            let wv: Vec<f32> = rng
-                .vec_uniform(fan_in * fan_out, -bound, bound)
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
-            let bv: Vec<f32> = rng
-                .vec_uniform(fan_out, -bound, bound)
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
-            layers.push((
-                Tensor::variable(ctx, &wv, &[fan_out, fan_in])?,
-                Tensor::variable(ctx, &bv, &[fan_out])?,
-            ));
-        }
         let d_in = dims[0];
-        let classes = *dims.last().unwrap_or(&1);
+        let classes = dims.last().copied().unwrap_or(1).max(1);
         let xv: Vec<f32> = (0..batch * d_in)
             .map(|_| rng.next_normal() as f32)
             .collect();
         let yv: Vec<i64> = (0..batch)
             .map(|_| rng.below(classes as u64) as i64)
             .collect();
-        let params: Vec<Tensor> = layers
-            .iter()
-            .flat_map(|(w, b)| [w.clone(), b.clone()])
-            .collect();
-        let opt = AdamW::single(params, AdamConfig::adamw(1e-3))?;
+        let opt = adamw(model.parameters(), 1e-3, 0.01)?;
         Ok(MlpTrain {
             ctx: ctx.clone(),
-            layers,
-            act,
+            model,
             x: Tensor::constant(ctx, &xv, &[batch, d_in])?,
             y: Tensor::constant(ctx, &yv, &[batch])?,
             opt,
@@ -91,51 +64,28 @@ impl MlpTrain {
 
     /// `tiny`: 2 → 64 → 64 → 3, tanh, batch 64.
     pub fn tiny(ctx: &ExecContext) -> Result<MlpTrain> {
-        Self::new(ctx, &[2, 64, 64, 3], Act::Tanh, 64, 0)
+        Self::new(ctx, &[2, 64, 64, 3], Activation::Tanh, 64, 0)
     }
 
     /// `mlp`: 784 → 512 → 512 → 10, ReLU, batch 128.
     pub fn mlp(ctx: &ExecContext) -> Result<MlpTrain> {
-        Self::new(ctx, &[784, 512, 512, 10], Act::Relu, 128, 0)
+        Self::new(ctx, &[784, 512, 512, 10], Activation::Relu, 128, 0)
     }
 
-    /// One step: zero_grad + forward + loss + backward + AdamW step.
+    /// One step: zero_grad + forward + cross-entropy + backward + AdamW step.
     pub fn train_step(&mut self) -> Result<()> {
-        self.opt.zero_grad();
-        {
-            let _scope = self.ctx.scope();
-            let mut h = self.x.clone();
-            for (i, (w, b)) in self.layers.iter().enumerate() {
-                h = h.linear(w, Some(b))?;
-                if i + 1 < self.layers.len() {
-                    h = match self.act {
-                        Act::Tanh => h.tanh()?,
-                        Act::Relu => h.relu()?,
-                    };
-                }
-            }
-            let loss = h.cross_entropy(&self.y, CrossEntropyOpts::default())?;
-            loss.backward()?;
-            self.last_loss = loss.item()?;
-        }
-        self.opt.step()
+        let (model, x, y) = (&self.model, &self.x, &self.y);
+        self.last_loss = train_step(&self.ctx, &mut self.opt, || {
+            Ok(model
+                .forward(x)?
+                .cross_entropy(y, CrossEntropyOpts::default())?)
+        })?;
+        Ok(())
     }
 }
 
 impl crate::Workload for MlpTrain {
-    fn step(&mut self) -> fucina_core::Result<()> {
-        self.train_step().map_err(core_error)
-    }
-}
-
-/// An optimizer/autograd error as the bench's core error.
-pub fn core_error(e: fucina_optim::Error) -> fucina_core::Error {
-    match e {
-        fucina_optim::Error::Core(e)
-        | fucina_optim::Error::Autograd(fucina_autograd::Error::Core(e)) => e,
-        other => fucina_core::Error::InvalidArgument {
-            op: "train step",
-            msg: other.to_string(),
-        },
+    fn step(&mut self) -> Result<()> {
+        self.train_step()
     }
 }
