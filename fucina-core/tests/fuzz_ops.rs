@@ -412,7 +412,7 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                 OK_STEPS.fetch_add(1, Ordering::Relaxed);
                 // Every view a program holds stays inside its tensor's extent.
                 let reach = fucina_core::shape::view_reach(t.shape(), t.strides(), t.offset());
-                if !reach.is_some_and(|r| r <= t.extent()) {
+                if reach.is_none_or(|r| r > t.extent()) {
                     return Err(format!(
                         "{what}: view {t:?} reaches past extent {}",
                         t.extent()
