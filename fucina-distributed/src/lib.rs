@@ -13,7 +13,7 @@
 //! peers hanging.
 //!
 //! Everything is written against the [`Transport`] trait: the `mpi` feature
-//! provides the MPI transport ([`mpi::init`](crate::mpi::init)); without it the
+//! provides the MPI transport (`mpi::init`); without it the
 //! crate still builds (no MPI needed) with [`LocalTransport`], ranks as
 //! threads of one process, on which the tests run the whole protocol.
 //!

@@ -4,7 +4,7 @@
 //! Invariants: no `[T, S]` score or probability block wider than one (query block, key
 //! block) tile ever exists: the forward keeps a running max, a running sum and the output
 //! accumulator per query row and saves only the row logsumexp; the backward recomputes each
-//! tile's probabilities from q, k and that logsumexp ([`flash`]). q, k, v may be any view whose
+//! tile's probabilities from q, k and that logsumexp (`flash.rs`). q, k, v may be any view whose
 //! last axis has stride 1 (e.g. heads transposed out of `[B, T, H, D]`) and are read in
 //! place; other layouts are copied once. Chunks are fixed (head, query block) pairs forward
 //! and heads backward, each reduced in a fixed order, so results are bitwise identical for
