@@ -53,7 +53,7 @@ fn layer_table() -> Vec<(u32, String, String)> {
 /// The `members = [...]` of the root Cargo.toml.
 fn workspace_members() -> Vec<String> {
     let toml = read("Cargo.toml");
-    let start = toml.find("members").expect("workspace members");
+    let start = toml.find("\nmembers").expect("workspace members");
     let open = start + toml[start..].find('[').expect("members list");
     let close = open + toml[open..].find(']').expect("members list end");
     toml[open + 1..close]
