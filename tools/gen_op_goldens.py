@@ -181,6 +181,7 @@ TORCH = {
     "sdpa_causal": lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7),
     "sdpa_padding_mask": lambda x: sdpa(x[0], x[1], x[2], bias=pad_bias(x[0].dtype)),
     "sign": lambda x: x[0].sign(),
+    "mish": lambda x: F.mish(x[0]),
 }
 
 

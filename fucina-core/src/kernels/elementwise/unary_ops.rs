@@ -294,6 +294,24 @@ macro_rules! for_each_unary_op {
                 ref_df: |x| if x > c::<T>(20.0) { T::ONE } else { x.exp() / (T::ONE + x.exp()) },
                 torch: "torch.nn.functional.softplus",
             }
+            /// x·tanh(softplus(x)) (Mish).
+            Mish {
+                name: "mish", method: mish, saved: Input, domain: Float,
+                f: |x| x * x.exp().ln_1p().tanh(),
+                // With t = tanh(softplus x) and softplus'(x) = σ(x):
+                // d/dx x·t = t + x·(1 − t²)·σ(x)
+                df: |x| {
+                    let t = x.exp().ln_1p().tanh();
+                    t + x * (T::ONE - t * t) * sigmoid(x)
+                },
+                ref_f: |x| x * x.exp().ln_1p().tanh(),
+                ref_df: |x| {
+                    let sp = x.exp().ln_1p();
+                    let ch = sp.cosh_ref();
+                    sp.tanh() + x * sigmoid_ref(x) / (ch * ch)
+                },
+                torch: "torch.nn.functional.mish",
+            }
             /// x².
             Square {
                 name: "square", method: square, saved: Input, domain: Float,
