@@ -182,6 +182,7 @@ TORCH = {
     "sdpa_padding_mask": lambda x: sdpa(x[0], x[1], x[2], bias=pad_bias(x[0].dtype)),
     "sign": lambda x: x[0].sign(),
     "mish": lambda x: F.mish(x[0]),
+    "hardswish": lambda x: F.hardswish(x[0]),
 }
 
 

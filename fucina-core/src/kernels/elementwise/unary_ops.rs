@@ -312,6 +312,29 @@ macro_rules! for_each_unary_op {
                 },
                 torch: "torch.nn.functional.mish",
             }
+            /// x·min(max(x + 3, 0), 6)/6 (hard swish).
+            Hardswish {
+                name: "hardswish", method: hardswish, saved: Input, domain: Float,
+                f: |x| x * (x + c::<T>(3.0)).max(T::ZERO).min(c::<T>(6.0)) / c::<T>(6.0),
+                // d/dx = x < −3 ? 0 : (x ≤ 3 ? x/3 + 1/2 : 1); at the kinks PyTorch's
+                // branches: −1/2 at x = −3, 3/2 at x = 3.
+                df: |x| if x < c::<T>(-3.0) {
+                    T::ZERO
+                } else if x <= c::<T>(3.0) {
+                    x / c::<T>(3.0) + c::<T>(0.5)
+                } else {
+                    T::ONE
+                },
+                ref_f: |x| x * (x + c::<T>(3.0)).max(T::ZERO).min(c::<T>(6.0)) / c::<T>(6.0),
+                ref_df: |x| if x < c::<T>(-3.0) {
+                    T::ZERO
+                } else if x > c::<T>(3.0) {
+                    T::ONE
+                } else {
+                    (c::<T>(2.0) * x + c::<T>(3.0)) / c::<T>(6.0)
+                },
+                torch: "torch.nn.functional.hardswish",
+            }
             /// x².
             Square {
                 name: "square", method: square, saved: Input, domain: Float,
