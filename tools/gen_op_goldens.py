@@ -183,6 +183,7 @@ TORCH = {
     "sign": lambda x: x[0].sign(),
     "mish": lambda x: F.mish(x[0]),
     "hardswish": lambda x: F.hardswish(x[0]),
+    "logsigmoid": lambda x: F.logsigmoid(x[0]),
 }
 
 

@@ -335,6 +335,20 @@ macro_rules! for_each_unary_op {
                 },
                 torch: "torch.nn.functional.hardswish",
             }
+            /// ln σ(x) = −softplus(−x), computed stably as min(x, 0) − ln(1 + e^{−|x|}).
+            LogSigmoid {
+                name: "logsigmoid", method: logsigmoid, saved: Input, domain: Float,
+                f: |x| x.min(T::ZERO) - (-x.abs()).exp().ln_1p(),
+                // d/dx ln σ(x) = σ'(x)/σ(x) = 1 − σ(x) = σ(−x)
+                df: |x| sigmoid(-x),
+                ref_f: |x| if x < T::ZERO {
+                    x - x.exp().ln_1p()
+                } else {
+                    T::ZERO - (-x).exp().ln_1p()
+                },
+                ref_df: |x| T::ONE / (T::ONE + x.exp()),
+                torch: "torch.nn.functional.logsigmoid",
+            }
             /// x².
             Square {
                 name: "square", method: square, saved: Input, domain: Float,
