@@ -7,7 +7,6 @@
 
 use std::ops::Range;
 
-use fucina_core::kernels::copy::SendPtr;
 use fucina_core::{bf16, DType, Element, ExecContext, Float, RawTensor};
 
 /// Elements per parallel chunk of an update (fixed: results never depend on threads).
@@ -69,14 +68,20 @@ pub(crate) fn for_each_chunk(ctx: &ExecContext, n: usize, f: impl Fn(Range<usize
 /// A mutable slice whose disjoint ranges may be handed to different chunks.
 #[derive(Clone, Copy)]
 pub(crate) struct Disjoint<T> {
-    ptr: SendPtr<T>,
+    ptr: *mut T,
     len: usize,
 }
+
+// SAFETY: a `Disjoint` is only dereferenced through `range`, whose contract hands each range
+// to one chunk only, so threads never share an element; `T: Send` lets the elements move.
+unsafe impl<T: Send> Send for Disjoint<T> {}
+// SAFETY: as above (sharing the handle shares no element: ranges are disjoint).
+unsafe impl<T: Send> Sync for Disjoint<T> {}
 
 impl<T> Disjoint<T> {
     pub(crate) fn new(s: &mut [T]) -> Self {
         Disjoint {
-            ptr: SendPtr(s.as_mut_ptr()),
+            ptr: s.as_mut_ptr(),
             len: s.len(),
         }
     }
@@ -89,7 +94,7 @@ impl<T> Disjoint<T> {
         debug_assert!(r.start <= r.end && r.end <= self.len);
         // SAFETY: in bounds (asserted above; ranges come from `for_each_chunk`
         // over this slice's length) and disjoint by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.0.add(r.start), r.end - r.start) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.start), r.end - r.start) }
     }
 }
 

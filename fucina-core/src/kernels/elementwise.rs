@@ -17,7 +17,6 @@ pub use pointwise::*;
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::shape;
 use crate::tensor::RawTensor;
 
@@ -512,13 +511,9 @@ fn accumulate<T: Element>(
         .as_mut_slice::<T>()
         .map_err(|_| Error::SharedBuffer { op })?;
     let n = d.len();
-    let ptr = SendPtr(d.as_mut_ptr());
-    ctx.for_chunks(n.div_ceil(CHUNK), n >= PAR_THRESHOLD, |ci| {
-        let p = ptr;
+    ctx.par_chunks_mut(d, CHUNK, n >= PAR_THRESHOLD, |ci, dst| {
         let s = ci * CHUNK;
-        let e = (s + CHUNK).min(n);
-        // SAFETY: chunks are disjoint ranges of `d`, which outlives `for_chunks`.
-        let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(s), e - s) };
+        let e = s + dst.len();
         plan.for_rows(s, e, |[og], pos, len| {
             let dd = &mut dst[pos - s..pos - s + len];
             if si == 1 {

@@ -12,7 +12,6 @@ use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
 use crate::kernels::check_axis;
-use crate::kernels::copy::SendPtr;
 use crate::tensor::RawTensor;
 
 // ------------------------------------------------------------ row helpers
@@ -29,35 +28,26 @@ pub(crate) fn rows_per_chunk(len: usize, min_rows: usize) -> usize {
     (ROW_CHUNK_ELEMS / len.max(1)).max(min_rows).max(1)
 }
 
-/// Runs `f(chunk, r0, r1)` over the fixed row chunks `[r0, r1)` of `n_rows`
-/// rows of `len` elements, in parallel when the problem is large enough.
-/// Returns the number of chunks.
-pub(crate) fn par_row_chunks(
+/// Runs `f(chunk, r0, r1, outs)` over the fixed row chunks `[r0, r1)` of `n_rows` rows of
+/// `len` elements, in parallel when the problem is large enough. `outs[i]` is chunk `c`'s
+/// disjoint part of output `i`: elements `c·chunk_len[i] ..` of it (pass `rpc · width` for an
+/// output of `width` elements per row, `width` for one row of partials per chunk, 0 for an
+/// absent output). Returns the number of chunks.
+pub(crate) fn par_rows_mut<T: Send, const N: usize>(
     ctx: &ExecContext,
-    n_rows: usize,
-    len: usize,
-    rpc: usize,
-    f: impl Fn(usize, usize, usize) + Send + Sync,
+    (n_rows, len, rpc): (usize, usize, usize),
+    outs: [&mut [T]; N],
+    chunk_len: [usize; N],
+    f: impl Fn(usize, usize, usize, [&mut [T]; N]) + Send + Sync,
 ) -> usize {
     let n_chunks = n_rows.div_ceil(rpc);
     let parallel = n_rows.saturating_mul(len) >= PAR_MIN_ELEMS;
-    ctx.for_chunks(n_chunks, parallel, |c| {
+    ctx.par_chunks_mut_n(outs, chunk_len, n_chunks, parallel, |c, o| {
         let r0 = c * rpc;
         let r1 = (r0 + rpc).min(n_rows);
-        f(c, r0, r1);
+        f(c, r0, r1, o);
     });
     n_chunks
-}
-
-/// The mutable sub-slice `[start, start + len)` behind a shared output pointer.
-///
-/// # Safety
-/// The range must lie inside the allocation and no other live reference may
-/// overlap it (each chunk writes its own rows).
-#[inline]
-pub(crate) unsafe fn chunk_mut<'a, T>(p: SendPtr<T>, start: usize, len: usize) -> &'a mut [T] {
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::slice::from_raw_parts_mut(p.0.add(start), len) }
 }
 
 #[inline(always)]
@@ -455,11 +445,9 @@ fn map_rows<T: RowFloat>(
             Some(t) => t.as_slice::<T>()?,
             None => &[],
         };
-        let op = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
+        let o = out.as_mut_slice::<T>()?;
         let rpc = rows_per_chunk(len, 1);
-        par_row_chunks(ctx, n_rows, len, rpc, |_, r0, r1| {
-            // SAFETY: chunks own disjoint row ranges of `out`.
-            let o = unsafe { chunk_mut(op, r0 * len, (r1 - r0) * len) };
+        par_rows_mut(ctx, (n_rows, len, rpc), [o], [rpc * len], |_, r0, _, [o]| {
             for (k, orow) in o.chunks_exact_mut(len).enumerate() {
                 let r = r0 + k;
                 let arow = &xs[r * len..(r + 1) * len];
@@ -581,11 +569,8 @@ impl ExecContext {
             return Ok(out);
         }
         let xs = xc.as_slice::<T>()?;
-        let op = SendPtr(o.as_mut_ptr());
         let rpc = rows_per_chunk(len, 1);
-        par_row_chunks(self, n_rows, len, rpc, |_, r0, r1| {
-            // SAFETY: chunks own disjoint ranges of `out`.
-            let o = unsafe { chunk_mut(op, r0, r1 - r0) };
+        par_rows_mut(self, (n_rows, len, rpc), [o], [rpc], |_, r0, _, [o]| {
             for (k, v) in o.iter_mut().enumerate() {
                 let r = r0 + k;
                 *v = logsumexp_row(&xs[r * len..(r + 1) * len]);

@@ -12,14 +12,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::packed::Tile;
-
-/// Rows of the f32 and f64 micro-tiles.
-pub const MR: usize = 6;
-/// Columns of the f32 micro-tile.
-pub const NR_F32: usize = 16;
-/// Columns of the f64 micro-tile.
-pub const NR_F64: usize = 8;
+pub use super::tile::{MR, NR_F32, NR_F64};
+use super::tile::Tile;
 
 /// True when this CPU runs the kernels below (AVX2 and FMA).
 pub fn available() -> bool {
