@@ -252,7 +252,9 @@ impl<'a, T> MatMut<'a, T> {
             let last = dims
                 .iter()
                 .zip(&strides)
-                .try_fold(offset, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s)?))?;
+                .try_fold(offset, |acc, (&d, &s)| {
+                    acc.checked_add((d - 1).checked_mul(s)?)
+                })?;
             if last >= data.len() {
                 return None;
             }
@@ -461,10 +463,18 @@ impl ExecContext {
         let mut rest = data;
         let mut at = 0usize;
         let pieces = (0..n_chunks).map(move |c| {
-            let end = if c + 1 == n_chunks { usize::MAX } else { start(c + 1) };
+            let end = if c + 1 == n_chunks {
+                usize::MAX
+            } else {
+                start(c + 1)
+            };
             let piece = std::array::from_fn(|i| {
                 let r = std::mem::take(&mut rest[i]);
-                let take = if end == usize::MAX { r.len() } else { (end - at) * unit[i] };
+                let take = if end == usize::MAX {
+                    r.len()
+                } else {
+                    (end - at) * unit[i]
+                };
                 let (head, tail) = r.split_at_mut(take);
                 rest[i] = tail;
                 head
@@ -523,16 +533,20 @@ impl ExecContext {
         let n_chunks = n_tiles.div_ceil(per);
         let mut it = tiles.into_iter();
         let pieces = (0..n_chunks).map(move |_| it.by_ref().take(per).collect::<Vec<_>>());
-        self.par_pieces(n_chunks, pieces, parallel, |c, mut group: Vec<TileMut<'_, T>>| {
-            for (i, t) in group.iter_mut().enumerate() {
-                f(c * per + i, t);
-            }
-        });
+        self.par_pieces(
+            n_chunks,
+            pieces,
+            parallel,
+            |c, mut group: Vec<TileMut<'_, T>>| {
+                for (i, t) in group.iter_mut().enumerate() {
+                    f(c * per + i, t);
+                }
+            },
+        );
     }
 }
 
 impl ExecContext {
-
     /// `Ok` when no pool buffer is outstanding, else [`Error::Leak`].
     pub fn check_leaks(&self) -> Result<()> {
         self.inner.pool.check_leaks()

@@ -103,7 +103,13 @@ fn pad_typed<T: Element>(
     // output from its first row's start to the next chunk's (the first chunk from 0).
     let out_row = |row: usize| corner + shape::offset_of(xo_shape, oo_strides, row);
     let n_chunks = rows.div_ceil(rows_per_chunk);
-    let first = |c: usize| if c == 0 { 0 } else { out_row(c * rows_per_chunk) };
+    let first = |c: usize| {
+        if c == 0 {
+            0
+        } else {
+            out_row(c * rows_per_chunk)
+        }
+    };
     ctx.par_split_mut(dst, n_chunks, n >= CHUNK, first, |c, piece| {
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);

@@ -564,40 +564,6 @@ impl CmpOp {
     }
 }
 
-/// Runs `$body` with `$T` bound to a dtype comparisons and selections support
-/// (f32, f64 and the integer types); f16/bf16 are [`Error::UnsupportedDType`].
-macro_rules! dispatch_select {
-    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            d => Err(Error::UnsupportedDType { op: $op, dtype: d }),
-        }
-    };
-}
-
 /// Binds `$f` to a comparison closure over `$T`, one arm per `CmpOp`, so
 /// the comparison is monomorphised (no per-element dispatch).
 macro_rules! with_cmp {
@@ -637,7 +603,7 @@ impl ExecContext {
     pub fn compare(&self, a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare";
         same_dtype(OP, a, b)?;
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             with_cmp!(op, T, f => map2::<T, T, u8>(self, OP, a, b, f))
         })
     }
@@ -646,7 +612,7 @@ impl ExecContext {
     /// rounded to the element type (as PyTorch); integers compare exactly in f64.
     pub fn compare_scalar(&self, a: &RawTensor, s: f64, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare_scalar";
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             if T::DTYPE.is_float() {
                 let sv = T::from_f64(s);
                 with_cmp!(op, T, f => map1::<T, u8>(self, a, move |v| f(v, sv)))
@@ -662,7 +628,7 @@ impl ExecContext {
         const OP: &str = "where_cond";
         expect_dtype(OP, cond, DType::U8)?;
         same_dtype(OP, a, b)?;
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             map3::<u8, T, T, T>(self, OP, cond, a, b, |m, u, v| if m != 0 { u } else { v })
         })
     }
@@ -671,7 +637,7 @@ impl ExecContext {
     pub fn masked_fill(&self, x: &RawTensor, mask: &RawTensor, value: f64) -> Result<RawTensor> {
         const OP: &str = "masked_fill";
         expect_dtype(OP, mask, DType::U8)?;
-        dispatch_select!(x.dtype(), OP, T => {
+        crate::dispatch!(x.dtype(), select: OP, T => {
             let v = T::from_f64(value);
             map2_to::<T, u8, T>(self, OP, x, mask, x.shape(), move |u, m| if m != 0 { v } else { u })
         })

@@ -108,23 +108,28 @@ fn select_rows<T: Element>(
     let rows_per_chunk = (CHUNK / inner).max(1);
     // Chunk c owns output rows r0..r0 + rows_per_chunk.
     let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(dst, rows_per_chunk * inner, rows * inner >= CHUNK, |c, chunk| {
-        let r0 = c * rows_per_chunk;
-        for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-            let (o, i) = (r / n, r % n);
-            let base = xoff
-                + shape::offset_of(outer_shape, outer_strides, o)
-                + ids[i] as usize * axis_stride;
-            match &table {
-                None => d.copy_from_slice(&s[base..base + inner]),
-                Some(t) => {
-                    for (v, &off) in d.iter_mut().zip(t.iter()) {
-                        *v = s[base + off as usize];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let (o, i) = (r / n, r % n);
+                let base = xoff
+                    + shape::offset_of(outer_shape, outer_strides, o)
+                    + ids[i] as usize * axis_stride;
+                match &table {
+                    None => d.copy_from_slice(&s[base..base + inner]),
+                    Some(t) => {
+                        for (v, &off) in d.iter_mut().zip(t.iter()) {
+                            *v = s[base + off as usize];
+                        }
                     }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -185,29 +190,34 @@ fn index_add_rows<T: Float>(
     let (starts, order) = (&starts[..], &order[..]);
     // Chunk c owns output rows r0..r0 + rows_per_chunk.
     let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(dst, rows_per_chunk * inner, rows * inner >= CHUNK, |c, chunk| {
-        let r0 = c * rows_per_chunk;
-        for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-            let (o, a) = (r / a_len, r % a_len);
-            d.fill(T::ZERO);
-            let obase = soff + shape::offset_of(outer_shape, outer_strides, o);
-            for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
-                let base = obase + i as usize * axis_stride;
-                match &table {
-                    None => {
-                        for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
-                            *v += x;
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let (o, a) = (r / a_len, r % a_len);
+                d.fill(T::ZERO);
+                let obase = soff + shape::offset_of(outer_shape, outer_strides, o);
+                for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
+                    let base = obase + i as usize * axis_stride;
+                    match &table {
+                        None => {
+                            for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
+                                *v += x;
+                            }
                         }
-                    }
-                    Some(t) => {
-                        for (v, &off) in d.iter_mut().zip(t.iter()) {
-                            *v += s[base + off as usize];
+                        Some(t) => {
+                            for (v, &off) in d.iter_mut().zip(t.iter()) {
+                                *v += s[base + off as usize];
+                            }
                         }
                     }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(out)
 }
 
@@ -264,16 +274,21 @@ fn gather_typed<T: Element>(
     let table = &table[..];
     // Chunk c owns output rows r0..r0 + rows_per_chunk.
     let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(dst, rows_per_chunk * inner, rows * inner >= CHUNK, |c, chunk| {
-        let r0 = c * rows_per_chunk;
-        for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-            let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
-            let row_ids = &ids[r * inner..(r + 1) * inner];
-            for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
-                *v = s[base + i as usize * axis_stride + off as usize];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
+                let row_ids = &ids[r * inner..(r + 1) * inner];
+                for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
+                    *v = s[base + i as usize * axis_stride + off as usize];
+                }
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
 

@@ -9,9 +9,8 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::softmax::{
-    max, par_rows_mut, rows_per_chunk, simd_dispatch, sum, sum_exp_impl, RowFloat,
-};
+use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
+use crate::kernels::simd::{max, simd_dispatch, sum, sum_exp_impl, RowFloat};
 use crate::tensor::RawTensor;
 
 /// How per-row losses are combined.
@@ -235,26 +234,32 @@ impl ExecContext {
             let ignore = opts.ignore_index;
             let rpc = rows_per_chunk(c, 1);
             let outs = [mp, sp, lp];
-            par_rows_mut(self, (n, c, rpc), outs, [rpc; 3], |_, r0, r1, [mc, sc, lc]| {
-                for r in r0..r1 {
-                    let k = r - r0;
-                    let xr = &xs[r * c..(r + 1) * c];
-                    let (m, s, sx) = row_stats(xr, eps != 0.0);
-                    mc[k] = m;
-                    sc[k] = s;
-                    let ti = t.get(r);
-                    lc[k] = if Some(ti) == ignore {
-                        T::ZERO
-                    } else {
-                        let lse = m + s.ln();
-                        let mut l = lse - keep * xr[ti as usize];
-                        if eps != 0.0 {
-                            l -= eps_c * sx;
-                        }
-                        l
-                    };
-                }
-            });
+            par_rows_mut(
+                self,
+                (n, c, rpc),
+                outs,
+                [rpc; 3],
+                |_, r0, r1, [mc, sc, lc]| {
+                    for r in r0..r1 {
+                        let k = r - r0;
+                        let xr = &xs[r * c..(r + 1) * c];
+                        let (m, s, sx) = row_stats(xr, eps != 0.0);
+                        mc[k] = m;
+                        sc[k] = s;
+                        let ti = t.get(r);
+                        lc[k] = if Some(ti) == ignore {
+                            T::ZERO
+                        } else {
+                            let lse = m + s.ln();
+                            let mut l = lse - keep * xr[ti as usize];
+                            if eps != 0.0 {
+                                l -= eps_c * sx;
+                            }
+                            l
+                        };
+                    }
+                },
+            );
         }
         drop(xc);
         let saved = CrossEntropySaved {

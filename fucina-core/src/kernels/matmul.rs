@@ -194,16 +194,7 @@ pub enum GemmPath {
 pub fn gemm_path() -> GemmPath {
     static PATH: OnceLock<GemmPath> = OnceLock::new();
     *PATH.get_or_init(|| {
-        let avx512 = {
-            #[cfg(target_arch = "x86_64")]
-            {
-                std::arch::is_x86_feature_detected!("avx512f")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                false
-            }
-        };
+        let avx512 = crate::kernels::simd::has_avx512f();
         match std::env::var("FUCINA_GEMM").as_deref() {
             Ok("tiled") => GemmPath::Tiled,
             Ok("packed") if avx2::available() => GemmPath::Packed,
@@ -308,12 +299,11 @@ fn gemm_typed<T: GemmFloat>(
     let c_strides = c.strides().to_vec();
     let bytes = c.as_mut_bytes()?;
     let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
-    let c_s: &mut [T] = bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| {
-        Error::InvalidArgument {
+    let c_s: &mut [T] =
+        bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| Error::InvalidArgument {
             op,
             msg: format!("output buffer cannot be viewed as {:?}: {e}", T::DTYPE),
-        }
-    })?;
+        })?;
     // C's items as disjoint strided matrices (in bounds and non-overlapping, checked here).
     let items = MatMut::batch(
         c_s,

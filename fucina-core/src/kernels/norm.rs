@@ -9,9 +9,8 @@
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::softmax::{
-    dot, lane_map_sum, lane_map_sum2, lane_sum, par_rows_mut, rows_per_chunk, sum,
-};
+use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
+use crate::kernels::simd::{dot, lane_map_sum, lane_map_sum2, lane_sum, sum};
 use crate::tensor::RawTensor;
 
 /// Minimum rows per chunk of a backward pass (bounds the gw/gb partials to numel/8).
@@ -152,39 +151,45 @@ impl ExecContext {
             let eps = T::from_f64(eps);
             let rpc = rows_per_chunk(d, 1);
             let outs = [yp, mp, rp];
-            par_rows_mut(self, (n_rows, d, rpc), outs, [rpc * d, rpc, rpc], |_, r0, _, o| {
-                let [yc, mc, rc] = o;
-                for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
-                    let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
-                    let m = sum(xr) * inv_d;
-                    let var = lane_map_sum(xr, |v| (v - m) * (v - m)) * inv_d;
-                    let r = T::ONE / (var + eps).sqrt();
-                    mc[k] = m;
-                    rc[k] = r;
-                    match (ws, bs) {
-                        (Some(w), Some(b)) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r * w[j] + b[j];
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                outs,
+                [rpc * d, rpc, rpc],
+                |_, r0, _, o| {
+                    let [yc, mc, rc] = o;
+                    for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
+                        let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
+                        let m = sum(xr) * inv_d;
+                        let var = lane_map_sum(xr, |v| (v - m) * (v - m)) * inv_d;
+                        let r = T::ONE / (var + eps).sqrt();
+                        mc[k] = m;
+                        rc[k] = r;
+                        match (ws, bs) {
+                            (Some(w), Some(b)) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r * w[j] + b[j];
+                                }
                             }
-                        }
-                        (Some(w), None) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r * w[j];
+                            (Some(w), None) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r * w[j];
+                                }
                             }
-                        }
-                        (None, Some(b)) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r + b[j];
+                            (None, Some(b)) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r + b[j];
+                                }
                             }
-                        }
-                        (None, None) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r;
+                            (None, None) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r;
+                                }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         Ok((y, mean, rstd))
     }
@@ -261,26 +266,32 @@ impl ExecContext {
             let inv_d = T::ONE / T::from_usize(d);
             let eps = T::from_f64(eps);
             let rpc = rows_per_chunk(d, 1);
-            par_rows_mut(self, (n_rows, d, rpc), [yp, rp], [rpc * d, rpc], |_, r0, _, o| {
-                let [yc, rc] = o;
-                for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
-                    let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
-                    let r = T::ONE / (dot(xr, xr) * inv_d + eps).sqrt();
-                    rc[k] = r;
-                    match ws {
-                        Some(w) => {
-                            for j in 0..d {
-                                yr[j] = xr[j] * r * w[j];
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                [yp, rp],
+                [rpc * d, rpc],
+                |_, r0, _, o| {
+                    let [yc, rc] = o;
+                    for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
+                        let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
+                        let r = T::ONE / (dot(xr, xr) * inv_d + eps).sqrt();
+                        rc[k] = r;
+                        match ws {
+                            Some(w) => {
+                                for j in 0..d {
+                                    yr[j] = xr[j] * r * w[j];
+                                }
                             }
-                        }
-                        None => {
-                            for j in 0..d {
-                                yr[j] = xr[j] * r;
+                            None => {
+                                for j in 0..d {
+                                    yr[j] = xr[j] * r;
+                                }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         Ok((y, rstd))
     }
@@ -376,64 +387,71 @@ impl ExecContext {
             let inv_d = T::ONE / T::from_usize(d);
             let outs = [gxs, pws, pbs];
             let lens = [gx_len, pw_len, pb_len];
-            par_rows_mut(self, (n_rows, d, rpc), outs, lens, |_, r0, r1, [gxc, pwc, pbc]| {
-                // Chunk c owns rows r0..r1 of gx and partial row c of pw/pb.
-                let mut gxc = present.0.then_some(gxc);
-                let mut pwc = present.1.then_some(pwc);
-                let mut pbc = present.2.then_some(pbc);
-                if let Some(p) = pwc.as_deref_mut() {
-                    p.fill(T::ZERO);
-                }
-                if let Some(p) = pbc.as_deref_mut() {
-                    p.fill(T::ZERO);
-                }
-                for r in r0..r1 {
-                    let xr = &xs[r * d..(r + 1) * d];
-                    let gr = &gys[r * d..(r + 1) * d];
-                    let rs_r = rs[r];
-                    let m = ms.map_or(T::ZERO, |m| m[r]);
-                    // x̂_j = (x_j − m) * rstd (m = 0 for RMS norm).
-                    let xhat = |j: usize| (xr[j] - m) * rs_r;
-                    if let Some(gxc) = gxc.as_deref_mut() {
-                        let gxr = &mut gxc[(r - r0) * d..(r - r0 + 1) * d];
-                        match ws {
-                            Some(w) => {
-                                let g = |j: usize| gr[j] * w[j];
-                                let a = if ms.is_some() {
-                                    dot(gr, w) * inv_d
-                                } else {
-                                    T::ZERO
-                                };
-                                let b = lane_sum(d, |j| g(j) * xhat(j)) * inv_d;
-                                for j in 0..d {
-                                    gxr[j] = rs_r * (g(j) - a - xhat(j) * b);
-                                }
-                            }
-                            None => {
-                                let a = if ms.is_some() {
-                                    sum(gr) * inv_d
-                                } else {
-                                    T::ZERO
-                                };
-                                let b = lane_map_sum2(gr, xr, |g, x| g * ((x - m) * rs_r)) * inv_d;
-                                for j in 0..d {
-                                    gxr[j] = rs_r * (gr[j] - a - xhat(j) * b);
-                                }
-                            }
-                        }
-                    }
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                outs,
+                lens,
+                |_, r0, r1, [gxc, pwc, pbc]| {
+                    // Chunk c owns rows r0..r1 of gx and partial row c of pw/pb.
+                    let mut gxc = present.0.then_some(gxc);
+                    let mut pwc = present.1.then_some(pwc);
+                    let mut pbc = present.2.then_some(pbc);
                     if let Some(p) = pwc.as_deref_mut() {
-                        for j in 0..d {
-                            p[j] += gr[j] * xhat(j);
-                        }
+                        p.fill(T::ZERO);
                     }
                     if let Some(p) = pbc.as_deref_mut() {
-                        for j in 0..d {
-                            p[j] += gr[j];
+                        p.fill(T::ZERO);
+                    }
+                    for r in r0..r1 {
+                        let xr = &xs[r * d..(r + 1) * d];
+                        let gr = &gys[r * d..(r + 1) * d];
+                        let rs_r = rs[r];
+                        let m = ms.map_or(T::ZERO, |m| m[r]);
+                        // x̂_j = (x_j − m) * rstd (m = 0 for RMS norm).
+                        let xhat = |j: usize| (xr[j] - m) * rs_r;
+                        if let Some(gxc) = gxc.as_deref_mut() {
+                            let gxr = &mut gxc[(r - r0) * d..(r - r0 + 1) * d];
+                            match ws {
+                                Some(w) => {
+                                    let g = |j: usize| gr[j] * w[j];
+                                    let a = if ms.is_some() {
+                                        dot(gr, w) * inv_d
+                                    } else {
+                                        T::ZERO
+                                    };
+                                    let b = lane_sum(d, |j| g(j) * xhat(j)) * inv_d;
+                                    for j in 0..d {
+                                        gxr[j] = rs_r * (g(j) - a - xhat(j) * b);
+                                    }
+                                }
+                                None => {
+                                    let a = if ms.is_some() {
+                                        sum(gr) * inv_d
+                                    } else {
+                                        T::ZERO
+                                    };
+                                    let b =
+                                        lane_map_sum2(gr, xr, |g, x| g * ((x - m) * rs_r)) * inv_d;
+                                    for j in 0..d {
+                                        gxr[j] = rs_r * (gr[j] - a - xhat(j) * b);
+                                    }
+                                }
+                            }
+                        }
+                        if let Some(p) = pwc.as_deref_mut() {
+                            for j in 0..d {
+                                p[j] += gr[j] * xhat(j);
+                            }
+                        }
+                        if let Some(p) = pbc.as_deref_mut() {
+                            for j in 0..d {
+                                p[j] += gr[j];
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         drop((xc, gyc, rc, mc, wc));
         let gw = match pw {

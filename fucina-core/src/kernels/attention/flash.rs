@@ -19,7 +19,8 @@ use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::exec::ExecContext;
-use crate::kernels::softmax::{causal_allowed, dot, max, simd_dispatch, sum, RowFloat};
+use crate::kernels::simd::{dot, max, simd_dispatch, sum, RowFloat};
+use crate::kernels::softmax::causal_allowed;
 use crate::tensor::RawTensor;
 
 /// Query rows per block (one forward chunk; the inner loop of the backward).
@@ -285,9 +286,16 @@ pub(super) fn forward<T: RowFloat>(
     // Chunk c = (head, query block) owns rows bh*nt + qb*BR .. (+ BR, within the head).
     let first_row = |c: usize| (c / n_qb) * p.nt + (c % n_qb) * BR;
     let units = [p.dv, 1];
-    ctx.par_split_mut_n(outs, units, n_chunks, p.parallel(), first_row, |c, [o, l]| {
-        with_scratch::<T, _>(len, |buf| fwd_block(p, c, o, l, buf));
-    });
+    ctx.par_split_mut_n(
+        outs,
+        units,
+        n_chunks,
+        p.parallel(),
+        first_row,
+        |c, [o, l]| {
+            with_scratch::<T, _>(len, |buf| fwd_block(p, c, o, l, buf));
+        },
+    );
     Ok(())
 }
 

@@ -64,6 +64,7 @@ macro_rules! packed_kernel {
         impl PackedKernel for $t {
             const NR: usize = $nr;
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::micro`).
             #[inline]
             unsafe fn micro(
                 kc: usize,
@@ -84,6 +85,7 @@ macro_rules! packed_kernel {
                 }
             }
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::pack_b`).
             #[inline]
             unsafe fn pack_b(
                 dst: &mut [$t],
@@ -103,6 +105,7 @@ macro_rules! packed_kernel {
                 }
             }
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::pack_b_kmajor`).
             #[inline]
             unsafe fn pack_b_kmajor(dst: *mut $t, src: *const $t, cs: usize, k: usize) {
                 #[cfg(target_arch = "x86_64")]

@@ -53,5 +53,4 @@ impl<T> MatRef<'_, T> {
     pub fn ptr(&self) -> *const T {
         self.data.as_ptr().wrapping_add(self.offset)
     }
-
 }

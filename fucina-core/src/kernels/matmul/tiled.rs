@@ -55,6 +55,7 @@ pub(super) trait GemmKernel: Float {
 macro_rules! gemm_kernel {
     ($t:ty, $gemm:ident) => {
         impl GemmKernel for $t {
+            // SAFETY: the contract is the trait method's (see `GemmKernel::kernel`).
             #[inline]
             unsafe fn kernel(
                 m: usize,
