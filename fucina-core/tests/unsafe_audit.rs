@@ -5,6 +5,9 @@
 //! it — on the line itself, in the comment/attribute lines directly above, or above the
 //! statement it continues.
 //!
+//! CPU feature detection lives in one module: `is_x86_feature_detected!` appears in code
+//! only in `fucina-core/src/kernels/simd.rs`.
+//!
 //! The checks are plain text scans, so each is also run on a small sample with a planted
 //! violation to show it fails.
 
@@ -183,6 +186,32 @@ fn every_unsafe_in_the_workspace_has_a_safety_comment() {
     );
 }
 
+/// Code lines of `text` that probe CPU features.
+fn feature_probes(text: &str) -> usize {
+    text.lines()
+        .filter(|l| code(l).contains("is_x86_feature_detected!"))
+        .count()
+}
+
+#[test]
+fn cpu_features_are_detected_in_one_module() {
+    let home = workspace().join("fucina-core/src/kernels/simd.rs");
+    let mut probing = Vec::new();
+    for dir in src_dirs() {
+        for f in rust_files(&dir) {
+            let text = fs::read_to_string(&f).expect("readable source");
+            if feature_probes(&text) > 0 {
+                probing.push(f);
+            }
+        }
+    }
+    assert_eq!(
+        probing,
+        vec![home],
+        "is_x86_feature_detected! belongs in kernels/simd.rs only (others call its helpers)"
+    );
+}
+
 #[test]
 fn the_scans_catch_planted_violations() {
     // A block with its comment, a continued statement, a documented fn, a fn-pointer type.
@@ -211,4 +240,6 @@ unsafe impl Send for P {}
     assert_eq!(found, vec![2, 4]);
     let raw = "let d = unsafe { std::slice::from_raw_parts_mut(p, n) };\nlet q = SendPtr(p);\n";
     assert_eq!(raw_writes(raw).len(), 2);
+    let probes = "// is_x86_feature_detected!(\"avx2\") in a comment\nlet a = std::is_x86_feature_detected!(\"avx2\");\n";
+    assert_eq!(feature_probes(probes), 1);
 }

@@ -314,7 +314,9 @@ fn gemm_typed<T: GemmFloat>(
     )
     .ok_or_else(|| Error::InvalidArgument {
         op,
-        msg: format!("output of shape {c_shape:?} with strides {c_strides:?} overlaps itself"),
+        msg: format!(
+            "output of shape {c_shape:?} with strides {c_strides:?} leaves its buffer or overlaps itself"
+        ),
     })?;
     // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on.
     unsafe {
