@@ -8,7 +8,6 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fucina_autograd::Tensor;
-use fucina_core::kernels::copy::SendPtr;
 use fucina_core::ExecContext;
 use fucina_optim::{AdamConfig, AdamW, Optimizer};
 
@@ -26,15 +25,10 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((N * 8) as u64));
     g.bench_function("copy_10M_f32", |b| {
         b.iter(|| {
-            let d = SendPtr(dst.as_mut_ptr());
             let s = &src;
-            ctx.for_chunks(N.div_ceil(CHUNK), true, |ch| {
+            ctx.par_chunks_mut(&mut dst, CHUNK, true, |ch, out| {
                 let lo = ch * CHUNK;
-                let hi = (lo + CHUNK).min(N);
-                let dp = d; // capture the whole SendPtr, not its raw field
-                            // SAFETY: each chunk writes its own range of `dst`.
-                let out = unsafe { std::slice::from_raw_parts_mut(dp.0.add(lo), hi - lo) };
-                out.copy_from_slice(&s[lo..hi]);
+                out.copy_from_slice(&s[lo..lo + out.len()]);
             });
         })
     });

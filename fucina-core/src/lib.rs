@@ -58,62 +58,67 @@ pub use pool::{BufferPool, PoolStats};
 pub use storage::Buffer;
 pub use tensor::RawTensor;
 
-/// Runs `$body` with `$T` bound to the Rust type of any dtype.
+/// The one dtype dispatcher: runs `$body` with `$T` bound to the Rust type of a runtime
+/// [`DType`], over one of three sets.
+///
+/// - `dispatch!(dtype, T => body)`: every dtype (exhaustive).
+/// - `dispatch!(dtype, float: op, T => body)`: f32 and f64 (the compute floats).
+/// - `dispatch!(dtype, select: op, T => body)`: f32, f64 and the integer types (what
+///   comparisons and selections support).
+///
+/// A dtype outside the set is `Err(Error::UnsupportedDType { op, dtype }.into())`, so the
+/// body returns a `Result` whose error converts from [`Error`].
+///
+/// ```
+/// use fucina_core::{dispatch, DType, Element, Error};
+/// let size = |d: DType| -> Result<usize, Error> {
+///     dispatch!(d, float: "size", T => Ok(std::mem::size_of::<T>()))
+/// };
+/// assert_eq!(size(DType::F64)?, 8);
+/// assert!(size(DType::I32).is_err());
+/// assert_eq!(dispatch!(DType::U8, T => <T as Element>::DTYPE), DType::U8);
+/// # Ok::<(), Error>(())
+/// ```
 #[macro_export]
-macro_rules! dispatch_any {
-    ($dtype:expr, $T:ident => $body:expr) => {
+macro_rules! dispatch {
+    (@arms $dtype:expr, $T:ident => $body:expr; [$($D:ident => $R:ty),+] $($rest:tt)*) => {
         match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
+            $($crate::DType::$D => {
+                type $T = $R;
                 $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = $crate::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = $crate::bf16;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $T = u8;
-                $body
-            }
+            })+
+            $($rest)*
         }
+    };
+    ($dtype:expr, float: $op:expr, $T:ident => $body:expr) => {
+        $crate::dispatch!(@arms $dtype, $T => $body; [F32 => f32, F64 => f64]
+            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
+    };
+    ($dtype:expr, select: $op:expr, $T:ident => $body:expr) => {
+        $crate::dispatch!(@arms $dtype, $T => $body;
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64, U32 => u32, U8 => u8]
+            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
+    };
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::dispatch!(@arms $dtype, $T => $body;
+            [F32 => f32, F64 => f64, F16 => $crate::f16, BF16 => $crate::bf16,
+             I32 => i32, I64 => i64, U32 => u32, U8 => u8])
     };
 }
 
-/// Runs `$body` with `$T` bound to f32 or f64; any other dtype is
-/// [`Error::UnsupportedDType`] naming `$op`.
+/// [`dispatch!`] over every dtype (the name the other crates' call sites use).
+#[macro_export]
+macro_rules! dispatch_any {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::dispatch!($dtype, $T => $body)
+    };
+}
+
+/// [`dispatch!`] over f32 and f64; any other dtype is [`Error::UnsupportedDType`] naming
+/// `$op` (the name the other crates' call sites use).
 #[macro_export]
 macro_rules! dispatch_float {
     ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }),
-        }
+        $crate::dispatch!($dtype, float: $op, $T => $body)
     };
 }

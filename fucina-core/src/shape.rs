@@ -306,6 +306,30 @@ pub fn offset_of(shape: &[usize], strides: &[usize], mut linear: usize) -> usize
     off
 }
 
+/// True when no two in-range multi-indices of `(shape, strides)` share an offset
+/// (sufficient test: sorted by stride, each stride covers the extent of the smaller ones).
+pub fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
+    // An empty tensor has no elements to overlap (its strides may be 0).
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut dims: SmallVec<[(usize, usize); 6]> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (s, d))
+        .collect();
+    dims.sort_unstable();
+    let mut extent = 1usize;
+    for (s, d) in dims {
+        if s < extent {
+            return false;
+        }
+        extent += s * (d - 1);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

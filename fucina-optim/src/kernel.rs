@@ -7,7 +7,6 @@
 
 use std::ops::Range;
 
-use fucina_core::kernels::copy::SendPtr;
 use fucina_core::{bf16, DType, Element, ExecContext, Float, RawTensor};
 
 /// Elements per parallel chunk of an update (fixed: results never depend on threads).
@@ -36,21 +35,25 @@ pub(crate) fn run_chunks<K: ChunkKernel>(ctx: &ExecContext, n: usize, k: &K) {
 fn dispatch<K: ChunkKernel>(k: &K, r: Range<usize>) {
     #[cfg(target_arch = "x86_64")]
     {
+        /// # Safety
+        /// The CPU has AVX-512F/VL, AVX2 and FMA.
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
         unsafe fn avx512<K: ChunkKernel>(k: &K, r: Range<usize>) {
             k.run(r)
         }
+        /// # Safety
+        /// The CPU has AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2<K: ChunkKernel>(k: &K, r: Range<usize>) {
             k.run(r)
         }
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(k, r) };
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { avx2(k, r) };
+        use fucina_core::kernels::simd::{update_isa, UpdateIsa};
+        match update_isa() {
+            // SAFETY: core detected AVX-512F/VL, AVX2 and FMA on this CPU.
+            UpdateIsa::Avx512 => return unsafe { avx512(k, r) },
+            // SAFETY: core detected AVX2 and FMA on this CPU.
+            UpdateIsa::Avx2Fma => return unsafe { avx2(k, r) },
+            UpdateIsa::Base => {}
         }
     }
     k.run(r)
@@ -69,14 +72,20 @@ pub(crate) fn for_each_chunk(ctx: &ExecContext, n: usize, f: impl Fn(Range<usize
 /// A mutable slice whose disjoint ranges may be handed to different chunks.
 #[derive(Clone, Copy)]
 pub(crate) struct Disjoint<T> {
-    ptr: SendPtr<T>,
+    ptr: *mut T,
     len: usize,
 }
+
+// SAFETY: a `Disjoint` is only dereferenced through `range`, whose contract hands each range
+// to one chunk only, so threads never share an element; `T: Send` lets the elements move.
+unsafe impl<T: Send> Send for Disjoint<T> {}
+// SAFETY: as above (sharing the handle shares no element: ranges are disjoint).
+unsafe impl<T: Send> Sync for Disjoint<T> {}
 
 impl<T> Disjoint<T> {
     pub(crate) fn new(s: &mut [T]) -> Self {
         Disjoint {
-            ptr: SendPtr(s.as_mut_ptr()),
+            ptr: s.as_mut_ptr(),
             len: s.len(),
         }
     }
@@ -89,7 +98,7 @@ impl<T> Disjoint<T> {
         debug_assert!(r.start <= r.end && r.end <= self.len);
         // SAFETY: in bounds (asserted above; ranges come from `for_each_chunk`
         // over this slice's length) and disjoint by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.0.add(r.start), r.end - r.start) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.start), r.end - r.start) }
     }
 }
 
@@ -349,24 +358,12 @@ macro_rules! moment_type {
 }
 pub(crate) use moment_type;
 
-/// Binds `$T` to f32 or f64 for a parameter of dtype `$dt`; any other dtype
-/// is an `UnsupportedDType` error naming `$op` (in this crate's error type).
+/// Binds `$T` to f32 or f64 for a parameter of dtype `$dt` (core's one dtype dispatcher,
+/// [`fucina_core::dispatch!`]); any other dtype is an `UnsupportedDType` error naming `$op`
+/// (converted into this crate's error type).
 macro_rules! param_type {
     ($dt:expr, $op:expr, $T:ident => $body:expr) => {
-        match $dt {
-            fucina_core::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            fucina_core::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            d => Err($crate::Error::Core(fucina_core::Error::UnsupportedDType {
-                op: $op,
-                dtype: d,
-            })),
-        }
+        fucina_core::dispatch!($dt, float: $op, $T => $body)
     };
 }
 pub(crate) use param_type;

@@ -181,7 +181,9 @@ impl<T: Float, M: Moment<T>> ChunkKernel for RmsPropChunk<'_, T, M> {
     fn run(&self, r: std::ops::Range<usize>) {
         // SAFETY: each chunk owns the disjoint range `r` of every buffer.
         let (p, sq) = unsafe { (self.p.range(r.clone()), self.sq.range(r.clone())) };
+        // SAFETY: as above.
         let mut mb = self.mb.map(|b| unsafe { b.range(r.clone()) });
+        // SAFETY: as above.
         let mut ga = self.ga.map(|b| unsafe { b.range(r.clone()) });
         let g = &self.g[r];
         for i in 0..p.len() {

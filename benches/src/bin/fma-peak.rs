@@ -97,14 +97,15 @@ fn main() {
         .unwrap_or(2);
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        use fucina_core::kernels::simd;
+        // CPU features come from core's one detection (kernels/simd.rs).
+        if simd::has_avx512f() {
             // SAFETY: AVX-512F was detected just above.
             let f: fn(usize) -> f32 = |n| unsafe { chains::avx512(n) };
             report("f32 FMA, 512-bit", f, 16, 1);
             report("f32 FMA, 512-bit", f, 16, threads);
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if simd::has_avx2_fma() {
             // SAFETY: AVX2 and FMA were detected just above.
             let f: fn(usize) -> f32 = |n| unsafe { chains::avx2(n) };
             report("f32 FMA, 256-bit", f, 8, 1);

@@ -8,7 +8,6 @@
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::shape::{self, StridedIter};
 use crate::tensor::RawTensor;
 
@@ -28,7 +27,7 @@ fn concat_typed<T: Element>(
     let total = oshape[axis];
     let inner = shape::numel(&oshape[axis + 1..]);
     let dst = out.as_mut_slice::<T>()?;
-    let dptr = SendPtr(dst.as_mut_ptr());
+    let row_len = total * inner;
     let mut start = 0usize;
     for x in xs {
         let a = x.shape()[axis];
@@ -45,19 +44,14 @@ fn concat_typed<T: Element>(
         let sub_contig = shape::is_contiguous(sub_shape, sub_strides);
         let xoff = x.offset();
         let rows_per_chunk = (CHUNK / blk).max(1);
-        let n_chunks = outer.div_ceil(rows_per_chunk);
         let col0 = start * inner;
-        ctx.for_chunks(n_chunks, outer * blk >= CHUNK, |c| {
-            let dp = dptr;
+        // Chunk c owns output rows r0..r1 (whole rows); this input fills columns col0..+blk.
+        let chunk_len = rows_per_chunk * row_len;
+        ctx.par_chunks_mut(&mut *dst, chunk_len, outer * blk >= CHUNK, |c, rows| {
             let r0 = c * rows_per_chunk;
-            let r1 = (r0 + rows_per_chunk).min(outer);
-            for o in r0..r1 {
+            for (o, orow) in (r0..).zip(rows.chunks_exact_mut(row_len)) {
                 let base = xoff + shape::offset_of(outer_shape, outer_strides, o);
-                // SAFETY: row `o` of this input owns out[o*total*inner + col0 ..][..blk];
-                // chunks cover disjoint rows and the output holds outer*total*inner elements.
-                let d = unsafe {
-                    std::slice::from_raw_parts_mut(dp.0.add(o * total * inner + col0), blk)
-                };
+                let d = &mut orow[col0..col0 + blk];
                 if sub_contig {
                     d.copy_from_slice(&s[base..base + blk]);
                 } else {
@@ -105,16 +99,25 @@ fn pad_typed<T: Element>(
     let corner: usize = pads.iter().zip(&ostrides).map(|(p, s)| p.0 * s).sum();
     let xoff = x.offset();
     let rows_per_chunk = (CHUNK / last).max(1);
-    let dptr = SendPtr(dst.as_mut_ptr());
-    ctx.for_chunks(rows.div_ceil(rows_per_chunk), n >= CHUNK, |c| {
-        let dp = dptr;
+    // Rows of x land on increasing, disjoint interior rows of the output: chunk c owns the
+    // output from its first row's start to the next chunk's (the first chunk from 0).
+    let out_row = |row: usize| corner + shape::offset_of(xo_shape, oo_strides, row);
+    let n_chunks = rows.div_ceil(rows_per_chunk);
+    let first = |c: usize| {
+        if c == 0 {
+            0
+        } else {
+            out_row(c * rows_per_chunk)
+        }
+    };
+    ctx.par_split_mut(dst, n_chunks, n >= CHUNK, first, |c, piece| {
         let r0 = c * rows_per_chunk;
         let r1 = (r0 + rows_per_chunk).min(rows);
+        let at = first(c);
         for row in r0..r1 {
             let xb = xoff + shape::offset_of(xo_shape, xo_strides, row);
-            let ob = corner + shape::offset_of(xo_shape, oo_strides, row);
-            // SAFETY: distinct rows of x land on distinct interior rows of the output.
-            let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(ob), last) };
+            let ob = out_row(row) - at;
+            let d = &mut piece[ob..ob + last];
             if last_stride == 1 {
                 d.copy_from_slice(&s[xb..xb + last]);
             } else {

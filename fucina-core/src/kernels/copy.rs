@@ -25,34 +25,21 @@ fn copy_typed<T: Element>(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTenso
     // Rows of the innermost axis are copied with a stride loop; rows are split into fixed chunks.
     let inner = *shape.last().unwrap_or(&1);
     let inner_stride = *strides.last().unwrap_or(&1);
-    let rows = n.checked_div(inner).unwrap_or(0);
     let outer_shape = &shape[..shape.len().saturating_sub(1)];
     let outer_strides = &strides[..strides.len().saturating_sub(1)];
     let rows_per_chunk = (COPY_CHUNK / inner.max(1)).max(1);
-    let n_chunks = rows.div_ceil(rows_per_chunk);
-    let dptr = SendPtr(d.as_mut_ptr());
-    ctx.for_chunks(n_chunks, n >= COPY_CHUNK, |c| {
+    // Each chunk gets its own disjoint rows of `d`.
+    ctx.par_chunks_mut(d, rows_per_chunk * inner, n >= COPY_CHUNK, |c, dc| {
         let r0 = c * rows_per_chunk;
-        let r1 = (r0 + rows_per_chunk).min(rows);
-        let dp = dptr;
-        for r in r0..r1 {
+        for (r, drow) in (r0..).zip(dc.chunks_exact_mut(inner)) {
             let base = off + crate::shape::offset_of(outer_shape, outer_strides, r);
-            for j in 0..inner {
-                // SAFETY: each chunk writes its own disjoint rows of `d`.
-                unsafe { *dp.0.add(r * inner + j) = s[base + j * inner_stride] };
+            for (j, o) in drow.iter_mut().enumerate() {
+                *o = s[base + j * inner_stride];
             }
         }
     });
     Ok(())
 }
-
-/// A raw pointer that may cross threads; users guarantee disjoint writes.
-#[derive(Clone, Copy)]
-pub struct SendPtr<T>(pub *mut T);
-// SAFETY: only used for disjoint per-chunk writes inside `for_chunks`.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Copies any view `src` into the fresh contiguous `dst` of the same shape and dtype.
 pub fn strided_copy(ctx: &ExecContext, src: &RawTensor, dst: &mut RawTensor) -> Result<()> {

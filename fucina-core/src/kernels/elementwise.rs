@@ -19,7 +19,6 @@ pub use unary_ops::{Domain, KernelParam};
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::shape;
 use crate::tensor::RawTensor;
 
@@ -466,13 +465,9 @@ fn accumulate<T: Element>(
         .as_mut_slice::<T>()
         .map_err(|_| Error::SharedBuffer { op })?;
     let n = d.len();
-    let ptr = SendPtr(d.as_mut_ptr());
-    ctx.for_chunks(n.div_ceil(CHUNK), n >= PAR_THRESHOLD, |ci| {
-        let p = ptr;
+    ctx.par_chunks_mut(d, CHUNK, n >= PAR_THRESHOLD, |ci, dst| {
         let s = ci * CHUNK;
-        let e = (s + CHUNK).min(n);
-        // SAFETY: chunks are disjoint ranges of `d`, which outlives `for_chunks`.
-        let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(s), e - s) };
+        let e = s + dst.len();
         plan.for_rows(s, e, |[og], pos, len| {
             let dd = &mut dst[pos - s..pos - s + len];
             if si == 1 {
@@ -523,40 +518,6 @@ impl CmpOp {
     }
 }
 
-/// Runs `$body` with `$T` bound to a dtype comparisons and selections support
-/// (f32, f64 and the integer types); f16/bf16 are [`Error::UnsupportedDType`].
-macro_rules! dispatch_select {
-    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            d => Err(Error::UnsupportedDType { op: $op, dtype: d }),
-        }
-    };
-}
-
 /// Binds `$f` to a comparison closure over `$T`, one arm per `CmpOp`, so
 /// the comparison is monomorphised (no per-element dispatch).
 macro_rules! with_cmp {
@@ -596,7 +557,7 @@ impl ExecContext {
     pub fn compare(&self, a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare";
         same_dtype(OP, a, b)?;
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             with_cmp!(op, T, f => map2::<T, T, u8>(self, OP, a, b, f))
         })
     }
@@ -605,7 +566,7 @@ impl ExecContext {
     /// rounded to the element type (as PyTorch); integers compare exactly in f64.
     pub fn compare_scalar(&self, a: &RawTensor, s: f64, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare_scalar";
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             if T::DTYPE.is_float() {
                 let sv = T::from_f64(s);
                 with_cmp!(op, T, f => map1::<T, u8>(self, a, move |v| f(v, sv)))
@@ -621,7 +582,7 @@ impl ExecContext {
         const OP: &str = "where_cond";
         expect_dtype(OP, cond, DType::U8)?;
         same_dtype(OP, a, b)?;
-        dispatch_select!(a.dtype(), OP, T => {
+        crate::dispatch!(a.dtype(), select: OP, T => {
             map3::<u8, T, T, T>(self, OP, cond, a, b, |m, u, v| if m != 0 { u } else { v })
         })
     }
@@ -630,7 +591,7 @@ impl ExecContext {
     pub fn masked_fill(&self, x: &RawTensor, mask: &RawTensor, value: f64) -> Result<RawTensor> {
         const OP: &str = "masked_fill";
         expect_dtype(OP, mask, DType::U8)?;
-        dispatch_select!(x.dtype(), OP, T => {
+        crate::dispatch!(x.dtype(), select: OP, T => {
             let v = T::from_f64(value);
             map2_to::<T, u8, T>(self, OP, x, mask, x.shape(), move |u, m| if m != 0 { v } else { u })
         })

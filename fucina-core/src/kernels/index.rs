@@ -11,7 +11,6 @@
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::pool::ScratchLease;
 use crate::shape;
 use crate::tensor::RawTensor;
@@ -106,29 +105,31 @@ fn select_rows<T: Element>(
     if rows == 0 || inner == 0 {
         return Ok(());
     }
-    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
-    ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dptr;
-        let r0 = c * rows_per_chunk;
-        let r1 = (r0 + rows_per_chunk).min(rows);
-        for r in r0..r1 {
-            let (o, i) = (r / n, r % n);
-            let base = xoff
-                + shape::offset_of(outer_shape, outer_strides, o)
-                + ids[i] as usize * axis_stride;
-            // SAFETY: output row r is written by this chunk only; out holds rows*inner elements.
-            let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(r * inner), inner) };
-            match &table {
-                None => d.copy_from_slice(&s[base..base + inner]),
-                Some(t) => {
-                    for (v, &off) in d.iter_mut().zip(t.iter()) {
-                        *v = s[base + off as usize];
+    // Chunk c owns output rows r0..r0 + rows_per_chunk.
+    let dst = &mut dst[..rows * inner];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let (o, i) = (r / n, r % n);
+                let base = xoff
+                    + shape::offset_of(outer_shape, outer_strides, o)
+                    + ids[i] as usize * axis_stride;
+                match &table {
+                    None => d.copy_from_slice(&s[base..base + inner]),
+                    Some(t) => {
+                        for (v, &off) in d.iter_mut().zip(t.iter()) {
+                            *v = s[base + off as usize];
+                        }
                     }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -185,36 +186,38 @@ fn index_add_rows<T: Float>(
     if rows == 0 || inner == 0 {
         return Ok(out);
     }
-    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
     let (starts, order) = (&starts[..], &order[..]);
-    ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dptr;
-        let r0 = c * rows_per_chunk;
-        let r1 = (r0 + rows_per_chunk).min(rows);
-        for r in r0..r1 {
-            let (o, a) = (r / a_len, r % a_len);
-            // SAFETY: destination row r belongs to this chunk only; out holds rows*inner elements.
-            let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(r * inner), inner) };
-            d.fill(T::ZERO);
-            let obase = soff + shape::offset_of(outer_shape, outer_strides, o);
-            for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
-                let base = obase + i as usize * axis_stride;
-                match &table {
-                    None => {
-                        for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
-                            *v += x;
+    // Chunk c owns output rows r0..r0 + rows_per_chunk.
+    let dst = &mut dst[..rows * inner];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let (o, a) = (r / a_len, r % a_len);
+                d.fill(T::ZERO);
+                let obase = soff + shape::offset_of(outer_shape, outer_strides, o);
+                for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
+                    let base = obase + i as usize * axis_stride;
+                    match &table {
+                        None => {
+                            for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
+                                *v += x;
+                            }
                         }
-                    }
-                    Some(t) => {
-                        for (v, &off) in d.iter_mut().zip(t.iter()) {
-                            *v += s[base + off as usize];
+                        Some(t) => {
+                            for (v, &off) in d.iter_mut().zip(t.iter()) {
+                                *v += s[base + off as usize];
+                            }
                         }
                     }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(out)
 }
 
@@ -267,23 +270,25 @@ fn gather_typed<T: Element>(
     if rows == 0 || inner == 0 {
         return Ok(());
     }
-    let dptr = SendPtr(dst.as_mut_ptr());
     let rows_per_chunk = (CHUNK / inner).max(1);
     let table = &table[..];
-    ctx.for_chunks(rows.div_ceil(rows_per_chunk), rows * inner >= CHUNK, |c| {
-        let dp = dptr;
-        let r0 = c * rows_per_chunk;
-        let r1 = (r0 + rows_per_chunk).min(rows);
-        for r in r0..r1 {
-            let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
-            // SAFETY: output row r is written by this chunk only.
-            let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(r * inner), inner) };
-            let row_ids = &ids[r * inner..(r + 1) * inner];
-            for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
-                *v = s[base + i as usize * axis_stride + off as usize];
+    // Chunk c owns output rows r0..r0 + rows_per_chunk.
+    let dst = &mut dst[..rows * inner];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * inner,
+        rows * inner >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
+                let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
+                let row_ids = &ids[r * inner..(r + 1) * inner];
+                for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
+                    *v = s[base + i as usize * axis_stride + off as usize];
+                }
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -325,23 +330,55 @@ fn scatter_add_typed<T: Float>(
     };
     let n_jb = inner.div_ceil(jb);
     let n_og = outer.div_ceil(o_per);
-    let dptr = SendPtr(dst.as_mut_ptr());
     let (otab, stab) = (&otab[..], &stab[..]);
     let (o_axis, s_axis) = (ostrides[axis], ss[axis]);
-    ctx.for_chunks(n_og * n_jb, outer * row_work >= CHUNK, |c| {
-        let dp = dptr;
+    // Chunk (og, b) owns out[o, :, otab[j]] for o in its group and j in its block. Seen as
+    // rows of `o_axis` elements, that is a tile: the rows from its first o to the next group's,
+    // by the columns from otab[j0] to the next block's (otab increases with j).
+    let a_len = shape_[axis];
+    let out_row = |o: usize| shape::offset_of(outer_shape, &ostrides[..axis], o) / o_axis;
+    let row_cuts: Vec<usize> = (0..n_og)
+        .map(|g| out_row(g * o_per))
+        .chain([out_row(outer - 1) + a_len])
+        .collect();
+    let col_cuts: Vec<usize> = (0..n_jb)
+        .map(|b| otab[b * jb] as usize)
+        .chain([o_axis])
+        .collect();
+    let par = outer * row_work >= CHUNK;
+    if n_jb == 1 {
+        // Whole rows per chunk: each group owns one contiguous run of the output.
+        let start = |g: usize| row_cuts[g] * o_axis;
+        ctx.par_split_mut(dst, n_og, par, start, |og, run| {
+            let at = start(og);
+            for o in og * o_per..((og + 1) * o_per).min(outer) {
+                let ob = out_row(o) * o_axis - at;
+                let sb = soff + shape::offset_of(outer_shape, &ss[..axis], o);
+                for k in 0..k_len {
+                    let row = (o * k_len + k) * inner;
+                    for j in 0..inner {
+                        let a = ids[row + j] as usize;
+                        let v = s[sb + k * s_axis + stab[j] as usize];
+                        run[ob + a * o_axis + otab[j] as usize] += v;
+                    }
+                }
+            }
+        });
+        return Ok(out);
+    }
+    ctx.par_tiles_mut(dst, o_axis, &row_cuts, &col_cuts, 1, par, |c, tile| {
         let (og, b) = (c / n_jb, c % n_jb);
         let (j0, j1) = (b * jb, ((b + 1) * jb).min(inner));
+        let (r0, c0) = (row_cuts[og], col_cuts[b]);
         for o in og * o_per..((og + 1) * o_per).min(outer) {
-            let ob = shape::offset_of(outer_shape, &ostrides[..axis], o);
+            let orow = out_row(o) - r0;
             let sb = soff + shape::offset_of(outer_shape, &ss[..axis], o);
             for k in 0..k_len {
                 let row = (o * k_len + k) * inner;
                 for j in j0..j1 {
                     let a = ids[row + j] as usize;
                     let v = s[sb + k * s_axis + stab[j] as usize];
-                    // SAFETY: destination (o, a, j) is touched only by the chunk owning (o, j).
-                    unsafe { *dp.0.add(ob + a * o_axis + otab[j] as usize) += v };
+                    tile.row(orow + a)[otab[j] as usize - c0] += v;
                 }
             }
         }

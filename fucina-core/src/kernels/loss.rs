@@ -9,10 +9,8 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
-use crate::kernels::softmax::{
-    chunk_mut, max, par_row_chunks, rows_per_chunk, simd_dispatch, sum, sum_exp_impl, RowFloat,
-};
+use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
+use crate::kernels::simd::{max, simd_dispatch, sum, sum_exp_impl, RowFloat};
 use crate::tensor::RawTensor;
 
 /// How per-row losses are combined.
@@ -227,42 +225,41 @@ impl ExecContext {
         let mut losses = self.empty(dtype, &[n])?;
         {
             let xs = xc.as_slice::<T>()?;
-            let mp = SendPtr(row_max.as_mut_slice::<T>()?.as_mut_ptr());
-            let sp = SendPtr(row_sumexp.as_mut_slice::<T>()?.as_mut_ptr());
-            let lp = SendPtr(losses.as_mut_slice::<T>()?.as_mut_ptr());
+            let mp = row_max.as_mut_slice::<T>()?;
+            let sp = row_sumexp.as_mut_slice::<T>()?;
+            let lp = losses.as_mut_slice::<T>()?;
             let eps = opts.label_smoothing;
             let keep = T::from_f64(1.0 - eps);
             let eps_c = T::from_f64(eps / c as f64);
             let ignore = opts.ignore_index;
-            par_row_chunks(self, n, c, rows_per_chunk(c, 1), |_, r0, r1| {
-                let (mp, sp, lp) = (mp, sp, lp);
-                // SAFETY: chunks own disjoint row ranges of the three [N] outputs.
-                let (mc, sc, lc) = unsafe {
-                    (
-                        chunk_mut(mp, r0, r1 - r0),
-                        chunk_mut(sp, r0, r1 - r0),
-                        chunk_mut(lp, r0, r1 - r0),
-                    )
-                };
-                for r in r0..r1 {
-                    let k = r - r0;
-                    let xr = &xs[r * c..(r + 1) * c];
-                    let (m, s, sx) = row_stats(xr, eps != 0.0);
-                    mc[k] = m;
-                    sc[k] = s;
-                    let ti = t.get(r);
-                    lc[k] = if Some(ti) == ignore {
-                        T::ZERO
-                    } else {
-                        let lse = m + s.ln();
-                        let mut l = lse - keep * xr[ti as usize];
-                        if eps != 0.0 {
-                            l -= eps_c * sx;
-                        }
-                        l
-                    };
-                }
-            });
+            let rpc = rows_per_chunk(c, 1);
+            let outs = [mp, sp, lp];
+            par_rows_mut(
+                self,
+                (n, c, rpc),
+                outs,
+                [rpc; 3],
+                |_, r0, r1, [mc, sc, lc]| {
+                    for r in r0..r1 {
+                        let k = r - r0;
+                        let xr = &xs[r * c..(r + 1) * c];
+                        let (m, s, sx) = row_stats(xr, eps != 0.0);
+                        mc[k] = m;
+                        sc[k] = s;
+                        let ti = t.get(r);
+                        lc[k] = if Some(ti) == ignore {
+                            T::ZERO
+                        } else {
+                            let lse = m + s.ln();
+                            let mut l = lse - keep * xr[ti as usize];
+                            if eps != 0.0 {
+                                l -= eps_c * sx;
+                            }
+                            l
+                        };
+                    }
+                },
+            );
         }
         drop(xc);
         let saved = CrossEntropySaved {
@@ -386,10 +383,9 @@ impl ExecContext {
             let keep = T::from_f64(1.0 - eps);
             let eps_c = T::from_f64(eps / c as f64);
             let ignore = opts.ignore_index;
-            let gp = SendPtr(gx.as_mut_slice::<T>()?.as_mut_ptr());
-            par_row_chunks(self, n, c, rows_per_chunk(c, 1), |_, r0, r1| {
-                // SAFETY: chunks own disjoint row ranges of gx.
-                let gc = unsafe { chunk_mut(gp, r0 * c, (r1 - r0) * c) };
+            let gp = gx.as_mut_slice::<T>()?;
+            let rpc = rows_per_chunk(c, 1);
+            par_rows_mut(self, (n, c, rpc), [gp], [rpc * c], |_, r0, _, [gc]| {
                 for (k, gr) in gc.chunks_exact_mut(c).enumerate() {
                     let r = r0 + k;
                     let ti = t.get(r);

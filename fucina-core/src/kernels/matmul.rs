@@ -12,7 +12,10 @@
 
 mod avx2;
 mod packed;
+mod tile;
 mod tiled;
+
+use tile::MatRef;
 
 use std::sync::OnceLock;
 
@@ -21,7 +24,7 @@ use smallvec::SmallVec;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
+use crate::exec::MatMut;
 use crate::shape::{self, Dims};
 use crate::tensor::RawTensor;
 
@@ -50,30 +53,6 @@ impl Problem {
     fn batch_len(&self) -> usize {
         shape::numel(&self.batch)
     }
-}
-
-/// True when no two in-range multi-indices of `(shape, strides)` share an offset
-/// (sufficient test: sorted by stride, each stride covers the extent of the smaller ones).
-fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
-    // An empty tensor has no elements to overlap (its strides may be 0).
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut dims: SmallVec<[(usize, usize); 6]> = shape
-        .iter()
-        .zip(strides)
-        .filter(|(&d, _)| d > 1)
-        .map(|(&d, &s)| (s, d))
-        .collect();
-    dims.sort_unstable();
-    let mut extent = 1usize;
-    for (s, d) in dims {
-        if s < extent {
-            return false;
-        }
-        extent += s * (d - 1);
-    }
-    true
 }
 
 /// Validates `c = alpha·a·b + beta·c` and lays it out for the fast kernel (batch folded).
@@ -129,7 +108,7 @@ fn plan_unfolded(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) 
     let batch: Dims = SmallVec::from_slice(&c.shape()[..cr - 2]);
     let a_bs = shape::broadcast_strides(op, &a.shape()[..ar - 2], &a.strides()[..ar - 2], &batch)?;
     let b_bs = shape::broadcast_strides(op, &b.shape()[..br - 2], &b.strides()[..br - 2], &batch)?;
-    if !non_overlapping(c.shape(), c.strides()) {
+    if !shape::non_overlapping(c.shape(), c.strides()) {
         return Err(Error::InvalidArgument {
             op,
             msg: format!(
@@ -215,16 +194,7 @@ pub enum GemmPath {
 pub fn gemm_path() -> GemmPath {
     static PATH: OnceLock<GemmPath> = OnceLock::new();
     *PATH.get_or_init(|| {
-        let avx512 = {
-            #[cfg(target_arch = "x86_64")]
-            {
-                std::arch::is_x86_feature_detected!("avx512f")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                false
-            }
-        };
+        let avx512 = crate::kernels::simd::has_avx512f();
         match std::env::var("FUCINA_GEMM").as_deref() {
             Ok("tiled") => GemmPath::Tiled,
             Ok("packed") if avx2::available() => GemmPath::Packed,
@@ -239,22 +209,23 @@ trait GemmFloat: tiled::GemmKernel + packed::PackedKernel {}
 impl GemmFloat for f32 {}
 impl GemmFloat for f64 {}
 
-/// Runs a validated problem on the process's GEMM path. `bias` (pointer, stride) is added to
+/// Runs a validated problem on the process's GEMM path, writing C's batch items `c` (one
+/// disjoint [`MatMut`] per batch index). `bias` (slice from element 0, stride) is added to
 /// every row of C after the product.
 ///
 /// # Safety
-/// As [`tiled::run`]: pointers are the buffers `p` was planned on, C is writable and unaliased,
-/// `bias` addresses `n` in-bounds elements.
+/// As [`tiled::run`]: `a` and `b` are the buffers `p` was planned on (every element the
+/// problem addresses in them is in bounds).
 #[allow(clippy::too_many_arguments)]
 unsafe fn run<T: GemmFloat>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
-    a: *const T,
-    b: *const T,
+    a: &[T],
+    b: &[T],
     beta: T,
-    c: *mut T,
-    bias: Option<(*const T, usize)>,
+    c: Vec<MatMut<'_, T>>,
+    bias: Option<(&[T], usize)>,
 ) {
     if gemm_path() == GemmPath::Tiled {
         // SAFETY: forwarded caller contract.
@@ -269,54 +240,45 @@ unsafe fn run<T: GemmFloat>(
     let parallel = item_flops.saturating_mul(nb) >= packed::PAR_MIN_FLOPS;
     // Many items, or small ones: one item per task. Otherwise items in turn, each split.
     let per_item = nb > 1 && (nb >= 4 * ctx.num_threads() || item_flops < packed::PAR_MIN_FLOPS);
-    let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
-    let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
-    let one = |bi: usize, inner_parallel: bool| {
-        let (ap, bp, cp, biasp) = (ap, bp, cp, biasp);
+    let one = |bi: usize, ci: MatMut<'_, T>, inner_parallel: bool| {
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
-        let co = p.c.offset + shape::offset_of(&p.batch, &p.c.batch_strides, bi);
-        // SAFETY: offsets stay inside the views validated by `plan`; items write disjoint
-        // parts of C (C does not overlap itself, checked by `plan`).
+        let view = |data, offset, o: &Operand| MatRef {
+            data,
+            offset,
+            rs: o.rs,
+            cs: o.cs,
+        };
+        // SAFETY: offsets stay inside the views validated by `plan`; `ci` is item bi's own
+        // part of C.
         unsafe {
-            let cpi = packed::MatMut {
-                ptr: SendPtr(cp.0.add(co)),
-                rs: p.c.rs,
-                cs: p.c.cs,
-            };
             packed::gemm(
                 ctx,
                 inner_parallel,
-                (m, n, k),
+                k,
                 alpha,
-                packed::MatPtr {
-                    ptr: SendPtr(ap.0.add(ao)),
-                    rs: p.a.rs,
-                    cs: p.a.cs,
-                },
-                packed::MatPtr {
-                    ptr: SendPtr(bp.0.add(bo)),
-                    rs: p.b.rs,
-                    cs: p.b.cs,
-                },
+                view(a, ao, &p.a),
+                view(b, bo, &p.b),
                 beta,
-                cpi,
-                biasp,
+                ci,
+                bias,
             );
         }
     };
     if per_item {
-        ctx.for_chunks(nb, parallel, |bi| one(bi, false));
+        ctx.par_pieces(nb, c.into_iter(), parallel, |bi, ci| one(bi, ci, false));
     } else {
-        for bi in 0..nb {
-            one(bi, parallel);
+        for (bi, ci) in c.into_iter().enumerate() {
+            one(bi, ci, parallel);
         }
     }
 }
 
 /// Typed body of [`ExecContext::gemm`] (and of matmul/linear), on a validated problem.
+#[allow(clippy::too_many_arguments)]
 fn gemm_typed<T: GemmFloat>(
     ctx: &ExecContext,
+    op: &'static str,
     p: &Problem,
     alpha: f64,
     a: &RawTensor,
@@ -325,27 +287,47 @@ fn gemm_typed<T: GemmFloat>(
     c: &mut RawTensor,
     bias: Option<&RawTensor>,
 ) -> Result<()> {
-    let a_ptr = a.storage::<T>()?.as_ptr();
-    let b_ptr = b.storage::<T>()?.as_ptr();
+    let (a_s, b_s) = (a.storage::<T>()?, b.storage::<T>()?);
     let bias = match bias {
         Some(t) => Some((
-            // SAFETY: `t.offset()` is in bounds of its buffer (a validated view).
-            unsafe { t.storage::<T>()?.as_ptr().add(t.offset()) },
+            &t.storage::<T>()?[t.offset()..],
             t.strides().first().copied().unwrap_or(0),
         )),
         None => None,
     };
-    let c_ptr = c.as_mut_bytes()?.as_mut_ptr() as *mut T;
-    // SAFETY: pointers are the buffers `p` was planned on; C is unique (as_mut_bytes).
+    let c_shape = c.shape().to_vec();
+    let c_strides = c.strides().to_vec();
+    let bytes = c.as_mut_bytes()?;
+    let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+    let c_s: &mut [T] =
+        bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| Error::InvalidArgument {
+            op,
+            msg: format!("output buffer cannot be viewed as {:?}: {e}", T::DTYPE),
+        })?;
+    // C's items as disjoint strided matrices (in bounds and non-overlapping, checked here).
+    let items = MatMut::batch(
+        c_s,
+        p.c.offset,
+        (&p.batch, &p.c.batch_strides),
+        (p.m, p.n),
+        (p.c.rs, p.c.cs),
+    )
+    .ok_or_else(|| Error::InvalidArgument {
+        op,
+        msg: format!(
+            "output of shape {c_shape:?} with strides {c_strides:?} leaves its buffer or overlaps itself"
+        ),
+    })?;
+    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on.
     unsafe {
         run::<T>(
             ctx,
             p,
             T::from_f64(alpha),
-            a_ptr,
-            b_ptr,
+            a_s,
+            b_s,
             T::from_f64(beta),
-            c_ptr,
+            items,
             bias,
         )
     };
@@ -429,7 +411,7 @@ impl ExecContext {
         c: &mut RawTensor,
     ) -> Result<()> {
         let p = plan("gemm", a, b, c)?;
-        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, &p, alpha, a, b, beta, c, None))
+        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, "gemm", &p, alpha, a, b, beta, c, None))
     }
 
     /// `a [..., M, K] @ b [..., K, N] -> [..., M, N]` with broadcast batch dims; a 1-D `a` is a
@@ -454,7 +436,7 @@ impl ExecContext {
         }
         let mut c = self.empty(a.dtype(), &full)?;
         let p = plan("matmul", &a2, &b2, &c)?;
-        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
+        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, "matmul", &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
         c.reshape(&out_shape)
     }
 
@@ -524,7 +506,7 @@ impl ExecContext {
         let wt = w.transpose(0, 1)?;
         let mut c = self.empty(x.dtype(), &[rows, n])?;
         let p = plan(op, &x2, &wt, &c)?;
-        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
+        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
         let mut out_shape: Dims = SmallVec::from_slice(&x.shape()[..x.rank() - 1]);
         out_shape.push(n);
         c.reshape(&out_shape)

@@ -13,6 +13,8 @@ pub mod matmul;
 pub mod norm;
 pub mod random;
 pub mod reduce;
+pub mod rows;
+pub mod simd;
 pub mod softmax;
 
 use crate::error::{Error, Result};

@@ -9,10 +9,8 @@
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
-use crate::kernels::softmax::{
-    chunk_mut, dot, lane_map_sum, lane_map_sum2, lane_sum, par_row_chunks, rows_per_chunk, sum,
-};
+use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
+use crate::kernels::simd::{dot, lane_map_sum, lane_map_sum2, lane_sum, sum};
 use crate::tensor::RawTensor;
 
 /// Minimum rows per chunk of a backward pass (bounds the gw/gb partials to numel/8).
@@ -146,52 +144,52 @@ impl ExecContext {
         {
             let xs = xc.as_slice::<T>()?;
             let (ws, bs) = (opt_slice::<T>(&wc)?, opt_slice::<T>(&bc)?);
-            let yp = SendPtr(y.as_mut_slice::<T>()?.as_mut_ptr());
-            let mp = SendPtr(mean.as_mut_slice::<T>()?.as_mut_ptr());
-            let rp = SendPtr(rstd.as_mut_slice::<T>()?.as_mut_ptr());
+            let yp = y.as_mut_slice::<T>()?;
+            let mp = mean.as_mut_slice::<T>()?;
+            let rp = rstd.as_mut_slice::<T>()?;
             let inv_d = T::ONE / T::from_usize(d);
             let eps = T::from_f64(eps);
-            par_row_chunks(self, n_rows, d, rows_per_chunk(d, 1), |_, r0, r1| {
-                let (yp, mp, rp) = (yp, mp, rp);
-                // SAFETY: chunks own disjoint row ranges of y, mean and rstd.
-                let (yc, mc, rc) = unsafe {
-                    (
-                        chunk_mut(yp, r0 * d, (r1 - r0) * d),
-                        chunk_mut(mp, r0, r1 - r0),
-                        chunk_mut(rp, r0, r1 - r0),
-                    )
-                };
-                for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
-                    let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
-                    let m = sum(xr) * inv_d;
-                    let var = lane_map_sum(xr, |v| (v - m) * (v - m)) * inv_d;
-                    let r = T::ONE / (var + eps).sqrt();
-                    mc[k] = m;
-                    rc[k] = r;
-                    match (ws, bs) {
-                        (Some(w), Some(b)) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r * w[j] + b[j];
+            let rpc = rows_per_chunk(d, 1);
+            let outs = [yp, mp, rp];
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                outs,
+                [rpc * d, rpc, rpc],
+                |_, r0, _, o| {
+                    let [yc, mc, rc] = o;
+                    for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
+                        let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
+                        let m = sum(xr) * inv_d;
+                        let var = lane_map_sum(xr, |v| (v - m) * (v - m)) * inv_d;
+                        let r = T::ONE / (var + eps).sqrt();
+                        mc[k] = m;
+                        rc[k] = r;
+                        match (ws, bs) {
+                            (Some(w), Some(b)) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r * w[j] + b[j];
+                                }
                             }
-                        }
-                        (Some(w), None) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r * w[j];
+                            (Some(w), None) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r * w[j];
+                                }
                             }
-                        }
-                        (None, Some(b)) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r + b[j];
+                            (None, Some(b)) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r + b[j];
+                                }
                             }
-                        }
-                        (None, None) => {
-                            for j in 0..d {
-                                yr[j] = (xr[j] - m) * r;
+                            (None, None) => {
+                                for j in 0..d {
+                                    yr[j] = (xr[j] - m) * r;
+                                }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         Ok((y, mean, rstd))
     }
@@ -263,37 +261,37 @@ impl ExecContext {
         {
             let xs = xc.as_slice::<T>()?;
             let ws = opt_slice::<T>(&wc)?;
-            let yp = SendPtr(y.as_mut_slice::<T>()?.as_mut_ptr());
-            let rp = SendPtr(rstd.as_mut_slice::<T>()?.as_mut_ptr());
+            let yp = y.as_mut_slice::<T>()?;
+            let rp = rstd.as_mut_slice::<T>()?;
             let inv_d = T::ONE / T::from_usize(d);
             let eps = T::from_f64(eps);
-            par_row_chunks(self, n_rows, d, rows_per_chunk(d, 1), |_, r0, r1| {
-                let (yp, rp) = (yp, rp);
-                // SAFETY: chunks own disjoint row ranges of y and rstd.
-                let (yc, rc) = unsafe {
-                    (
-                        chunk_mut(yp, r0 * d, (r1 - r0) * d),
-                        chunk_mut(rp, r0, r1 - r0),
-                    )
-                };
-                for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
-                    let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
-                    let r = T::ONE / (dot(xr, xr) * inv_d + eps).sqrt();
-                    rc[k] = r;
-                    match ws {
-                        Some(w) => {
-                            for j in 0..d {
-                                yr[j] = xr[j] * r * w[j];
+            let rpc = rows_per_chunk(d, 1);
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                [yp, rp],
+                [rpc * d, rpc],
+                |_, r0, _, o| {
+                    let [yc, rc] = o;
+                    for (k, yr) in yc.chunks_exact_mut(d).enumerate() {
+                        let xr = &xs[(r0 + k) * d..(r0 + k + 1) * d];
+                        let r = T::ONE / (dot(xr, xr) * inv_d + eps).sqrt();
+                        rc[k] = r;
+                        match ws {
+                            Some(w) => {
+                                for j in 0..d {
+                                    yr[j] = xr[j] * r * w[j];
+                                }
                             }
-                        }
-                        None => {
-                            for j in 0..d {
-                                yr[j] = xr[j] * r;
+                            None => {
+                                for j in 0..d {
+                                    yr[j] = xr[j] * r;
+                                }
                             }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         Ok((y, rstd))
     }
@@ -375,75 +373,85 @@ impl ExecContext {
             let rs = rc.as_slice::<T>()?;
             let ms = opt_slice::<T>(&mc)?;
             let ws = opt_slice::<T>(&wc)?;
-            let ptr = |t: &mut Option<RawTensor>| -> Result<Option<SendPtr<T>>> {
+            // An absent output is an empty slice with chunk length 0 (every chunk gets `[]`).
+            fn out<T: Float>(t: &mut Option<RawTensor>, per: usize) -> Result<(&mut [T], usize)> {
                 Ok(match t {
-                    Some(t) => Some(SendPtr(t.as_mut_slice::<T>()?.as_mut_ptr())),
-                    None => None,
+                    Some(t) => (t.as_mut_slice::<T>()?, per),
+                    None => (&mut [][..], 0),
                 })
-            };
-            let (gxp, pwp, pbp) = (ptr(&mut gx)?, ptr(&mut pw)?, ptr(&mut pb)?);
+            }
+            let (gxs, gx_len) = out(&mut gx, rpc * d)?;
+            let (pws, pw_len) = out(&mut pw, d)?;
+            let (pbs, pb_len) = out(&mut pb, d)?;
+            let present = (gx_len > 0, pw_len > 0, pb_len > 0);
             let inv_d = T::ONE / T::from_usize(d);
-            par_row_chunks(self, n_rows, d, rpc, |c, r0, r1| {
-                let (gxp, pwp, pbp) = (gxp, pwp, pbp);
-                // SAFETY: chunk c owns rows r0..r1 of gx and partial row c of pw/pb.
-                let pwc = pwp.map(|p| unsafe { chunk_mut(p, c * d, d) });
-                let pbc = pbp.map(|p| unsafe { chunk_mut(p, c * d, d) });
-                let mut gxc = gxp.map(|p| unsafe { chunk_mut(p, r0 * d, (r1 - r0) * d) });
-                let mut pwc = pwc;
-                let mut pbc = pbc;
-                if let Some(p) = pwc.as_deref_mut() {
-                    p.fill(T::ZERO);
-                }
-                if let Some(p) = pbc.as_deref_mut() {
-                    p.fill(T::ZERO);
-                }
-                for r in r0..r1 {
-                    let xr = &xs[r * d..(r + 1) * d];
-                    let gr = &gys[r * d..(r + 1) * d];
-                    let rs_r = rs[r];
-                    let m = ms.map_or(T::ZERO, |m| m[r]);
-                    // x̂_j = (x_j − m) * rstd (m = 0 for RMS norm).
-                    let xhat = |j: usize| (xr[j] - m) * rs_r;
-                    if let Some(gxc) = gxc.as_deref_mut() {
-                        let gxr = &mut gxc[(r - r0) * d..(r - r0 + 1) * d];
-                        match ws {
-                            Some(w) => {
-                                let g = |j: usize| gr[j] * w[j];
-                                let a = if ms.is_some() {
-                                    dot(gr, w) * inv_d
-                                } else {
-                                    T::ZERO
-                                };
-                                let b = lane_sum(d, |j| g(j) * xhat(j)) * inv_d;
-                                for j in 0..d {
-                                    gxr[j] = rs_r * (g(j) - a - xhat(j) * b);
-                                }
-                            }
-                            None => {
-                                let a = if ms.is_some() {
-                                    sum(gr) * inv_d
-                                } else {
-                                    T::ZERO
-                                };
-                                let b = lane_map_sum2(gr, xr, |g, x| g * ((x - m) * rs_r)) * inv_d;
-                                for j in 0..d {
-                                    gxr[j] = rs_r * (gr[j] - a - xhat(j) * b);
-                                }
-                            }
-                        }
-                    }
+            let outs = [gxs, pws, pbs];
+            let lens = [gx_len, pw_len, pb_len];
+            par_rows_mut(
+                self,
+                (n_rows, d, rpc),
+                outs,
+                lens,
+                |_, r0, r1, [gxc, pwc, pbc]| {
+                    // Chunk c owns rows r0..r1 of gx and partial row c of pw/pb.
+                    let mut gxc = present.0.then_some(gxc);
+                    let mut pwc = present.1.then_some(pwc);
+                    let mut pbc = present.2.then_some(pbc);
                     if let Some(p) = pwc.as_deref_mut() {
-                        for j in 0..d {
-                            p[j] += gr[j] * xhat(j);
-                        }
+                        p.fill(T::ZERO);
                     }
                     if let Some(p) = pbc.as_deref_mut() {
-                        for j in 0..d {
-                            p[j] += gr[j];
+                        p.fill(T::ZERO);
+                    }
+                    for r in r0..r1 {
+                        let xr = &xs[r * d..(r + 1) * d];
+                        let gr = &gys[r * d..(r + 1) * d];
+                        let rs_r = rs[r];
+                        let m = ms.map_or(T::ZERO, |m| m[r]);
+                        // x̂_j = (x_j − m) * rstd (m = 0 for RMS norm).
+                        let xhat = |j: usize| (xr[j] - m) * rs_r;
+                        if let Some(gxc) = gxc.as_deref_mut() {
+                            let gxr = &mut gxc[(r - r0) * d..(r - r0 + 1) * d];
+                            match ws {
+                                Some(w) => {
+                                    let g = |j: usize| gr[j] * w[j];
+                                    let a = if ms.is_some() {
+                                        dot(gr, w) * inv_d
+                                    } else {
+                                        T::ZERO
+                                    };
+                                    let b = lane_sum(d, |j| g(j) * xhat(j)) * inv_d;
+                                    for j in 0..d {
+                                        gxr[j] = rs_r * (g(j) - a - xhat(j) * b);
+                                    }
+                                }
+                                None => {
+                                    let a = if ms.is_some() {
+                                        sum(gr) * inv_d
+                                    } else {
+                                        T::ZERO
+                                    };
+                                    let b =
+                                        lane_map_sum2(gr, xr, |g, x| g * ((x - m) * rs_r)) * inv_d;
+                                    for j in 0..d {
+                                        gxr[j] = rs_r * (gr[j] - a - xhat(j) * b);
+                                    }
+                                }
+                            }
+                        }
+                        if let Some(p) = pwc.as_deref_mut() {
+                            for j in 0..d {
+                                p[j] += gr[j] * xhat(j);
+                            }
+                        }
+                        if let Some(p) = pbc.as_deref_mut() {
+                            for j in 0..d {
+                                p[j] += gr[j];
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
         }
         drop((xc, gyc, rc, mc, wc));
         let gw = match pw {

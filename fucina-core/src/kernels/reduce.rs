@@ -12,7 +12,6 @@ use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
 use crate::kernels::check_axis;
-use crate::kernels::copy::SendPtr;
 use crate::kernels::elementwise::map::{map2, Plan, CHUNK, PAR_THRESHOLD};
 use crate::shape;
 use crate::tensor::RawTensor;
@@ -152,13 +151,10 @@ fn fold_contig_par<T: Float, M: Monoid<T>>(ctx: &ExecContext, s: &[T]) -> T {
     }
     const GROUP: usize = 8;
     let mut partials = vec![M::identity(); nb];
-    let ptr = SendPtr(partials.as_mut_ptr());
-    ctx.for_chunks(nb.div_ceil(GROUP), true, |g| {
-        let p = ptr;
-        for b in g * GROUP..((g + 1) * GROUP).min(nb) {
+    ctx.par_chunks_mut(&mut partials, GROUP, true, |g, part| {
+        for (b, p) in (g * GROUP..).zip(part.iter_mut()) {
             let blk = &s[b * BLOCK..((b + 1) * BLOCK).min(s.len())];
-            // SAFETY: each block index is written by exactly one group.
-            unsafe { *p.0.add(b) = fold_lanes::<T, M>(blk) };
+            *p = fold_lanes::<T, M>(blk);
         }
     });
     let mut acc = partials[0];
@@ -285,13 +281,9 @@ fn fold_runs<T: Float, M: Monoid<T>>(
     let plan = Plan::new(ks, [(kst, base)]);
     let [si] = plan.inner_strides();
     let per = (CHUNK / r.max(1)).max(1);
-    let ptr = SendPtr(dst.as_mut_ptr());
-    ctx.for_chunks(o_n.div_ceil(per), o_n * r >= PAR_THRESHOLD, |c| {
-        let p = ptr;
+    ctx.par_chunks_mut(dst, per, o_n * r >= PAR_THRESHOLD, |c, d| {
         let s = c * per;
-        let e = (s + per).min(o_n);
-        // SAFETY: chunks are disjoint output ranges.
-        let d = unsafe { std::slice::from_raw_parts_mut(p.0.add(s), e - s) };
+        let e = s + d.len();
         plan.for_rows(s, e, |[off], pos, len| {
             for j in 0..len {
                 let o = off + j * si;
@@ -317,34 +309,41 @@ fn fold_cols<T: Float, M: Monoid<T>>(
     let ncol = q.div_ceil(COLS);
     let tasks = p * ncol;
     let per = (CHUNK / (r * q.min(COLS)).max(1)).max(1);
-    let ptr = SendPtr(dst.as_mut_ptr());
-    ctx.for_chunks(tasks.div_ceil(per), p * r * q >= PAR_THRESHOLD, |c| {
-        let dp = ptr;
-        for t in c * per..((c + 1) * per).min(tasks) {
-            let (pi, q0) = (t / ncol, (t % ncol) * COLS);
-            let w = (q - q0).min(COLS);
-            let x = &xs[pi * r * q..(pi + 1) * r * q];
-            let mut tot = [M::identity(); COLS];
-            let mut blk = [M::identity(); COLS];
-            for rb in (0..r).step_by(ROW_BLOCK) {
-                blk[..w].fill(M::identity());
-                for row in rb..(rb + ROW_BLOCK).min(r) {
-                    let xr = &x[row * q + q0..row * q + q0 + w];
-                    for (b, &v) in blk[..w].iter_mut().zip(xr) {
-                        *b = M::combine(*b, v);
+    // Task t = (pi, q0) owns out[pi*q + q0 .. + w]; tasks in order own consecutive runs, so
+    // chunk c (tasks c*per..) owns the run from its first task's start to the next chunk's.
+    let task_start = |t: usize| (t / ncol) * q + (t % ncol) * COLS;
+    ctx.par_split_mut(
+        dst,
+        tasks.div_ceil(per),
+        p * r * q >= PAR_THRESHOLD,
+        |c| task_start(c * per),
+        |c, run| {
+            let at = task_start(c * per);
+            for t in c * per..((c + 1) * per).min(tasks) {
+                let (pi, q0) = (t / ncol, (t % ncol) * COLS);
+                let w = (q - q0).min(COLS);
+                let x = &xs[pi * r * q..(pi + 1) * r * q];
+                let mut tot = [M::identity(); COLS];
+                let mut blk = [M::identity(); COLS];
+                for rb in (0..r).step_by(ROW_BLOCK) {
+                    blk[..w].fill(M::identity());
+                    for row in rb..(rb + ROW_BLOCK).min(r) {
+                        let xr = &x[row * q + q0..row * q + q0 + w];
+                        for (b, &v) in blk[..w].iter_mut().zip(xr) {
+                            *b = M::combine(*b, v);
+                        }
+                    }
+                    for (t, &b) in tot[..w].iter_mut().zip(&blk[..w]) {
+                        *t = M::combine(*t, b);
                     }
                 }
-                for (t, &b) in tot[..w].iter_mut().zip(&blk[..w]) {
-                    *t = M::combine(*t, b);
+                let d = &mut run[pi * q + q0 - at..pi * q + q0 - at + w];
+                for (o, &v) in d.iter_mut().zip(&tot[..w]) {
+                    *o = post(v);
                 }
             }
-            // SAFETY: task (pi, q0) owns out[pi*q + q0 .. + w].
-            let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(pi * q + q0), w) };
-            for (o, &v) in d.iter_mut().zip(&tot[..w]) {
-                *o = post(v);
-            }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -381,10 +380,8 @@ fn arg_extreme<T: Float>(
     let dst = out.as_mut_slice::<i64>()?;
     let n = p * q;
     let per = (CHUNK / r).max(1);
-    let ptr = SendPtr(dst.as_mut_ptr());
-    ctx.for_chunks(n.div_ceil(per), n * r >= PAR_THRESHOLD, |c| {
-        let dp = ptr;
-        for o in c * per..((c + 1) * per).min(n) {
+    ctx.par_chunks_mut(dst, per, n * r >= PAR_THRESHOLD, |c, d| {
+        for (o, out) in (c * per..).zip(d.iter_mut()) {
             let (pi, qi) = (o / q, o % q);
             let base = pi * r * q + qi;
             let (mut best, mut bi) = (xs[base], 0usize);
@@ -399,8 +396,7 @@ fn arg_extreme<T: Float>(
                     bi = k;
                 }
             }
-            // SAFETY: each output index is written by exactly one chunk.
-            unsafe { *dp.0.add(o) = bi as i64 };
+            *out = bi as i64;
         }
     });
     Ok(out)
@@ -423,17 +419,12 @@ fn scan<T: Float>(
     let xs = xc.as_slice::<T>()?;
     let dst = out.as_mut_slice::<T>()?;
     let ncol = q.div_ceil(COLS);
-    let tasks = p * ncol;
     let per = (CHUNK / (r * q.min(COLS)).max(1)).max(1);
-    let ptr = SendPtr(dst.as_mut_ptr());
     if q == 1 {
         // The axis is the contiguous one: one plain sequential scan per run
         // (the same additions in the same order as the column path).
-        ctx.for_chunks(p.div_ceil(per), p * r >= PAR_THRESHOLD, |c| {
-            let dp = ptr;
-            for pi in c * per..((c + 1) * per).min(p) {
-                // SAFETY: run pi owns out[pi*r .. (pi+1)*r].
-                let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(pi * r), r) };
+        ctx.par_chunks_mut(dst, per * r, p * r >= PAR_THRESHOLD, |c, runs| {
+            for (pi, d) in (c * per..).zip(runs.chunks_exact_mut(r)) {
                 let x = &xs[pi * r..(pi + 1) * r];
                 let mut acc = T::ZERO;
                 if reverse {
@@ -451,22 +442,23 @@ fn scan<T: Float>(
         });
         return Ok(out);
     }
-    ctx.for_chunks(tasks.div_ceil(per), p * r * q >= PAR_THRESHOLD, |c| {
-        let dp = ptr;
-        for t in c * per..((c + 1) * per).min(tasks) {
-            let (pi, q0) = (t / ncol, (t % ncol) * COLS);
-            let w = (q - q0).min(COLS);
-            let mut acc = [T::ZERO; COLS];
-            for k in 0..r {
-                // Sequential along the axis: out[r] = out[r∓1] + x[r].
-                let row = if reverse { r - 1 - k } else { k };
-                let at = pi * r * q + row * q + q0;
-                // SAFETY: task (pi, q0) owns columns q0..q0+w of every row of block pi.
-                let d = unsafe { std::slice::from_raw_parts_mut(dp.0.add(at), w) };
-                for ((a, o), &v) in acc[..w].iter_mut().zip(d.iter_mut()).zip(&xs[at..at + w]) {
-                    *a += v;
-                    *o = *a;
-                }
+    // Task t = (pi, q0) owns columns q0..q0+w of every row of block pi: a tile of rows
+    // pi*r..(pi+1)*r by columns q0..q0+w of the output seen as [p*r, q].
+    let row_cuts: Vec<usize> = (0..=p).map(|pi| pi * r).collect();
+    let col_cuts: Vec<usize> = (0..ncol).map(|i| i * COLS).chain([q]).collect();
+    let par = p * r * q >= PAR_THRESHOLD;
+    ctx.par_tiles_mut(dst, q, &row_cuts, &col_cuts, per, par, |t, tile| {
+        let (pi, q0) = (t / ncol, (t % ncol) * COLS);
+        let w = (q - q0).min(COLS);
+        let mut acc = [T::ZERO; COLS];
+        for k in 0..r {
+            // Sequential along the axis: out[r] = out[r∓1] + x[r].
+            let row = if reverse { r - 1 - k } else { k };
+            let at = pi * r * q + row * q + q0;
+            let d = tile.row(row);
+            for ((a, o), &v) in acc[..w].iter_mut().zip(d.iter_mut()).zip(&xs[at..at + w]) {
+                *a += v;
+                *o = *a;
             }
         }
     });

@@ -19,8 +19,8 @@ use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
-use crate::kernels::softmax::{causal_allowed, chunk_mut, dot, max, simd_dispatch, sum, RowFloat};
+use crate::kernels::simd::{dot, max, simd_dispatch, sum, RowFloat};
+use crate::kernels::softmax::causal_allowed;
 use crate::tensor::RawTensor;
 
 /// Query rows per block (one forward chunk; the inner loop of the backward).
@@ -186,13 +186,14 @@ fn online_row<T: RowFloat>(
     alpha
 }
 
-/// The forward of chunk `c` = (head, query block): writes its rows of `out` and `lse`.
+/// The forward of chunk `c` = (head, query block): writes its rows of `out` and `lse`
+/// (`o` and `lse` are exactly those rows: `br · dv` and `br` elements).
 #[inline(always)]
 fn fwd_block_impl<T: RowFloat>(
     p: &Problem<'_, T>,
     chunk: usize,
-    out: SendPtr<T>,
-    lse: SendPtr<T>,
+    o: &mut [T],
+    lse: &mut [T],
     buf: &mut [T],
 ) {
     let (nt, d, dv) = (p.nt, p.d, p.dv);
@@ -200,13 +201,7 @@ fn fwd_block_impl<T: RowFloat>(
     let (bh, i0) = (chunk / n_qb, (chunk % n_qb) * BR);
     let (b, h) = (bh / p.nh, bh % p.nh);
     let br = BR.min(nt - i0);
-    // SAFETY: rows (b, h, i0..i0 + br) of out and lse are written by this chunk only.
-    let (o, lse) = unsafe {
-        (
-            chunk_mut(out, (bh * nt + i0) * dv, br * dv),
-            chunk_mut(lse, bh * nt + i0, br),
-        )
-    };
+    let (o, lse) = (&mut o[..br * dv], &mut lse[..br]);
     o.fill(T::ZERO);
     let (kt, s) = buf.split_at_mut(BC * d);
     // Operands read in place: row r of this query block is at qs[q0 + r·qsr..].
@@ -275,7 +270,7 @@ fn fwd_block_impl<T: RowFloat>(
     }
 }
 
-simd_dispatch! { fn fwd_block => fwd_block_impl(p: &Problem<'_, T>, chunk: usize, out: SendPtr<T>, lse: SendPtr<T>, buf: &mut [T]) }
+simd_dispatch! { fn fwd_block => fwd_block_impl(p: &Problem<'_, T>, chunk: usize, o: &mut [T], lse: &mut [T], buf: &mut [T]) }
 
 /// The streaming forward: fills `out [B,H,T,Dv]` and `lse [B,H,T]` (fresh, contiguous).
 pub(super) fn forward<T: RowFloat>(
@@ -284,14 +279,23 @@ pub(super) fn forward<T: RowFloat>(
     out: &mut RawTensor,
     lse: &mut RawTensor,
 ) -> Result<()> {
-    let out_ptr = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
-    let lse_ptr = SendPtr(lse.as_mut_slice::<T>()?.as_mut_ptr());
-    let n_chunks = p.nb * p.nh * p.nt.div_ceil(BR);
+    let outs = [out.as_mut_slice::<T>()?, lse.as_mut_slice::<T>()?];
+    let n_qb = p.nt.div_ceil(BR);
+    let n_chunks = p.nb * p.nh * n_qb;
     let len = BC * p.d + BR * BC;
-    ctx.for_chunks(n_chunks, p.parallel(), |c| {
-        let (op, lp) = (out_ptr, lse_ptr);
-        with_scratch::<T, _>(len, |buf| fwd_block(p, c, op, lp, buf));
-    });
+    // Chunk c = (head, query block) owns rows bh*nt + qb*BR .. (+ BR, within the head).
+    let first_row = |c: usize| (c / n_qb) * p.nt + (c % n_qb) * BR;
+    let units = [p.dv, 1];
+    ctx.par_split_mut_n(
+        outs,
+        units,
+        n_chunks,
+        p.parallel(),
+        first_row,
+        |c, [o, l]| {
+            with_scratch::<T, _>(len, |buf| fwd_block(p, c, o, l, buf));
+        },
+    );
     Ok(())
 }
 
@@ -316,13 +320,13 @@ fn probs_row<T: RowFloat>(
     }
 }
 
-/// The backward's outputs (zero-initialised, `None` when not needed) and Δ = rowsum(gO ∘ O).
-#[derive(Clone, Copy)]
-struct BwdOut<T> {
-    gq: Option<SendPtr<T>>,
-    gk: Option<SendPtr<T>>,
-    gv: Option<SendPtr<T>>,
-    delta: Option<SendPtr<T>>,
+/// One head's rows of the backward's outputs (zero-initialised, `None` when not needed) and
+/// of Δ = rowsum(gO ∘ O).
+struct BwdOut<'a, T> {
+    gq: Option<&'a mut [T]>,
+    gk: Option<&'a mut [T]>,
+    gv: Option<&'a mut [T]>,
+    delta: Option<&'a mut [T]>,
 }
 
 /// The backward of head `bh`: accumulates its rows of gq, gk, gv.
@@ -333,20 +337,18 @@ fn bwd_head_impl<T: RowFloat>(
     g_out: &Heads<'_, T>,
     out: &Heads<'_, T>,
     lse: &[T],
-    dst: BwdOut<T>,
+    dst: BwdOut<'_, T>,
     buf: &mut [T],
 ) {
     let (nt, ns, d, dv) = (p.nt, p.ns, p.d, p.dv);
     let (b, h) = (bh / p.nh, bh % p.nh);
     let lse = &lse[bh * nt..(bh + 1) * nt];
-    // SAFETY (all four): head bh's rows of each buffer are owned by this chunk only; each
-    // buffer holds B·H such blocks.
-    let mut gq = dst.gq.map(|g| unsafe { chunk_mut(g, bh * nt * d, nt * d) });
-    let mut gk = dst.gk.map(|g| unsafe { chunk_mut(g, bh * ns * d, ns * d) });
-    let mut gv = dst
-        .gv
-        .map(|g| unsafe { chunk_mut(g, bh * ns * dv, ns * dv) });
-    let delta = dst.delta.map(|g| unsafe { chunk_mut(g, bh * nt, nt) });
+    let BwdOut {
+        mut gq,
+        mut gk,
+        mut gv,
+        delta,
+    } = dst;
     // Δ_i = gO_i · O_i (= Σ_j P_ij gP_ij): the softmax backward's row term.
     let delta: &[T] = match delta {
         Some(dl) => {
@@ -465,7 +467,7 @@ fn bwd_head_impl<T: RowFloat>(
     }
 }
 
-simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bh: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<T>, buf: &mut [T]) }
+simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bh: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<'_, T>, buf: &mut [T]) }
 
 /// The streaming backward from the forward's `out` and `lse` (contiguous) and the upstream
 /// `g_out` (last axis unit-stride): `(gq, gk, gv)` for those `needs` asks.
@@ -492,22 +494,30 @@ pub(super) fn backward<T: RowFloat>(
         return Ok((gq, gk, gv));
     }
     let mut delta = zeros(needs[0] || needs[1], &[nb, nh, nt])?;
-    let ptr = |t: &mut Option<RawTensor>| -> Result<Option<SendPtr<T>>> {
+    // Chunk bh owns head bh's rows of each output (an absent output is an empty slice with
+    // chunk length 0).
+    fn part<T: Float>(t: &mut Option<RawTensor>, per: usize) -> Result<(&mut [T], usize)> {
         Ok(match t {
-            Some(t) => Some(SendPtr(t.as_mut_slice::<T>()?.as_mut_ptr())),
-            None => None,
+            Some(t) => (t.as_mut_slice::<T>()?, per),
+            None => (&mut [][..], 0),
         })
-    };
-    let dst = BwdOut {
-        gq: ptr(&mut gq)?,
-        gk: ptr(&mut gk)?,
-        gv: ptr(&mut gv)?,
-        delta: ptr(&mut delta)?,
-    };
+    }
+    let (gqs, gq_len) = part(&mut gq, nt * d)?;
+    let (gks, gk_len) = part(&mut gk, ns * d)?;
+    let (gvs, gv_len) = part(&mut gv, ns * dv)?;
+    let (dls, dl_len) = part(&mut delta, nt)?;
+    let lens = [gq_len, gk_len, gv_len, dl_len];
     let (g_h, o_h) = (Heads::<T>::new(g_out)?, Heads::<T>::new(out)?);
     let lse = lse.as_slice::<T>()?;
     let len = BC * (d + dv) + 2 * BR * BC;
-    ctx.for_chunks(nb * nh, p.parallel(), |bh| {
+    let outs = [gqs, gks, gvs, dls];
+    ctx.par_chunks_mut_n(outs, lens, nb * nh, p.parallel(), |bh, [gq, gk, gv, dl]| {
+        let dst = BwdOut {
+            gq: (lens[0] > 0).then_some(gq),
+            gk: (lens[1] > 0).then_some(gk),
+            gv: (lens[2] > 0).then_some(gv),
+            delta: (lens[3] > 0).then_some(dl),
+        };
         with_scratch::<T, _>(len, |buf| bwd_head(p, bh, &g_h, &o_h, lse, dst, buf));
     });
     drop(delta);
@@ -542,11 +552,14 @@ mod tests {
         let (mut o2, mut l2) = (o1.clone(), l1.clone());
         let len = BC * d + BR * BC;
         let (mut s1, mut s2) = (vec![0f32; len], vec![0f32; len]);
-        for c in 0..nb * nh * nt.div_ceil(BR) {
-            let (a, b) = (SendPtr(o1.as_mut_ptr()), SendPtr(l1.as_mut_ptr()));
-            fwd_block(&p, c, a, b, &mut s1);
-            let (a, b) = (SendPtr(o2.as_mut_ptr()), SendPtr(l2.as_mut_ptr()));
-            fwd_block_impl(&p, c, a, b, &mut s2);
+        let n_qb = nt.div_ceil(BR);
+        for c in 0..nb * nh * n_qb {
+            let r0 = (c / n_qb) * nt + (c % n_qb) * BR;
+            let r1 = (r0 + BR).min((c / n_qb + 1) * nt);
+            let (o, l) = (&mut o1[r0 * dv..r1 * dv], &mut l1[r0..r1]);
+            fwd_block(&p, c, o, l, &mut s1);
+            let (o, l) = (&mut o2[r0 * dv..r1 * dv], &mut l2[r0..r1]);
+            fwd_block_impl(&p, c, o, l, &mut s2);
         }
         assert_eq!(o1, o2);
         assert_eq!(l1, l2);
@@ -559,14 +572,14 @@ mod tests {
         ];
         let len = BC * (d + dv) + 2 * BR * BC;
         for (which, (gq, gk, gv, dl)) in bufs.iter_mut().enumerate() {
-            let dst = BwdOut {
-                gq: Some(SendPtr(gq.as_mut_ptr())),
-                gk: Some(SendPtr(gk.as_mut_ptr())),
-                gv: Some(SendPtr(gv.as_mut_ptr())),
-                delta: Some(SendPtr(dl.as_mut_ptr())),
-            };
             let mut sc = vec![0f32; len];
             for bh in 0..nb * nh {
+                let dst = BwdOut {
+                    gq: Some(&mut gq[bh * nt * d..(bh + 1) * nt * d]),
+                    gk: Some(&mut gk[bh * ns * d..(bh + 1) * ns * d]),
+                    gv: Some(&mut gv[bh * ns * dv..(bh + 1) * ns * dv]),
+                    delta: Some(&mut dl[bh * nt..(bh + 1) * nt]),
+                };
                 if which == 0 {
                     bwd_head(&p, bh, &gh, &oh, &l1, dst, &mut sc);
                 } else {

@@ -11,7 +11,6 @@ use super::{check_qkv, expect_shape, prepare_mask, rows_readable, Heads, Mask};
 use crate::dtype::{Element, Float};
 use crate::error::Result;
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::tensor::RawTensor;
 
 /// Query rows per forward chunk (fixed: never derived from the thread count).
@@ -64,59 +63,64 @@ fn attention_fwd<T: Float>(
         Heads::<T>::new(k)?,
         Heads::<T>::new(v)?,
     );
-    let out_ptr = SendPtr(out.as_mut_slice::<T>()?.as_mut_ptr());
-    let probs_ptr = SendPtr(probs.as_mut_slice::<T>()?.as_mut_ptr());
+    let outs = [
+        &mut out.as_mut_slice::<T>()?[..nb * nh * nt * dv],
+        &mut probs.as_mut_slice::<T>()?[..nb * nh * nt * ns],
+    ];
     let n_tb = nt.div_ceil(ROW_BLOCK);
     let n_chunks = nb * nh * n_tb;
     let work = nb * nh * nt * ns * (qs[3] + dv);
-    ctx.for_chunks(n_chunks, work >= 1 << 15, |c| {
-        let (op, pp) = (out_ptr, probs_ptr);
-        let (bh, tb) = (c / n_tb, c % n_tb);
-        let (b, h) = (bh / nh, bh % nh);
-        for i in tb * ROW_BLOCK..((tb + 1) * ROW_BLOCK).min(nt) {
-            let row = bh * nt + i;
-            // SAFETY: row (b, h, i) of probs and out is written by this chunk only.
-            let (p, o) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(pp.0.add(row * ns), ns),
-                    std::slice::from_raw_parts_mut(op.0.add(row * dv), dv),
-                )
-            };
-            // Causal: keys j <= i + (S - T) are visible.
-            let jmax = if causal {
-                (i + ns + 1).saturating_sub(nt).min(ns)
-            } else {
-                ns
-            };
-            let qi = qh.row(b, h, i);
-            let mut m = T::NEG_INFINITY;
-            for j in 0..jmax {
-                let s = mask.apply(b, h, i, j, dot(qi, kh.row(b, h, j)) * scale);
-                p[j] = s;
-                m = m.max(s);
-            }
-            p[jmax..].fill(T::ZERO);
-            o.fill(T::ZERO);
-            if m == T::NEG_INFINITY {
-                // Fully masked row: zero probabilities and a zero output.
-                p[..jmax].fill(T::ZERO);
-                continue;
-            }
-            let mut sum = T::ZERO;
-            for x in p[..jmax].iter_mut() {
-                let e = (*x - m).exp();
-                *x = e;
-                sum += e;
-            }
-            let inv = T::ONE / sum;
-            for (j, x) in p[..jmax].iter_mut().enumerate() {
-                *x *= inv;
-                if *x != T::ZERO {
-                    axpy(o, *x, vh.row(b, h, j));
+    // Chunk c = (bh, tb) owns rows bh*nt + tb*ROW_BLOCK .. (+ ROW_BLOCK, within the head).
+    let first_row = |c: usize| (c / n_tb) * nt + (c % n_tb) * ROW_BLOCK;
+    ctx.par_split_mut_n(
+        outs,
+        [dv, ns],
+        n_chunks,
+        work >= 1 << 15,
+        first_row,
+        |c, [oc, pc]| {
+            let (bh, tb) = (c / n_tb, c % n_tb);
+            let (b, h) = (bh / nh, bh % nh);
+            let i0 = tb * ROW_BLOCK;
+            for i in i0..((tb + 1) * ROW_BLOCK).min(nt) {
+                let k = i - i0;
+                let (p, o) = (&mut pc[k * ns..(k + 1) * ns], &mut oc[k * dv..(k + 1) * dv]);
+                // Causal: keys j <= i + (S - T) are visible.
+                let jmax = if causal {
+                    (i + ns + 1).saturating_sub(nt).min(ns)
+                } else {
+                    ns
+                };
+                let qi = qh.row(b, h, i);
+                let mut m = T::NEG_INFINITY;
+                for j in 0..jmax {
+                    let s = mask.apply(b, h, i, j, dot(qi, kh.row(b, h, j)) * scale);
+                    p[j] = s;
+                    m = m.max(s);
+                }
+                p[jmax..].fill(T::ZERO);
+                o.fill(T::ZERO);
+                if m == T::NEG_INFINITY {
+                    // Fully masked row: zero probabilities and a zero output.
+                    p[..jmax].fill(T::ZERO);
+                    continue;
+                }
+                let mut sum = T::ZERO;
+                for x in p[..jmax].iter_mut() {
+                    let e = (*x - m).exp();
+                    *x = e;
+                    sum += e;
+                }
+                let inv = T::ONE / sum;
+                for (j, x) in p[..jmax].iter_mut().enumerate() {
+                    *x *= inv;
+                    if *x != T::ZERO {
+                        axpy(o, *x, vh.row(b, h, j));
+                    }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -161,81 +165,83 @@ fn attention_bwd<T: Float>(
     let mut gs_buf = ctx
         .pool()
         .scratch::<T>(if need_s { n_heads * ns } else { 0 })?;
-    let ptr = |t: &mut Option<RawTensor>| -> Result<Option<SendPtr<T>>> {
+    // Chunk bh owns head bh's rows of gq/gk/gv and its gs row (an absent output is an empty
+    // slice with chunk length 0).
+    fn out<T: Float>(t: &mut Option<RawTensor>, per: usize) -> Result<(&mut [T], usize)> {
         Ok(match t {
-            Some(t) => Some(SendPtr(t.as_mut_slice::<T>()?.as_mut_ptr())),
-            None => None,
+            Some(t) => (t.as_mut_slice::<T>()?, per),
+            None => (&mut [][..], 0),
         })
-    };
-    let (gq_ptr, gk_ptr, gv_ptr) = (ptr(&mut gq)?, ptr(&mut gk)?, ptr(&mut gv)?);
-    let gs_ptr = SendPtr(gs_buf.as_mut_ptr());
+    }
+    let (gqs, gq_len) = out(&mut gq, nt * d)?;
+    let (gks, gk_len) = out(&mut gk, ns * d)?;
+    let (gvs, gv_len) = out(&mut gv, ns * dv)?;
+    let gs_len = if need_s { ns } else { 0 };
+    let has = (gq_len > 0, gk_len > 0, gv_len > 0);
     let work = n_heads * nt * ns * (d + dv);
-    ctx.for_chunks(n_heads, work >= 1 << 15, |bh| {
-        let (gqp, gkp, gvp, gsp) = (gq_ptr, gk_ptr, gv_ptr, gs_ptr);
-        let (b, h) = (bh / nh, bh % nh);
-        // SAFETY (all slices below): head bh's rows of gq/gk/gv and its gs row are
-        // owned by this chunk only; the buffers hold n_heads such blocks.
-        let gk_h =
-            gkp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * d), ns * d) });
-        let gv_h =
-            gvp.map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(bh * ns * dv), ns * dv) });
-        let (mut gk_h, mut gv_h) = (gk_h, gv_h);
-        let gs = if need_s {
-            unsafe { std::slice::from_raw_parts_mut(gsp.0.add(bh * ns), ns) }
-        } else {
-            &mut [][..]
-        };
-        for i in 0..nt {
-            let row = bh * nt + i;
-            let p = &pr[row * ns..(row + 1) * ns];
-            let g = &gr[row * dv..(row + 1) * dv];
-            // gv[j] += p[i, j] * g[i]   (gv = probsᵀ · g), i increasing.
-            if let Some(gv_h) = gv_h.as_deref_mut() {
+    let outs = [gqs, gks, gvs, &mut gs_buf[..]];
+    let lens = [gq_len, gk_len, gv_len, gs_len];
+    ctx.par_chunks_mut_n(
+        outs,
+        lens,
+        n_heads,
+        work >= 1 << 15,
+        |bh, [gq_h, gk_h, gv_h, gs]| {
+            let (b, h) = (bh / nh, bh % nh);
+            let mut gq_h = has.0.then_some(gq_h);
+            let mut gk_h = has.1.then_some(gk_h);
+            let mut gv_h = has.2.then_some(gv_h);
+            for i in 0..nt {
+                let row = bh * nt + i;
+                let p = &pr[row * ns..(row + 1) * ns];
+                let g = &gr[row * dv..(row + 1) * dv];
+                // gv[j] += p[i, j] * g[i]   (gv = probsᵀ · g), i increasing.
+                if let Some(gv_h) = gv_h.as_deref_mut() {
+                    for (j, &pj) in p.iter().enumerate() {
+                        if pj != T::ZERO {
+                            axpy(&mut gv_h[j * dv..(j + 1) * dv], pj, g);
+                        }
+                    }
+                }
+                if !need_s {
+                    continue;
+                }
+                // gp[j] = g[i] · v[j]; r = Σ_j gp[j] p[j]; gs[j] = p[j] (gp[j] - r).
+                // Where p[i, j] = 0 (masked or underflowed) gs[j] = 0 and is skipped.
+                let mut r = T::ZERO;
                 for (j, &pj) in p.iter().enumerate() {
-                    if pj != T::ZERO {
-                        axpy(&mut gv_h[j * dv..(j + 1) * dv], pj, g);
+                    gs[j] = if pj != T::ZERO {
+                        let gp = dot(g, vh.row(b, h, j));
+                        r += gp * pj;
+                        gp
+                    } else {
+                        T::ZERO
+                    };
+                }
+                for (x, &pj) in gs.iter_mut().zip(p) {
+                    *x = pj * (*x - r) * scale;
+                }
+                // gq[i] = scale Σ_j gs[j] k[j];  gk[j] += scale gs[j] q[i].
+                if let Some(gq_h) = gq_h.as_deref_mut() {
+                    let gq_i = &mut gq_h[i * d..(i + 1) * d];
+                    gq_i.fill(T::ZERO);
+                    for (j, &c) in gs.iter().enumerate() {
+                        if c != T::ZERO {
+                            axpy(gq_i, c, kh.row(b, h, j));
+                        }
+                    }
+                }
+                if let Some(gk_h) = gk_h.as_deref_mut() {
+                    let qi = qh.row(b, h, i);
+                    for (j, &c) in gs.iter().enumerate() {
+                        if c != T::ZERO {
+                            axpy(&mut gk_h[j * d..(j + 1) * d], c, qi);
+                        }
                     }
                 }
             }
-            if !need_s {
-                continue;
-            }
-            // gp[j] = g[i] · v[j]; r = Σ_j gp[j] p[j]; gs[j] = p[j] (gp[j] - r).
-            // Where p[i, j] = 0 (masked or underflowed) gs[j] = 0 and is skipped.
-            let mut r = T::ZERO;
-            for (j, &pj) in p.iter().enumerate() {
-                gs[j] = if pj != T::ZERO {
-                    let gp = dot(g, vh.row(b, h, j));
-                    r += gp * pj;
-                    gp
-                } else {
-                    T::ZERO
-                };
-            }
-            for (x, &pj) in gs.iter_mut().zip(p) {
-                *x = pj * (*x - r) * scale;
-            }
-            // gq[i] = scale Σ_j gs[j] k[j];  gk[j] += scale gs[j] q[i].
-            if let Some(gqp) = gqp {
-                // SAFETY: row (b, h, i) of gq belongs to this chunk.
-                let gq_i = unsafe { std::slice::from_raw_parts_mut(gqp.0.add(row * d), d) };
-                gq_i.fill(T::ZERO);
-                for (j, &c) in gs.iter().enumerate() {
-                    if c != T::ZERO {
-                        axpy(gq_i, c, kh.row(b, h, j));
-                    }
-                }
-            }
-            if let Some(gk_h) = gk_h.as_deref_mut() {
-                let qi = qh.row(b, h, i);
-                for (j, &c) in gs.iter().enumerate() {
-                    if c != T::ZERO {
-                        axpy(&mut gk_h[j * d..(j + 1) * d], c, qi);
-                    }
-                }
-            }
-        }
-    });
+        },
+    );
     drop(gs_buf);
     Ok((gq, gk, gv))
 }

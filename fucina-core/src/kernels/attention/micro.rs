@@ -61,17 +61,10 @@ fn gemm_impl<'b, T: Float + 'b>(
     }
 }
 
-/// Whether this CPU has AVX2 (std caches the probe).
+/// Whether this CPU has AVX2 (detected once, in `kernels::simd`).
 #[inline(always)]
 fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::kernels::simd::has_avx2()
 }
 
 /// The tiles of rows `m0..m0 + R` of C: `NR`-wide, then 8-wide, then single columns.

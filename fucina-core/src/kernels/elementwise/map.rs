@@ -13,7 +13,6 @@ use smallvec::SmallVec;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
 use crate::shape::{self, Dims};
 use crate::tensor::RawTensor;
 
@@ -135,15 +134,7 @@ pub fn run_chunks<O: Element>(
 ) -> Result<()> {
     let o = out.as_mut_slice::<O>()?;
     let n = o.len();
-    let ptr = SendPtr(o.as_mut_ptr());
-    ctx.for_chunks(n.div_ceil(CHUNK), n >= PAR_THRESHOLD, |c| {
-        let p = ptr;
-        let s = c * CHUNK;
-        let e = (s + CHUNK).min(n);
-        // SAFETY: chunks are disjoint ranges of `o`, which outlives `for_chunks`.
-        let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(s), e - s) };
-        body(s, dst);
-    });
+    ctx.par_chunks_mut(o, CHUNK, n >= PAR_THRESHOLD, |c, dst| body(c * CHUNK, dst));
     Ok(())
 }
 

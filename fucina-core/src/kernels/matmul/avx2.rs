@@ -12,25 +12,12 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::packed::Tile;
+use super::tile::Tile;
+pub use super::tile::{MR, NR_F32, NR_F64};
 
-/// Rows of the f32 and f64 micro-tiles.
-pub const MR: usize = 6;
-/// Columns of the f32 micro-tile.
-pub const NR_F32: usize = 16;
-/// Columns of the f64 micro-tile.
-pub const NR_F64: usize = 8;
-
-/// True when this CPU runs the kernels below (AVX2 and FMA).
+/// True when this CPU runs the kernels below (AVX2 and FMA; detected once, in `kernels::simd`).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::kernels::simd::has_avx2_fma()
 }
 
 /// Generates one micro-kernel: `$t` elements, `$v` vectors of `$lanes` lanes, `$nr` columns.

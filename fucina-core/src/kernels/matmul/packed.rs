@@ -17,10 +17,10 @@
 use std::cell::Cell;
 
 use crate::dtype::Float;
-use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
+use crate::exec::{ExecContext, MatMut};
 
-use super::avx2::{self, MR};
+use super::avx2;
+use super::tile::{MatRef, Tile, MR};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
 const KC: usize = 256;
@@ -32,27 +32,6 @@ const NC: usize = 512;
 const JOBS_PER_THREAD: usize = 4;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
-
-/// One micro-tile of C handed to a micro-kernel, with its epilogue.
-#[derive(Clone, Copy)]
-pub struct Tile<T> {
-    /// Top-left element of the tile.
-    pub c: *mut T,
-    /// Row stride of C (elements).
-    pub rsc: isize,
-    /// Column stride of C (elements).
-    pub csc: isize,
-    /// Valid rows (≤ MR).
-    pub rows: usize,
-    /// Valid columns (≤ NR).
-    pub cols: usize,
-    /// Scale of the product.
-    pub alpha: T,
-    /// Scale of the old C (ignored when `overwrite`).
-    pub beta: T,
-    /// Write `alpha·acc` without reading C (the first K step with `beta == 0`).
-    pub overwrite: bool,
-}
 
 /// Element types with a packed micro-kernel.
 pub trait PackedKernel: Float {
@@ -85,6 +64,7 @@ macro_rules! packed_kernel {
         impl PackedKernel for $t {
             const NR: usize = $nr;
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::micro`).
             #[inline]
             unsafe fn micro(
                 kc: usize,
@@ -105,6 +85,7 @@ macro_rules! packed_kernel {
                 }
             }
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::pack_b`).
             #[inline]
             unsafe fn pack_b(
                 dst: &mut [$t],
@@ -124,6 +105,7 @@ macro_rules! packed_kernel {
                 }
             }
 
+            // SAFETY: the contract is the trait method's (see `PackedKernel::pack_b_kmajor`).
             #[inline]
             unsafe fn pack_b_kmajor(dst: *mut $t, src: *const $t, cs: usize, k: usize) {
                 #[cfg(target_arch = "x86_64")]
@@ -143,17 +125,6 @@ macro_rules! packed_kernel {
 
 packed_kernel!(f32, avx2::NR_F32, kernel_f32, pack_b_kmajor_f32);
 packed_kernel!(f64, avx2::NR_F64, kernel_f64, pack_b_kmajor_f64);
-
-/// A strided read-only matrix (element pointer, row and column strides in elements).
-#[derive(Clone, Copy)]
-pub struct MatPtr<T> {
-    /// Element (0, 0).
-    pub ptr: SendPtr<T>,
-    /// Row stride.
-    pub rs: usize,
-    /// Column stride.
-    pub cs: usize,
-}
 
 thread_local! {
     /// Packed-A scratch of this thread (taken while in use, so re-entry just allocates).
@@ -285,33 +256,24 @@ fn grid<T: PackedKernel>(m: usize, n: usize, threads: usize) -> (Vec<usize>, Vec
     }
 }
 
-/// A strided mutable view of C (pointer to element (0, 0), row and column strides).
-#[derive(Clone, Copy)]
-pub struct MatMut<T> {
-    /// Element (0, 0).
-    pub ptr: SendPtr<T>,
-    /// Row stride.
-    pub rs: usize,
-    /// Column stride.
-    pub cs: usize,
-}
-
-/// One job: rows `r0..r1` and columns `c0..c1` of C, over all of K.
+/// One job: rows `r0..r1` and columns `c0..c1` of C, over all of K; `c` is exactly that
+/// tile of C (its element (0, 0) is C's `(r0, c0)`), owned by this job.
 ///
 /// # Safety
-/// As [`gemm`]; the job's part of C is written by nobody else.
+/// As [`gemm`] for A and B.
 #[allow(clippy::too_many_arguments)]
 unsafe fn job<T: PackedKernel>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
     k: usize,
     alpha: T,
-    a: MatPtr<T>,
-    b: MatPtr<T>,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
     beta: T,
-    c: MatMut<T>,
-    bias: Option<(SendPtr<T>, usize)>,
+    mut c: MatMut<'_, T>,
+    bias: Option<(&[T], usize)>,
 ) {
+    let (crs, ccs) = (c.rs(), c.cs());
     let nr = T::NR;
     // Row-major A is read in place (a tile is MR sequential streams); other layouts are packed
     // (a column-major tile would touch one cache line per K step, aliasing in L1).
@@ -330,7 +292,7 @@ unsafe fn job<T: PackedKernel>(
                         unsafe {
                             T::pack_b(
                                 bpk,
-                                b.ptr.0.add(pc * b.rs + jc * b.cs),
+                                b.ptr().add(pc * b.rs + jc * b.cs),
                                 (b.cs, b.rs),
                                 (cols, kc),
                             )
@@ -339,7 +301,7 @@ unsafe fn job<T: PackedKernel>(
                         for ic in (r0..r1).step_by(MC) {
                             let rows = MC.min(r1 - ic);
                             // SAFETY: rows ic.., K steps pc.. are inside A.
-                            let a_blk = unsafe { a.ptr.0.add(ic * a.rs + pc * a.cs) } as *const T;
+                            let a_blk = unsafe { a.ptr().add(ic * a.rs + pc * a.cs) };
                             let full = if a_in_place { rows / MR } else { 0 };
                             if full * MR < rows {
                                 // SAFETY: the remaining rows are inside A; abuf fits MC rows.
@@ -364,13 +326,12 @@ unsafe fn job<T: PackedKernel>(
                                     } else {
                                         (abuf[(ip - full) * kc * MR..].as_ptr(), (1, MR))
                                     };
+                                    let (ci, cj) = (ic + i0 - r0, jc + j0 - c0);
                                     let tile = Tile {
-                                        // SAFETY: (ic + i0, jc + j0) is inside this job's C.
-                                        c: unsafe {
-                                            c.ptr.0.add((ic + i0) * c.rs + (jc + j0) * c.cs)
-                                        },
-                                        rsc: c.rs as isize,
-                                        csc: c.cs as isize,
+                                        // SAFETY: (ci, cj) is inside this job's tile of C.
+                                        c: unsafe { c.as_mut_ptr().add(ci * crs + cj * ccs) },
+                                        rsc: crs as isize,
+                                        csc: ccs as isize,
                                         rows: MR.min(rows - i0),
                                         cols: nr.min(cols - j0),
                                         alpha,
@@ -385,10 +346,9 @@ unsafe fn job<T: PackedKernel>(
                     }
                     if let Some((bias, bs)) = bias {
                         // The block is final: add the bias while it is still in cache.
-                        for i in r0..r1 {
+                        for i in 0..r1 - r0 {
                             for j in jc..jc + cols {
-                                // SAFETY: (i, j) is inside this job's C; the bias has n elements.
-                                unsafe { *c.ptr.0.add(i * c.rs + j * c.cs) += *bias.0.add(j * bs) };
+                                *c.at(i, j - c0) += bias[j * bs];
                             }
                         }
                     }
@@ -398,36 +358,36 @@ unsafe fn job<T: PackedKernel>(
     )
 }
 
-/// `C ← alpha·A·B + beta·C` for one strided problem (C does not overlap itself; beta == 0
-/// never reads C), then `C[i, j] += bias[j]` when a bias `(pointer, stride)` is given.
-/// Parallel over the context's threads when `parallel`.
+/// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`; beta == 0 never reads
+/// C), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
+/// Parallel over the context's threads when `parallel`: C's jobs are disjoint tiles
+/// ([`MatMut::split_grid`]).
 ///
 /// # Safety
-/// Every addressed element of A, B and C is in bounds; C is written by nobody else.
+/// Every addressed element of A and B is inside its buffer (a view validated by `plan`).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm<T: PackedKernel>(
     ctx: &ExecContext,
     parallel: bool,
-    (m, n, k): (usize, usize, usize),
+    k: usize,
     alpha: T,
-    a: MatPtr<T>,
-    b: MatPtr<T>,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
     beta: T,
-    c: MatMut<T>,
-    bias: Option<(SendPtr<T>, usize)>,
+    mut c: MatMut<'_, T>,
+    bias: Option<(&[T], usize)>,
 ) {
+    let (m, n) = (c.rows(), c.cols());
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         for i in 0..m {
             for j in 0..n {
-                // SAFETY: (i, j) is inside C.
-                let p = unsafe { &mut *c.ptr.0.add(i * c.rs + j * c.cs) };
+                let p = c.at(i, j);
                 *p = if beta == T::ZERO { T::ZERO } else { beta * *p };
                 if let Some((b, bs)) = bias {
-                    // SAFETY: the bias has n elements.
-                    *p += unsafe { *b.0.add(j * bs) };
+                    *p += b[j * bs];
                 }
             }
         }
@@ -436,10 +396,11 @@ pub unsafe fn gemm<T: PackedKernel>(
     let threads = if parallel { ctx.num_threads() } else { 1 };
     let (rcuts, ccuts) = grid::<T>(m, n, threads);
     let gn = ccuts.len() - 1;
-    let jobs = (rcuts.len() - 1) * gn;
-    ctx.for_chunks(jobs, jobs > 1, |j| {
+    let tiles = c.split_grid(&rcuts, &ccuts);
+    let jobs = tiles.len();
+    ctx.par_pieces(jobs, tiles.into_iter(), jobs > 1, |j, cj| {
         let (ri, ci) = (j / gn, j % gn);
-        // SAFETY: jobs cover disjoint parts of C; the caller's contract covers the rest.
+        // SAFETY: the caller's contract covers A and B; `cj` is this job's own tile of C.
         unsafe {
             job(
                 (rcuts[ri], rcuts[ri + 1]),
@@ -449,7 +410,7 @@ pub unsafe fn gemm<T: PackedKernel>(
                 a,
                 b,
                 beta,
-                c,
+                cj,
                 bias,
             )
         };

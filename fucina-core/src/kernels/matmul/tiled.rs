@@ -8,8 +8,7 @@
 //! as row and column strides: operands are never copied.
 
 use crate::dtype::Float;
-use crate::exec::ExecContext;
-use crate::kernels::copy::SendPtr;
+use crate::exec::{ExecContext, MatMut};
 use crate::shape;
 
 use super::Problem;
@@ -56,6 +55,7 @@ pub(super) trait GemmKernel: Float {
 macro_rules! gemm_kernel {
     ($t:ty, $gemm:ident) => {
         impl GemmKernel for $t {
+            // SAFETY: the contract is the trait method's (see `GemmKernel::kernel`).
             #[inline]
             unsafe fn kernel(
                 m: usize,
@@ -114,22 +114,22 @@ fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
     (edge(m, gm), edge(n, gn))
 }
 
-/// Runs a validated problem. `bias` (pointer, stride) is added to every row of C after
-/// the product, tile by tile while the tile is hot in cache.
+/// Runs a validated problem on C's batch items `c` (one [`MatMut`] per batch index, as
+/// [`MatMut::batch`] makes them). `bias` (slice from element 0, stride) is added to every row
+/// of C after the product, tile by tile while the tile is hot in cache.
 ///
 /// # Safety
-/// `a`, `b` and `c` are the element-0 pointers of the buffers the problem was planned
-/// against (offsets included in `p`); `c` is writable and unaliased; `bias` addresses `n`
-/// in-bounds elements.
+/// `a` and `b` are the buffers the problem was planned against (offsets included in `p`):
+/// every element the problem addresses in them is in bounds.
 pub(super) unsafe fn run<T: GemmKernel>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
-    a: *const T,
-    b: *const T,
+    a: &[T],
+    b: &[T],
     beta: T,
-    c: *mut T,
-    bias: Option<(*const T, usize)>,
+    c: Vec<MatMut<'_, T>>,
+    bias: Option<(&[T], usize)>,
 ) {
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
@@ -142,10 +142,13 @@ pub(super) unsafe fn run<T: GemmKernel>(
     let n_chunks = nb * per;
     let total_flops = (2 * m * n).saturating_mul(k.max(1)).saturating_mul(nb);
     let parallel = n_chunks > 1 && total_flops >= PAR_MIN_FLOPS;
-    let (ap, bp, cp) = (SendPtr(a as *mut T), SendPtr(b as *mut T), SendPtr(c));
-    let biasp = bias.map(|(ptr, s)| (SendPtr(ptr as *mut T), s));
-    ctx.for_chunks(n_chunks, parallel, |chunk| {
-        let (ap, bp, cp, biasp) = (ap, bp, cp, biasp);
+    // Chunk = (batch item, tile row, tile column), item-major: each a disjoint tile of C.
+    let row_cuts: Vec<usize> = (0..gm).map(|i| i * tm).chain([m]).collect();
+    let col_cuts: Vec<usize> = (0..gn).map(|j| j * tn).chain([n]).collect();
+    let tiles = c
+        .into_iter()
+        .flat_map(|item| item.split_grid(&row_cuts, &col_cuts));
+    ctx.par_pieces(n_chunks, tiles, parallel, |chunk, mut ct| {
         let bi = chunk / per;
         let (ti, tj) = ((chunk % per) / gn, (chunk % per) % gn);
         let (r0, c0) = (ti * tm, tj * tn);
@@ -153,35 +156,30 @@ pub(super) unsafe fn run<T: GemmKernel>(
         let cols = tn.min(n - c0);
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
-        let co = p.c.offset
-            + shape::offset_of(&p.batch, &p.c.batch_strides, bi)
-            + r0 * p.c.rs
-            + c0 * p.c.cs;
-        // SAFETY: offsets stay inside the views validated by `plan`; each chunk writes a
-        // disjoint tile of C (C does not overlap itself, checked by `plan`).
+        // SAFETY: offsets stay inside the views validated by `plan`; `ct` is this chunk's own
+        // `rows × cols` tile of C with C's strides.
         unsafe {
             T::kernel(
                 rows,
                 k,
                 cols,
                 alpha,
-                ap.0.add(ao),
+                a.as_ptr().add(ao),
                 p.a.rs as isize,
                 p.a.cs as isize,
-                bp.0.add(bo),
+                b.as_ptr().add(bo),
                 p.b.rs as isize,
                 p.b.cs as isize,
                 beta,
-                cp.0.add(co),
+                ct.as_mut_ptr(),
                 p.c.rs as isize,
                 p.c.cs as isize,
             );
-            if let Some((bias, bs)) = biasp {
-                for i in 0..rows {
-                    let row = cp.0.add(co + i * p.c.rs);
-                    for j in 0..cols {
-                        *row.add(j * p.c.cs) += *bias.0.add((c0 + j) * bs);
-                    }
+        }
+        if let Some((bias, bs)) = bias {
+            for i in 0..rows {
+                for j in 0..cols {
+                    *ct.at(i, j) += bias[(c0 + j) * bs];
                 }
             }
         }

@@ -1,0 +1,56 @@
+//! The GEMM's shared tile types: the micro-tile a micro-kernel writes, its shape constants,
+//! and the read-only strided operand view.
+//!
+//! A leaf: it uses nothing else of the GEMM, so the micro-kernels (`avx2`) and the driver
+//! (`packed`) both depend on it without depending on each other's internals in a cycle.
+
+/// Rows of the f32 and f64 micro-tiles.
+pub const MR: usize = 6;
+/// Columns of the f32 micro-tile.
+pub const NR_F32: usize = 16;
+/// Columns of the f64 micro-tile.
+pub const NR_F64: usize = 8;
+
+/// One micro-tile of C handed to a micro-kernel, with its epilogue.
+#[derive(Clone, Copy)]
+pub struct Tile<T> {
+    /// Top-left element of the tile.
+    pub c: *mut T,
+    /// Row stride of C (elements).
+    pub rsc: isize,
+    /// Column stride of C (elements).
+    pub csc: isize,
+    /// Valid rows (≤ MR).
+    pub rows: usize,
+    /// Valid columns (≤ NR).
+    pub cols: usize,
+    /// Scale of the product.
+    pub alpha: T,
+    /// Scale of the old C (ignored when `overwrite`).
+    pub beta: T,
+    /// Write `alpha·acc` without reading C (the first K step with `beta == 0`).
+    pub overwrite: bool,
+}
+
+/// A strided read-only matrix: element `(i, j)` is `data[offset + i·rs + j·cs]`. Holds the
+/// buffer as a shared slice, so it crosses threads without any pointer wrapper.
+#[derive(Clone, Copy)]
+pub struct MatRef<'a, T> {
+    /// The whole buffer.
+    pub data: &'a [T],
+    /// Element (0, 0).
+    pub offset: usize,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+impl<T> MatRef<'_, T> {
+    /// Element `(0, 0)` as a raw pointer, for the kernels that take one (reading through it
+    /// is the caller's `unsafe`, inside the validated view).
+    #[inline]
+    pub fn ptr(&self) -> *const T {
+        self.data.as_ptr().wrapping_add(self.offset)
+    }
+}
