@@ -16,7 +16,7 @@ use std::cell::Cell;
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{Grads, Node};
+use crate::tape::graph::{Grads, Node};
 
 thread_local! {
     static ANOMALY_DEPTH: Cell<usize> = const { Cell::new(0) };

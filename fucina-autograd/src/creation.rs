@@ -25,7 +25,7 @@
 use fucina_core::{dispatch_any, DType, Element, Error as CoreError, ExecContext};
 
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 
 /// Errors unless `dtype` can carry a gradient (f32 or f64, the dtypes the
 /// differentiable kernels compute in).

@@ -14,7 +14,7 @@
 //! in-place writes are optimizer updates through [`Tensor::update_value`],
 //! which copies first if the buffer is shared.
 //!
-//! Dropping the last handle of a long graph never recurses: [`crate::graph`]'s
+//! Dropping the last handle of a long graph never recurses: [`crate::tape::graph`]'s
 //! `Node` drop unlinks the chain onto an explicit stack.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,7 @@ use fucina_core::shape::Dims;
 use fucina_core::{DType, Element, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::Node;
+use crate::tape::graph::Node;
 
 /// Locks `m`, entering a poisoned lock anyway: every critical section in this
 /// crate is a clone, a take or a swap, so a panic elsewhere never leaves the
@@ -410,12 +410,12 @@ impl Tensor {
 
     /// Runs backward from this scalar (seed 1), accumulating into leaf gradients.
     pub fn backward(&self) -> Result<()> {
-        crate::engine::backward(self, None)
+        crate::tape::engine::backward(self, None)
     }
 
     /// Runs backward with an explicit seed gradient of this tensor's shape.
     pub fn backward_with(&self, seed: &RawTensor) -> Result<()> {
-        crate::engine::backward(self, Some(seed.clone()))
+        crate::tape::engine::backward(self, Some(seed.clone()))
     }
 
     /// True when both handles are the same tensor.
