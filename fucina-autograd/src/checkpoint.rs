@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
-use crate::tape::engine;
 use crate::error::{Error, Result};
 use crate::grad_mode::no_grad;
+use crate::tape::engine;
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::scope::ExecScope;
 use crate::tape::tensor::Tensor;

@@ -12,9 +12,9 @@
 use fucina_core::rng;
 use fucina_core::{DType, RawTensor};
 
-use crate::tape::engine;
 use crate::error::{Error, Result};
 use crate::grad_mode::no_grad;
+use crate::tape::engine;
 use crate::tape::scope::ExecScope;
 use crate::tape::tensor::Tensor;
 

@@ -27,6 +27,7 @@ pub mod rng;
 pub mod shape;
 pub mod storage;
 mod team;
+pub mod testing;
 
 /// The worker team, exposed only to the loom model check
 /// (`RUSTFLAGS="--cfg loom"`, `fucina-core/tests/loom_team.rs`).

@@ -5,6 +5,7 @@
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 mod common;
@@ -111,7 +112,7 @@ fn check_unary<T: Float>(op: UnaryOp, got: &[T], want: &[T], what: &str) {
 }
 
 fn unary_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_unary() {
         let (lo, hi) = domain(op);
         for &n in &SIZES {
@@ -158,7 +159,7 @@ fn unary_matches_reference_f64() {
 
 /// The kernel's unary_backward (through x or y as `op.saved()` says) equals gy·f'(x).
 fn unary_backward_vs_reference<T: Float>(rtol: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_unary() {
         let (lo, hi) = domain(op);
         for &n in &[1usize, 17, 65, 257] {
@@ -232,7 +233,7 @@ fn unary_reference_df_matches_finite_differences() {
 /// The kink conventions, on the kernels themselves.
 #[test]
 fn unary_backward_kink_conventions() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let at = |op: UnaryOp, x: f64| -> f64 {
         let xt = ctx.scalar(x).unwrap();
         let saved = match op.saved() {
@@ -329,7 +330,7 @@ fn broadcast_pairs(n: usize) -> Vec<(Vec<usize>, Vec<usize>)> {
 }
 
 fn binary_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
         let (lo, hi) = if op == BinaryOp::Pow {
             (0.2, 2.5)
@@ -393,7 +394,7 @@ fn binary_matches_reference_f64() {
 }
 
 fn binary_backward_vs_reference<T: Float>(rtol: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
         let (lo, hi) = if op == BinaryOp::Pow {
             (0.2, 2.5)
@@ -490,7 +491,7 @@ fn binary_reference_partials_match_finite_differences() {
 
 #[test]
 fn maximum_minimum_split_ties_and_pow_conventions() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.from_slice(&[1.0f64, 2.0, 3.0], &[3]).unwrap();
         let b = ctx.from_slice(&[1.0f64, 5.0, -1.0], &[3]).unwrap();
@@ -533,7 +534,7 @@ fn maximum_minimum_split_ties_and_pow_conventions() {
 
 #[test]
 fn structured_errors() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.zeros(DType::F32, &[3]).unwrap();
         let b = ctx.zeros(DType::F32, &[4]).unwrap();
@@ -609,7 +610,7 @@ fn structured_errors() {
 
 #[test]
 fn add_assign_any_strides_and_ownership_rules() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         for &(rows, cols) in &[(1usize, 1usize), (3, 17), (257, 129), (300, 257)] {
             let da = data(rows * cols, 1, -1.0, 1.0);
@@ -666,7 +667,7 @@ fn add_assign_any_strides_and_ownership_rules() {
 }
 
 fn compare_and_select<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let ops = [
         CmpOp::Eq,
         CmpOp::Ne,
@@ -751,7 +752,7 @@ fn compare_where_masked_fill_f64() {
 
 #[test]
 fn compare_integers_and_nan() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.from_slice(&[1i64, 5, -3], &[3]).unwrap();
         let b = ctx.from_slice(&[1i64, 4, 0], &[3]).unwrap();
@@ -790,8 +791,8 @@ fn compare_integers_and_nan() {
 
 #[test]
 fn thread_count_determinism() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let da = data(600 * 301, 1, -2.0, 2.0);
     let db = data(301, 2, -2.0, 2.0);
     let run = |ctx: &ExecContext| -> Vec<Vec<f32>> {
@@ -825,7 +826,7 @@ fn thread_count_determinism() {
 
 #[test]
 fn empty_and_scalar_tensors() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         let e = ctx.zeros(DType::F32, &[0, 5]).unwrap();
         assert_eq!(ctx.unary(&e, UnaryOp::Exp).unwrap().shape(), &[0, 5]);

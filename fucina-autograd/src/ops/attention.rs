@@ -6,8 +6,8 @@ pub use fucina_core::kernels::attention::AttentionOpts;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// P = softmax(QKᵀ·s + M), O = P·V, saved lse = ln Σ_j e^(QKᵀ·s + M)_ij; P is recomputed

@@ -5,8 +5,8 @@ use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::same_dtype;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// Backward of a pointwise unary op: gx = gy · f'(x), with f' evaluated by the

@@ -5,9 +5,9 @@ use fucina_core::shape::Dims;
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
 use crate::ops::elementwise::not_differentiable;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 fn check_index(op: &'static str, idx: &Tensor) -> Result<()> {

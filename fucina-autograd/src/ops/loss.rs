@@ -5,8 +5,8 @@ use fucina_core::kernels::loss::{CrossEntropyOpts, CrossEntropySaved, Reduction}
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// dlogits = gy · (softmax(x) − target distribution) [/ count for mean];

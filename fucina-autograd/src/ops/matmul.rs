@@ -5,8 +5,8 @@ use fucina_core::kernels::reduce::ReduceOp;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::same_dtype;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// The last two axes swapped (a view).

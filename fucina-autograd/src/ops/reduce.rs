@@ -6,8 +6,8 @@ use fucina_core::shape::Dims;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::axes_of;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// The shape `gy` has with the reduced axes kept as size 1.

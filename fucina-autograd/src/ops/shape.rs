@@ -7,8 +7,8 @@ use fucina_core::{Error as CoreError, ExecContext, RawTensor};
 
 use crate::dims::{resolve_shape, IntoShape};
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// reshape/squeeze/unsqueeze/flatten: gx = reshape(gy, input shape).

@@ -3,8 +3,8 @@
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::tape::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
+use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// softmax: gx = y ⊙ (gy − Σ gy ⊙ y); log_softmax: gx = gy − exp(y) ⊙ Σ gy.
