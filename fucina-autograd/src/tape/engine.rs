@@ -251,7 +251,7 @@ fn run(
         drop(bw); // saved activations go back to the pool now
         drop(gy); // the interior gradient is consumed
         if anomaly {
-            crate::anomaly::check_grads(&ctx, node, &grads)?;
+            crate::anomaly::check_grads(&ctx, node.name, node.seq, &grads)?;
         }
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };

@@ -149,7 +149,7 @@ impl Tensor {
     /// A leaf that requires a gradient, holding a copy of `data`. `T` must be
     /// a float type (f32 or f64): other dtypes are an error here, at creation.
     pub fn variable<T: Element>(ctx: &ExecContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        crate::creation::check_grad_dtype("Tensor::variable", T::DTYPE)?;
+        check_grad_dtype("Tensor::variable", T::DTYPE)?;
         Ok(Self::from_raw(ctx, ctx.from_slice(data, shape)?, true))
     }
 
@@ -222,7 +222,7 @@ impl Tensor {
     /// Non-leaf results cannot be changed: use [`Tensor::detach`].
     pub fn set_requires_grad(&self, on: bool) -> Result<()> {
         if on {
-            crate::creation::check_grad_dtype("set_requires_grad", self.dtype())?;
+            check_grad_dtype("set_requires_grad", self.dtype())?;
         }
         if !self.is_leaf() {
             return Err(Error::Core(fucina_core::Error::InvalidArgument {
@@ -429,3 +429,13 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Tensor>();
 };
+
+/// Errors unless `dtype` can carry a gradient (f32 or f64, the dtypes the
+/// differentiable kernels compute in).
+pub(crate) fn check_grad_dtype(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_compute_float() {
+        Ok(())
+    } else {
+        Err(Error::NonFloatVariable { op, dtype })
+    }
+}

@@ -12,6 +12,7 @@
 
 mod avx2;
 mod packed;
+mod tile;
 mod tiled;
 
 use std::sync::OnceLock;

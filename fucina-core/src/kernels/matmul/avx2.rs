@@ -12,7 +12,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::packed::Tile;
+use super::tile::Tile;
 
 /// Rows of the f32 and f64 micro-tiles.
 pub const MR: usize = 6;

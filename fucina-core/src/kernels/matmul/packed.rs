@@ -21,6 +21,7 @@ use crate::exec::ExecContext;
 use crate::kernels::copy::SendPtr;
 
 use super::avx2::{self, MR};
+use super::tile::Tile;
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
 const KC: usize = 256;
@@ -32,27 +33,6 @@ const NC: usize = 512;
 const JOBS_PER_THREAD: usize = 4;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
-
-/// One micro-tile of C handed to a micro-kernel, with its epilogue.
-#[derive(Clone, Copy)]
-pub struct Tile<T> {
-    /// Top-left element of the tile.
-    pub c: *mut T,
-    /// Row stride of C (elements).
-    pub rsc: isize,
-    /// Column stride of C (elements).
-    pub csc: isize,
-    /// Valid rows (≤ MR).
-    pub rows: usize,
-    /// Valid columns (≤ NR).
-    pub cols: usize,
-    /// Scale of the product.
-    pub alpha: T,
-    /// Scale of the old C (ignored when `overwrite`).
-    pub beta: T,
-    /// Write `alpha·acc` without reading C (the first K step with `beta == 0`).
-    pub overwrite: bool,
-}
 
 /// Element types with a packed micro-kernel.
 pub trait PackedKernel: Float {
