@@ -66,7 +66,10 @@ fn grad_at(f: impl Fn(&Tensor) -> fucina_autograd::Result<Tensor>, x: f64) -> f6
     let ctx = TestCtx::with_threads(1).unwrap();
     let t = Tensor::variable(&ctx, &[x], &[1]).unwrap();
     f(&t).unwrap().sum_all().unwrap().backward().unwrap();
-    t.grad().unwrap().to_vec::<f64>().unwrap()[0]
+    // Bound, not a tail expression: its temporary gradient would outlive `ctx`.
+    let g = t.grad().unwrap().to_vec::<f64>().unwrap()[0];
+    drop(t);
+    g
 }
 
 #[test]

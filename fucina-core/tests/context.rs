@@ -572,3 +572,47 @@ fn to_dtype_rounds_to_nearest_and_reads_views() {
     );
     drop((src, view, f32s, f16s, bf16s, wide));
 }
+
+/// The message of a caught panic.
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p
+            .downcast::<&str>()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+#[test]
+fn the_fixture_fails_a_test_that_ends_with_buffers_outstanding() {
+    let mut kept = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
+    }));
+    let msg = panic_message(r.expect_err("the fixture must fail the test"));
+    assert!(msg.contains("1 pool buffer(s) outstanding"), "{msg}");
+    drop(kept);
+    // An explicit opt-out passes.
+    let kept;
+    {
+        let ctx = TestCtx::with_threads(1).unwrap().allow_outstanding();
+        kept = ctx.zeros(DType::F32, &[4]).unwrap();
+    }
+    drop(kept);
+}
+
+#[test]
+fn the_fixture_does_not_panic_again_while_a_test_is_failing() {
+    // A second panic during unwinding would abort the whole test binary;
+    // reaching the assert with the test's own message proves there was none.
+    let mut kept = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
+        panic!("the test's own failure");
+    }));
+    assert_eq!(panic_message(r.unwrap_err()), "the test's own failure");
+    drop(kept);
+}
