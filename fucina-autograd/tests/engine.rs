@@ -209,10 +209,7 @@ fn the_fixture_fails_a_test_that_leaves_graph_nodes_alive() {
         kept = Some(x.exp().unwrap()); // one node, and its buffers, outlive the context
     }));
     let p = r.expect_err("the fixture must fail the test");
-    let msg = p
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("1 graph node(s)"), "{msg}");
     drop(kept);
     assert_eq!(live_nodes(), 0);

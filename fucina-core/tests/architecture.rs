@@ -325,12 +325,7 @@ fn is_ident(t: &str) -> bool {
 
 /// Expands one use tree starting at `toks[*i]` into full paths (a trailing
 /// `self` dropped, `*` kept as a segment, `as` renames as `(path, alias)`).
-fn use_tree(
-    toks: &[String],
-    i: &mut usize,
-    prefix: &[String],
-    out: &mut Vec<(Vec<String>, String)>,
-) {
+fn use_tree(toks: &[String], i: &mut usize, prefix: &[String], out: &mut Vec<UsePath>) {
     let mut path = prefix.to_vec();
     if toks.get(*i).map(String::as_str) == Some("::") {
         *i += 1; // a leading `::` (extern path)
@@ -381,9 +376,12 @@ fn use_tree(
     }
 }
 
+/// One path of a `use` tree and the name it binds.
+type UsePath = (Vec<String>, String);
+
 /// What a source file refers to: the paths of its `use` trees (with their
 /// aliases) and the inline paths that start with `crate`, `super` or `self`.
-fn references(src: &str) -> (Vec<(Vec<String>, String)>, Vec<Vec<String>>) {
+fn references(src: &str) -> (Vec<UsePath>, Vec<Vec<String>>) {
     let toks = tokens(&strip_code(src));
     let mut uses = Vec::new();
     let mut inline = Vec::new();

@@ -8,8 +8,8 @@
 //! swaps it in only when all of it fits: a failed load changes nothing.
 //!
 //! This module owns the state I/O and the per-parameter [`ParamState`]; it
-//! sees an optimizer only as its groups ([`GroupView`]) and hands a load back
-//! as a [`Loaded`] for [`Optim`](crate::Optim) to commit, so it never names
+//! sees an optimizer only as its groups (`GroupView`) and hands a load back
+//! as a `Loaded` for [`Optim`](crate::Optim) to commit, so it never names
 //! the optimizer module (which calls it).
 
 use std::collections::HashMap;

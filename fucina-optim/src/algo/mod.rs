@@ -4,11 +4,11 @@
 //!
 //! The glue: a config's learning rate is its `lr` field, and its
 //! hyperparameters are listed once with their valid ranges
-//! ([`Hyperparams::bounds`]); `hyperparam_glue!` turns that list into the
+//! (`Hyperparams::bounds`); `hyperparam_glue!` turns that list into the
 //! trait's `NAME`, `lr`, `set_lr` and `validate`, so an update rule writes
 //! only its ranges, its buffers and its update. Invariant: `validate` checks
 //! the ranges in list order, then the rules that tie several values together
-//! ([`Hyperparams::cross_checks`]), and names the optimizer in every error.
+//! (`Hyperparams::cross_checks`), and names the optimizer in every error.
 
 pub mod adam;
 pub mod lion;
