@@ -104,7 +104,6 @@ fn scope_close_time(n: usize) -> Duration {
     drop(scope);
     let dt = t.elapsed();
     drop(x);
-    assert_eq!(ctx.stats().outstanding, 0);
     dt
 }
 
@@ -119,7 +118,6 @@ fn backward_time(n: usize) -> Duration {
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
     x.zero_grad();
     drop(x);
-    assert_eq!(ctx.stats().outstanding, 0);
     dt
 }
 

@@ -321,7 +321,6 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
             close(&mg.2.unwrap().to_vec::<T>().unwrap(), &wv, tol, "mat gv");
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]
@@ -588,7 +587,6 @@ fn peak_bytes(t: usize, causal: bool) -> usize {
         .unwrap();
     let peak = ctx.stats().peak_live_bytes - base;
     drop((q, k, v, g, o, lse, grads));
-    assert_eq!(ctx.stats().outstanding, 0);
     peak
 }
 

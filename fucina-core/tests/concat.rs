@@ -97,7 +97,6 @@ fn concat_large_is_thread_invariant_and_any_dtype() {
     let want = reference::concat(&[&hv, &hv], &[&[300, 7, 40], &[300, 7, 40]], 2);
     assert_eq!(hh.to_vec::<fucina_core::f16>().unwrap(), want);
     drop((a, b, y1, y2, i, j, k, h, hh));
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]
@@ -178,7 +177,6 @@ fn pad_large_and_integer() {
     let pe = c1.pad(&e, &[(1, 0), (0, 1)], 2.0).unwrap();
     assert_eq!(pe.to_vec::<f32>().unwrap(), vec![2.0; 3]);
     drop((x, y1, y2, i, p, s, e, pe));
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]

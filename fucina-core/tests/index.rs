@@ -157,7 +157,6 @@ fn index_add_case<T: Float>() {
             }
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]
@@ -207,7 +206,6 @@ fn embedding_backward_case<T: Float>() {
             assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]
@@ -275,7 +273,6 @@ fn gather_scatter_case<T: Float>() {
             assert_eq!(bits(&y2.to_vec::<T>().unwrap()), bits(&want));
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]
@@ -314,7 +311,6 @@ fn scatter_add_large_parallel_paths_are_thread_invariant() {
             reference::gather(&y2.to_vec::<f32>().unwrap(), &shape, axis, &ids, &ishape).unwrap();
         assert_eq!(bits(&g.to_vec::<f32>().unwrap()), bits(&want_g));
     }
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 #[test]

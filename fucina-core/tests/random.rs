@@ -217,5 +217,4 @@ fn thread_count_determinism() {
         ]
     };
     assert_eq!(run(&c1), run(&c2));
-    assert_eq!(c1.stats().outstanding, 0);
 }
