@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Throughput of data-parallel training on one machine (docs/DISTRIBUTED.md,
-# "Measurements"): the ddp_mlp example with the same global batch as
+# "Measurements"): the ddp_gpt example (WORKLOAD=gpt: the gpt workload of
+# reference/torch_workloads.py, global batch 16 x 128 tokens) or the ddp_mlp
+# example (WORKLOAD=mlp, the default) with the same global batch as
 #   1 process  x 2 threads (batch G),
 #   2 processes x 1 thread (batch G/2 each),
 #   1 process  x 1 thread (batch G, the baseline),
@@ -10,33 +12,45 @@
 # would otherwise pin a 1-rank job, threads and all, to one core.
 # Needs OpenMPI (see tools/test-distributed.sh). Usage:
 #   tools/bench-distributed.sh   (REPS=5 STEPS=300 GLOBAL=64 HIDDENS="256 1024" by default)
+#   WORKLOAD=gpt tools/bench-distributed.sh   (REPS=5 STEPS=30 GLOBAL=16 by default;
+#     tokens/s over the steps after 3 untimed warm-up steps)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+WORKLOAD=${WORKLOAD:-mlp}
 REPS=${REPS:-5}
-STEPS=${STEPS:-300}
-GLOBAL=${GLOBAL:-64}
-BIN=target/release/examples/ddp_mlp
-cargo build --release -p fucina-distributed --features mpi --example ddp_mlp >&2
+if [[ $WORKLOAD == gpt ]]; then
+    STEPS=${STEPS:-30}
+    GLOBAL=${GLOBAL:-16}
+    UNIT=tokens
+else
+    STEPS=${STEPS:-300}
+    GLOBAL=${GLOBAL:-64}
+    UNIT=samples
+fi
+BIN=target/release/examples/ddp_$WORKLOAD
+cargo build --release -p fucina-distributed --features mpi --example "ddp_$WORKLOAD" >&2
 
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 run() { # np threads batch hidden
     local np=$1 threads=$2 batch=$3 hidden=$4 sps=() step=() comp=() avg=() share=() mins=() line out
     for _ in $(seq "$REPS"); do
+        local model_flags=(--hidden "$hidden")
+        [[ $WORKLOAD == gpt ]] && model_flags=()
         out=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$BIN" \
-            --steps "$STEPS" --batch "$batch" --hidden "$hidden" --threads "$threads" --log-every 100000)
+            --steps "$STEPS" --batch "$batch" "${model_flags[@]}" --threads "$threads" --log-every 100000)
         line=$(grep '^timing:' <<<"$out")
         mins+=("$(grep '^timing minima:' <<<"$out" | sed -E 's/timing minima: //')")
-        sps+=("$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<<"$line")")
+        sps+=("$(sed -E "s/.* ([0-9.]+) $UNIT\/s.*/\1/" <<<"$line")")
         step+=("$(sed -E 's/.*median step ([0-9.]+) ms.*/\1/' <<<"$line")")
         comp+=("$(sed -E 's/.*= compute ([0-9.]+) ms.*/\1/' <<<"$line")")
         avg+=("$(sed -E 's/.*gradient averaging ([0-9.]+) ms.*/\1/' <<<"$line")")
         share+=("$(sed -E 's/.*\(([0-9.]+)% of the step\).*/\1/' <<<"$line")")
     done
-    printf '%-22s hidden %5d: %7.0f samples/s, step %8.3f ms = compute %8.3f + averaging %7.3f ms (%4.1f%%) [medians of %d; samples/s: %s]\n' \
-        "$np proc x $threads thr x b$batch" "$hidden" \
+    printf "%-22s %-12s: %7.0f $UNIT/s, step %8.3f ms = compute %8.3f + averaging %7.3f ms (%4.1f%%) [medians of %d; $UNIT/s: %s]\n" \
+        "$np proc x $threads thr x b$batch" "$([[ $WORKLOAD == gpt ]] && echo gpt || echo "hidden $hidden")" \
         "$(printf '%s\n' "${sps[@]}" | median)" "$(printf '%s\n' "${step[@]}" | median)" \
         "$(printf '%s\n' "${comp[@]}" | median)" "$(printf '%s\n' "${avg[@]}" | median)" \
         "$(printf '%s\n' "${share[@]}" | median)" "$REPS" "${sps[*]}"
@@ -44,7 +58,9 @@ run() { # np threads batch hidden
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for hidden in ${HIDDENS:-256 1024}; do
+HIDDENS=${HIDDENS:-256 1024}
+[[ $WORKLOAD == gpt ]] && HIDDENS=0
+for hidden in $HIDDENS; do
     run 1 2 "$GLOBAL" "$hidden"
     run 2 1 $((GLOBAL / 2)) "$hidden"
     run 1 1 "$GLOBAL" "$hidden"

@@ -2,6 +2,10 @@
 """Writes fucina-autograd/tests/goldens/ops.safetensors: PyTorch's forward and input gradients
 for every row of fucina's op suite (fucina-autograd/src/suite.rs).
 
+The rows (names, input shapes, domains) come from the project itself:
+`cargo run --release -q -p fucina-autograd --example op_table` prints them as
+JSON. This script holds only the torch side, the TORCH lambdas.
+
 For each case NAME and dtype D in {f64, f32} the file holds
     D/NAME/in{i}    the inputs (float, int64 indices or uint8 masks)
     D/NAME/out      torch's output
@@ -11,13 +15,15 @@ The Rust test `fucina-autograd/tests/torch_parity.rs` replays every case
 and compares (f64 within 1e-10, f32 within 1e-5, relative to the largest
 reference magnitude).
 
-Regenerate (needs torch and safetensors; CI never runs this):
+Regenerate (needs cargo, torch and safetensors; CI never runs this):
     python3 -m venv .venv && .venv/bin/pip install torch safetensors numpy
-    .venv/bin/python tools/gen_op_goldens.py
-Keep the case list in step with suite.rs: same names, shapes and domains.
+    ${PYTHON:-python3} tools/gen_op_goldens.py    # PYTHON=.venv/bin/python
+The script fails if a suite row has no lambda or a lambda no row.
 """
+import json
 import math
 import os
+import subprocess
 
 import torch
 import torch.nn.functional as F
@@ -73,125 +79,143 @@ def pad_bias(dtype):
     return torch.tensor(vals, dtype=dtype).reshape(2, 1, 1, 5)
 
 
-F_ = ("float", -1.5, 1.5)
-
-
-def fr(lo, hi):
-    return ("float", lo, hi)
-
-
-NZ = ("nonzero", 0.1, 1.5)
-
-
-def IDX(n):
-    return ("index", n)
-
-
-MASK = ("mask",)
-
-# name: ([(shape, kind), ...], fn)
-CASES = {
-    "add": ([([3, 4], F_), ([4], F_)], lambda x: x[0] + x[1]),
-    "sub": ([([3, 4], F_), ([3, 1], F_)], lambda x: x[0] - x[1]),
-    "mul": ([([2, 3, 4], F_), ([3, 1], F_)], lambda x: x[0] * x[1]),
-    "div": ([([3, 4], F_), ([4], fr(0.5, 2.0))], lambda x: x[0] / x[1]),
-    "pow": ([([3, 4], fr(0.5, 2.0)), ([3, 4], fr(-1.0, 2.0))], lambda x: x[0] ** x[1]),
-    "maximum": ([([3, 4], F_), ([4], F_)], lambda x: torch.maximum(x[0], x[1])),
-    "minimum": ([([3, 4], F_), ([3, 1], F_)], lambda x: torch.minimum(x[0], x[1])),
-    "mul_noncontig": ([([4, 3], F_), ([3, 4], F_)], lambda x: x[0].t() * x[1]),
-    "neg": ([([3, 4], F_)], lambda x: -x[0]),
-    "abs": ([([3, 4], NZ)], lambda x: x[0].abs()),
-    "sqrt": ([([3, 4], fr(0.5, 2.0))], lambda x: x[0].sqrt()),
-    "rsqrt": ([([3, 4], fr(0.5, 2.0))], lambda x: x[0].rsqrt()),
-    "exp": ([([3, 4], F_)], lambda x: x[0].exp()),
-    "exp_noncontig": ([([4, 3], F_)], lambda x: x[0].t().exp()),
-    "log": ([([3, 4], fr(0.5, 2.0))], lambda x: x[0].log()),
-    "log1p": ([([3, 4], fr(0.0, 2.0))], lambda x: x[0].log1p()),
-    "sin": ([([3, 4], F_)], lambda x: x[0].sin()),
-    "cos": ([([3, 4], F_)], lambda x: x[0].cos()),
-    "tanh": ([([3, 4], F_)], lambda x: x[0].tanh()),
-    "sigmoid": ([([3, 4], F_)], lambda x: x[0].sigmoid()),
-    "relu": ([([3, 4], NZ)], lambda x: x[0].relu()),
-    "leaky_relu": ([([3, 4], NZ)], lambda x: F.leaky_relu(x[0], 0.1)),
-    "elu": ([([3, 4], NZ)], lambda x: F.elu(x[0], 1.0)),
-    "gelu": ([([3, 4], F_)], lambda x: F.gelu(x[0], approximate="tanh")),
-    "gelu_erf": ([([3, 4], F_)], lambda x: F.gelu(x[0])),
-    "silu": ([([3, 4], F_)], lambda x: F.silu(x[0])),
-    "softplus": ([([3, 4], F_)], lambda x: F.softplus(x[0])),
-    "square": ([([3, 4], F_)], lambda x: x[0].square()),
-    "recip": ([([3, 4], fr(0.5, 2.0))], lambda x: x[0].reciprocal()),
-    "add_scalar": ([([3, 4], F_)], lambda x: x[0] + 0.5),
-    "sub_scalar": ([([3, 4], F_)], lambda x: x[0] - 0.5),
-    "rsub_scalar": ([([3, 4], F_)], lambda x: 0.5 - x[0]),
-    "mul_scalar": ([([3, 4], F_)], lambda x: x[0] * -1.5),
-    "div_scalar": ([([3, 4], F_)], lambda x: x[0] / 4.0),
-    "rdiv_scalar": ([([3, 4], fr(0.5, 2.0))], lambda x: 2.0 / x[0]),
-    "pow_scalar": ([([3, 4], fr(0.5, 2.0))], lambda x: x[0] ** 2.5),
-    "clamp": ([([3, 4], F_)], lambda x: x[0].clamp(-1.0, 1.0)),
-    "where_cond": ([([3, 4], MASK), ([3, 4], F_), ([4], F_)], lambda x: torch.where(x[0].bool(), x[1], x[2])),
-    "masked_fill": ([([3, 4], F_), ([4], MASK)], lambda x: x[0].masked_fill(x[1].bool(), 2.0)),
-    "dropout": ([([4, 8], F_)], lambda x: dropout_ref(x[0], 0.3, 17)),
-    "sum": ([([3, 4, 2], F_)], lambda x: x[0].sum(1, keepdim=True)),
-    "sum_all": ([([3, 4], F_)], lambda x: x[0].sum()),
-    "mean": ([([3, 4, 2], F_)], lambda x: x[0].mean((0, 2))),
-    "mean_all": ([([3, 4], F_)], lambda x: x[0].mean()),
-    "max": ([([3, 5], F_)], lambda x: x[0].max(1).values),
-    "min": ([([3, 5], F_)], lambda x: x[0].min(0, keepdim=True).values),
-    "max_all": ([([3, 5], F_)], lambda x: x[0].max()),
-    "min_all": ([([3, 5], F_)], lambda x: x[0].min()),
-    "var": ([([3, 5], F_)], lambda x: x[0].var(1, correction=1)),
-    "logsumexp": ([([3, 5], F_)], lambda x: x[0].logsumexp(1)),
-    "norm": ([([3, 5], F_)], lambda x: torch.linalg.vector_norm(x[0], dim=1, keepdim=True)),
-    "cumsum": ([([3, 5], F_)], lambda x: x[0].cumsum(1)),
-    "matmul": ([([3, 4], F_), ([4, 5], F_)], lambda x: x[0] @ x[1]),
-    "matmul_batched": ([([2, 3, 4], F_), ([4, 5], F_)], lambda x: x[0] @ x[1]),
-    "matmul_transposed": ([([4, 3], F_), ([5, 4], F_)], lambda x: x[0].t() @ x[1].t()),
-    "linear": ([([2, 3, 4], F_), ([5, 4], F_), ([5], F_)], lambda x: F.linear(x[0], x[1], x[2])),
-    "linear_nobias": ([([3, 4], F_), ([5, 4], F_)], lambda x: F.linear(x[0], x[1])),
-    "reshape": ([([3, 4], F_)], lambda x: x[0].t().reshape(2, -1).exp()),
-    "view": ([([3, 4], F_)], lambda x: x[0].view(4, 3).tanh()),
-    "flatten": ([([2, 3, 2], F_)], lambda x: x[0].flatten(1, 2).exp()),
-    "transpose": ([([2, 3, 4], F_)], lambda x: x[0].transpose(0, 2) * x[0].transpose(0, 2).exp()),
-    "t": ([([3, 4], F_)], lambda x: x[0].t().tanh()),
-    "permute": ([([2, 3, 4], F_)], lambda x: x[0].permute(2, 0, 1).sin()),
-    "squeeze": ([([3, 1, 4], F_)], lambda x: x[0].squeeze(1).exp()),
-    "unsqueeze": ([([3, 4], F_)], lambda x: x[0].unsqueeze(1).exp()),
-    "broadcast_to": ([([3, 1], F_)], lambda x: x[0].broadcast_to(2, 3, 4).sin()),
-    "narrow": ([([4, 5], F_)], lambda x: x[0].narrow(1, 1, 3).exp()),
-    "select": ([([4, 5], F_)], lambda x: x[0].select(0, 2).exp()),
-    "contiguous": ([([4, 5], F_)], lambda x: x[0].t().contiguous().tanh()),
-    "concat": ([([2, 3], F_), ([2, 2], F_)], lambda x: torch.cat([x[0], x[1].exp()], 1)),
-    "stack": ([([2, 3], F_), ([2, 3], F_)], lambda x: torch.stack([x[0], x[1].exp()], 0)),
-    "split": ([([2, 5], F_)], lambda x: (lambda p: torch.cat([p[1].exp(), p[0]], 1))(x[0].split([2, 3], 1))),
-    "chunk": ([([2, 5], F_)], lambda x: (lambda p: torch.cat([p[1].tanh(), p[0].exp()], 1))(x[0].chunk(2, 1))),
-    "pad": ([([2, 3], F_)], lambda x: F.pad(x[0], (0, 2, 1, 0), value=0.5).exp()),
-    "embedding": ([([6, 4], F_), ([2, 5], IDX(6))], lambda x: F.embedding(x[1], x[0])),
-    "index_select": ([([5, 3], F_), ([7], IDX(5))], lambda x: x[0].index_select(0, x[1])),
-    "gather": ([([3, 5], F_), ([3, 4], IDX(5))], lambda x: x[0].gather(1, x[1])),
-    "take_along_axis": ([([4, 3], F_), ([2, 3], IDX(4))], lambda x: x[0].gather(0, x[1])),
-    "scatter_add": ([([3, 5], F_), ([3, 4], IDX(5)), ([3, 4], F_)], lambda x: x[0].scatter_add(1, x[1], x[2])),
-    "softmax": ([([3, 5], F_)], lambda x: x[0].softmax(1)),
-    "softmax_axis0": ([([3, 5], F_)], lambda x: x[0].softmax(0)),
-    "log_softmax": ([([3, 5], F_)], lambda x: x[0].log_softmax(-1)),
-    "softmax_causal": ([([2, 4, 4], F_)], lambda x: softmax_causal(x[0])),
-    "log_softmax_causal": ([([2, 3, 4], F_)], lambda x: log_softmax_causal(x[0])),
-    "layer_norm": ([([3, 6], F_), ([6], F_), ([6], F_)], lambda x: F.layer_norm(x[0], (6,), x[1], x[2], 1e-5)),
-    "layer_norm_plain": ([([2, 3, 6], F_)], lambda x: F.layer_norm(x[0], (6,), None, None, 1e-5)),
-    "rms_norm": ([([3, 6], F_), ([6], F_)], lambda x: x[0] * torch.rsqrt(x[0].square().mean(-1, keepdim=True) + 1e-6) * x[1]),
-    "cross_entropy": ([([5, 4], F_), ([5], IDX(4))], lambda x: F.cross_entropy(x[0], x[1])),
-    "cross_entropy_smooth_sum": ([([5, 4], F_), ([5], IDX(4))], lambda x: F.cross_entropy(x[0], x[1], label_smoothing=0.1, reduction="sum")),
-    "cross_entropy_ignore_none": ([([5, 4], F_), ([5], IDX(4))], lambda x: F.cross_entropy(x[0], x[1], ignore_index=2, reduction="none")),
-    "nll_loss": ([([5, 4], F_), ([5], IDX(4))], lambda x: F.nll_loss(x[0].log_softmax(1), x[1], ignore_index=1)),
-    "mse_loss": ([([3, 4], F_), ([3, 4], F_)], lambda x: F.mse_loss(x[0], x[1])),
-    "bce_with_logits": ([([3, 4], F_), ([3, 4], fr(0.0, 1.0))], lambda x: F.binary_cross_entropy_with_logits(x[0], x[1])),
-    "huber_loss": ([([3, 4], F_), ([3, 4], F_)], lambda x: F.huber_loss(x[0], x[1], delta=0.5, reduction="sum")),
-    "scaled_dot_product_attention": ([([1, 2, 3, 4], F_), ([1, 2, 5, 4], F_), ([1, 2, 5, 3], F_)], lambda x: sdpa(x[0], x[1], x[2])),
-    "sdpa_causal": ([([2, 2, 4, 3], F_), ([2, 2, 4, 3], F_), ([2, 2, 4, 3], F_)], lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7)),
-    "sdpa_padding_mask": ([([2, 2, 3, 4], F_), ([2, 2, 5, 4], F_), ([2, 2, 5, 4], F_)], lambda x: sdpa(x[0], x[1], x[2], bias=pad_bias(x[0].dtype))),
+# The torch side of every row of the suite, by case name. The order is the
+# order inputs are drawn in (one generator per dtype): append new rows at the
+# end so that existing goldens keep their values.
+TORCH = {
+    "add": lambda x: x[0] + x[1],
+    "sub": lambda x: x[0] - x[1],
+    "mul": lambda x: x[0] * x[1],
+    "div": lambda x: x[0] / x[1],
+    "pow": lambda x: x[0] ** x[1],
+    "maximum": lambda x: torch.maximum(x[0], x[1]),
+    "minimum": lambda x: torch.minimum(x[0], x[1]),
+    "mul_noncontig": lambda x: x[0].t() * x[1],
+    "neg": lambda x: -x[0],
+    "abs": lambda x: x[0].abs(),
+    "sqrt": lambda x: x[0].sqrt(),
+    "rsqrt": lambda x: x[0].rsqrt(),
+    "exp": lambda x: x[0].exp(),
+    "exp_noncontig": lambda x: x[0].t().exp(),
+    "log": lambda x: x[0].log(),
+    "log1p": lambda x: x[0].log1p(),
+    "sin": lambda x: x[0].sin(),
+    "cos": lambda x: x[0].cos(),
+    "tanh": lambda x: x[0].tanh(),
+    "sigmoid": lambda x: x[0].sigmoid(),
+    "relu": lambda x: x[0].relu(),
+    "leaky_relu": lambda x: F.leaky_relu(x[0], 0.1),
+    "elu": lambda x: F.elu(x[0], 1.0),
+    "gelu": lambda x: F.gelu(x[0], approximate="tanh"),
+    "gelu_erf": lambda x: F.gelu(x[0]),
+    "silu": lambda x: F.silu(x[0]),
+    "softplus": lambda x: F.softplus(x[0]),
+    "square": lambda x: x[0].square(),
+    "recip": lambda x: x[0].reciprocal(),
+    "add_scalar": lambda x: x[0] + 0.5,
+    "sub_scalar": lambda x: x[0] - 0.5,
+    "rsub_scalar": lambda x: 0.5 - x[0],
+    "mul_scalar": lambda x: x[0] * -1.5,
+    "div_scalar": lambda x: x[0] / 4.0,
+    "rdiv_scalar": lambda x: 2.0 / x[0],
+    "pow_scalar": lambda x: x[0] ** 2.5,
+    "clamp": lambda x: x[0].clamp(-1.0, 1.0),
+    "where_cond": lambda x: torch.where(x[0].bool(), x[1], x[2]),
+    "masked_fill": lambda x: x[0].masked_fill(x[1].bool(), 2.0),
+    "dropout": lambda x: dropout_ref(x[0], 0.3, 17),
+    "sum": lambda x: x[0].sum(1, keepdim=True),
+    "sum_all": lambda x: x[0].sum(),
+    "mean": lambda x: x[0].mean((0, 2)),
+    "mean_all": lambda x: x[0].mean(),
+    "max": lambda x: x[0].max(1).values,
+    "min": lambda x: x[0].min(0, keepdim=True).values,
+    "max_all": lambda x: x[0].max(),
+    "min_all": lambda x: x[0].min(),
+    "var": lambda x: x[0].var(1, correction=1),
+    "logsumexp": lambda x: x[0].logsumexp(1),
+    "norm": lambda x: torch.linalg.vector_norm(x[0], dim=1, keepdim=True),
+    "cumsum": lambda x: x[0].cumsum(1),
+    "matmul": lambda x: x[0] @ x[1],
+    "matmul_batched": lambda x: x[0] @ x[1],
+    "matmul_transposed": lambda x: x[0].t() @ x[1].t(),
+    "linear": lambda x: F.linear(x[0], x[1], x[2]),
+    "linear_nobias": lambda x: F.linear(x[0], x[1]),
+    "reshape": lambda x: x[0].t().reshape(2, -1).exp(),
+    "view": lambda x: x[0].view(4, 3).tanh(),
+    "flatten": lambda x: x[0].flatten(1, 2).exp(),
+    "transpose": lambda x: x[0].transpose(0, 2) * x[0].transpose(0, 2).exp(),
+    "t": lambda x: x[0].t().tanh(),
+    "permute": lambda x: x[0].permute(2, 0, 1).sin(),
+    "squeeze": lambda x: x[0].squeeze(1).exp(),
+    "unsqueeze": lambda x: x[0].unsqueeze(1).exp(),
+    "broadcast_to": lambda x: x[0].broadcast_to(2, 3, 4).sin(),
+    "narrow": lambda x: x[0].narrow(1, 1, 3).exp(),
+    "select": lambda x: x[0].select(0, 2).exp(),
+    "contiguous": lambda x: x[0].t().contiguous().tanh(),
+    "concat": lambda x: torch.cat([x[0], x[1].exp()], 1),
+    "stack": lambda x: torch.stack([x[0], x[1].exp()], 0),
+    "split": lambda x: (lambda p: torch.cat([p[1].exp(), p[0]], 1))(x[0].split([2, 3], 1)),
+    "chunk": lambda x: (lambda p: torch.cat([p[1].tanh(), p[0].exp()], 1))(x[0].chunk(2, 1)),
+    "pad": lambda x: F.pad(x[0], (0, 2, 1, 0), value=0.5).exp(),
+    "embedding": lambda x: F.embedding(x[1], x[0]),
+    "index_select": lambda x: x[0].index_select(0, x[1]),
+    "gather": lambda x: x[0].gather(1, x[1]),
+    "take_along_axis": lambda x: x[0].gather(0, x[1]),
+    "scatter_add": lambda x: x[0].scatter_add(1, x[1], x[2]),
+    "softmax": lambda x: x[0].softmax(1),
+    "softmax_axis0": lambda x: x[0].softmax(0),
+    "log_softmax": lambda x: x[0].log_softmax(-1),
+    "softmax_causal": lambda x: softmax_causal(x[0]),
+    "log_softmax_causal": lambda x: log_softmax_causal(x[0]),
+    "layer_norm": lambda x: F.layer_norm(x[0], (6,), x[1], x[2], 1e-5),
+    "layer_norm_plain": lambda x: F.layer_norm(x[0], (6,), None, None, 1e-5),
+    "rms_norm": lambda x: x[0] * torch.rsqrt(x[0].square().mean(-1, keepdim=True) + 1e-6) * x[1],
+    "cross_entropy": lambda x: F.cross_entropy(x[0], x[1]),
+    "cross_entropy_smooth_sum": lambda x: F.cross_entropy(x[0], x[1], label_smoothing=0.1, reduction="sum"),
+    "cross_entropy_ignore_none": lambda x: F.cross_entropy(x[0], x[1], ignore_index=2, reduction="none"),
+    "nll_loss": lambda x: F.nll_loss(x[0].log_softmax(1), x[1], ignore_index=1),
+    "mse_loss": lambda x: F.mse_loss(x[0], x[1]),
+    "bce_with_logits": lambda x: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    "huber_loss": lambda x: F.huber_loss(x[0], x[1], delta=0.5, reduction="sum"),
+    "scaled_dot_product_attention": lambda x: sdpa(x[0], x[1], x[2]),
+    "sdpa_causal": lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7),
+    "sdpa_padding_mask": lambda x: sdpa(x[0], x[1], x[2], bias=pad_bias(x[0].dtype)),
+    "sign": lambda x: x[0].sign(),
+    "mish": lambda x: F.mish(x[0]),
+    "hardswish": lambda x: F.hardswish(x[0]),
+    "logsigmoid": lambda x: F.logsigmoid(x[0]),
 }
 
 
+def op_table():
+    """The suite's rows (name, input shapes and domains, torch name) as the
+    project prints them: `cargo run --example op_table`, or the JSON file
+    named by $FUCINA_OP_TABLE."""
+    path = os.environ.get("FUCINA_OP_TABLE")
+    if path:
+        with open(path) as f:
+            text = f.read()
+    else:
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        text = subprocess.run(
+            ["cargo", "run", "--release", "-q", "-p", "fucina-autograd", "--example", "op_table"],
+            cwd=root, check=True, capture_output=True, text=True,
+        ).stdout
+    return {c["name"]: c for c in json.loads(text)["cases"]}
+
+
+def resolve(dotted):
+    """The torch callable a table row names (fails loudly on a typo)."""
+    obj = {"torch": torch}[dotted.split(".")[0]]
+    for part in dotted.split(".")[1:]:
+        obj = getattr(obj, part)
+    assert callable(obj), dotted
+    return obj
+
+
 def make_input(shape, kind, dtype, g):
+    """One input as fucina's suite describes it: ["float", lo, hi],
+    ["nonzero", lo, hi], ["index", n] or ["mask"]."""
     if kind[0] == "float":
         return (kind[1] + (kind[2] - kind[1]) * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
     if kind[0] == "nonzero":
@@ -204,10 +228,19 @@ def make_input(shape, kind, dtype, g):
 
 
 def main():
+    table = op_table()
+    missing = sorted(set(table) - set(TORCH))
+    stale = sorted(set(TORCH) - set(table))
+    assert not missing, f"suite rows without a torch lambda in TORCH: {missing}"
+    assert not stale, f"TORCH lambdas for rows the suite no longer has: {stale}"
+    for row in table.values():
+        if row["torch"]:
+            resolve(row["torch"])
     out = {}
     for dname, dtype in (("f64", torch.float64), ("f32", torch.float32)):
         g = torch.Generator().manual_seed(1234)
-        for name, (specs, fn) in CASES.items():
+        for name, fn in TORCH.items():
+            specs = [(i["shape"], i["kind"]) for i in table[name]["inputs"]]
             xs = [make_input(s, k, dtype, g) for s, k in specs]
             leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
             y = fn(leaves)
@@ -226,7 +259,7 @@ def main():
             out[f"{key}/gy"] = gy.clone().contiguous()
     path = os.path.join(os.path.dirname(__file__), "..", "fucina-autograd", "tests", "goldens", "ops.safetensors")
     save_file(out, path, metadata={"generator": "tools/gen_op_goldens.py", "torch": torch.__version__})
-    print(f"wrote {len(out)} tensors for {len(CASES)} cases to {os.path.normpath(path)}")
+    print(f"wrote {len(out)} tensors for {len(TORCH)} cases to {os.path.normpath(path)}")
 
 
 if __name__ == "__main__":

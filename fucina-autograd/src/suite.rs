@@ -6,6 +6,7 @@
 //! match `tools/gen_op_goldens.py`) and the `gradcheck_all` example. Domains
 //! keep inputs away from kinks; the kink conventions are tested separately.
 
+use fucina_core::kernels::elementwise::Domain;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 
@@ -48,6 +49,9 @@ pub struct OpCase {
     pub inputs: Vec<InputSpec>,
     /// The computation.
     pub f: CaseFn,
+    /// The PyTorch function it matches, for rows generated from the unary op
+    /// table (the golden generator's lambdas cover every row).
+    pub torch: Option<&'static str>,
 }
 
 fn f(shape: &[usize]) -> InputSpec {
@@ -68,6 +72,14 @@ fn nz(shape: &[usize]) -> InputSpec {
         kind: InputKind::NonZero(0.1, 1.5),
     }
 }
+/// The `[3, 4]` input of a unary-table op's row, drawn from its domain.
+fn from_domain(d: Domain) -> InputSpec {
+    match d {
+        Domain::Float => f(&[3, 4]),
+        Domain::NonZero => nz(&[3, 4]),
+        Domain::Range(lo, hi) => fr(&[3, 4], lo, hi),
+    }
+}
 fn idx(shape: &[usize], n: i64) -> InputSpec {
     InputSpec {
         shape: shape.to_vec(),
@@ -83,14 +95,14 @@ fn mask(shape: &[usize]) -> InputSpec {
 
 macro_rules! case {
     ($name:expr, [$($i:expr),*], $f:expr) => {
-        OpCase { name: $name, inputs: vec![$($i),*], f: $f }
+        OpCase { name: $name, inputs: vec![$($i),*], f: $f, torch: None }
     };
 }
 
 /// Every differentiable op, with inputs that exercise broadcasting and
 /// non-contiguous views.
 pub fn cases() -> Vec<OpCase> {
-    vec![
+    let mut cases = vec![
         // ---- binary, broadcasting
         case!("add", [f(&[3, 4]), f(&[4])], |x| x[0].add(&x[1])),
         case!("sub", [f(&[3, 4]), f(&[3, 1])], |x| x[0].sub(&x[1])),
@@ -106,38 +118,13 @@ pub fn cases() -> Vec<OpCase> {
         case!("mul_noncontig", [f(&[4, 3]), f(&[3, 4])], |x| x[0]
             .t()?
             .mul(&x[1])),
-        // ---- unary tier
-        case!("neg", [f(&[3, 4])], |x| x[0].neg()),
-        case!("abs", [nz(&[3, 4])], |x| x[0].abs()),
-        case!("sqrt", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].sqrt()),
-        case!("rsqrt", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].rsqrt()),
-        case!("exp", [f(&[3, 4])], |x| x[0].exp()),
+    ];
+    // ---- unary tier: one row per op of the table, then the aliases
+    cases.extend(unary_cases());
+    cases.extend(vec![
         case!("exp_noncontig", [f(&[4, 3])], |x| x[0].t()?.exp()),
-        case!("log", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].log()),
-        case!("log1p", [fr(&[3, 4], 0.0, 2.0)], |x| x[0].log1p()),
-        case!("sin", [f(&[3, 4])], |x| x[0].sin()),
-        case!("cos", [f(&[3, 4])], |x| x[0].cos()),
-        case!("tanh", [f(&[3, 4])], |x| x[0].tanh()),
-        case!("sigmoid", [f(&[3, 4])], |x| x[0].sigmoid()),
-        case!("relu", [nz(&[3, 4])], |x| x[0].relu()),
-        case!("leaky_relu", [nz(&[3, 4])], |x| x[0].leaky_relu(0.1)),
-        case!("elu", [nz(&[3, 4])], |x| x[0].elu(1.0)),
-        case!("gelu", [f(&[3, 4])], |x| x[0].gelu()),
-        case!("gelu_erf", [f(&[3, 4])], |x| x[0].gelu_erf()),
-        case!("silu", [f(&[3, 4])], |x| x[0].silu()),
-        case!("softplus", [f(&[3, 4])], |x| x[0].softplus()),
-        case!("square", [f(&[3, 4])], |x| x[0].square()),
-        case!("recip", [fr(&[3, 4], 0.5, 2.0)], |x| x[0].recip()),
-        case!("add_scalar", [f(&[3, 4])], |x| x[0].add_scalar(0.5)),
         case!("sub_scalar", [f(&[3, 4])], |x| x[0].sub_scalar(0.5)),
-        case!("rsub_scalar", [f(&[3, 4])], |x| x[0].rsub_scalar(0.5)),
-        case!("mul_scalar", [f(&[3, 4])], |x| x[0].mul_scalar(-1.5)),
         case!("div_scalar", [f(&[3, 4])], |x| x[0].div_scalar(4.0)),
-        case!("rdiv_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0]
-            .rdiv_scalar(2.0)),
-        case!("pow_scalar", [fr(&[3, 4], 0.5, 2.0)], |x| x[0]
-            .pow_scalar(2.5)),
-        case!("clamp", [f(&[3, 4])], |x| x[0].clamp(-1.0, 1.0)),
         case!("where_cond", [mask(&[3, 4]), f(&[3, 4]), f(&[4])], |x| x[1]
             .where_cond(&x[0], &x[2])),
         case!("masked_fill", [f(&[3, 4]), mask(&[4])], |x| x[0]
@@ -343,8 +330,39 @@ pub fn cases() -> Vec<OpCase> {
                 )
             }
         ),
-    ]
+    ]);
+    cases
 }
+
+/// Generates `unary_cases`: one row per op of the unary table
+/// (`fucina-core/src/kernels/elementwise/unary_ops.rs`), named after its
+/// method, a `[3, 4]` input from its domain, called with its example parameters.
+macro_rules! unary_rows {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
+            name: $name:literal, method: $method:ident, saved: $saved:ident,
+            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
+            f: |$x:ident| $f:expr,
+            df: |$s:pat_param| $df:expr,
+            ref_f: |$rx:ident| $rf:expr,
+            ref_df: |$rdx:pat_param| $rdf:expr,
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        fn unary_cases() -> Vec<OpCase> {
+            vec![$(
+                OpCase {
+                    name: stringify!($method),
+                    inputs: vec![from_domain(Domain::$dom $( ( $($dv),+ ) )?)],
+                    f: |x| x[0].$method($($($a),+)?),
+                    torch: Some($torch),
+                },
+            )*]
+        }
+    };
+}
+fucina_core::for_each_unary_op!(unary_rows);
 
 /// Ops that exist on `Tensor` but are not differentiable (or are aliases
 /// covered by another row); the coverage test accepts these without a row.

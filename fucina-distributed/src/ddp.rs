@@ -14,9 +14,12 @@
 //! Each element is summed once, by one rank, in a fixed order, and the
 //! result is copied to everyone, so every rank holds the same bits (MPI's own
 //! allreduce does not promise that for floats). The traffic per rank is
-//! `2·(n−1)/n·L` elements, the same as a ring allreduce.
+//! `2·(n−1)/n·L` elements, the same as a ring allreduce. The buffers of
+//! the exchange are kept between steps (no fresh, page-faulting allocation
+//! per step), and a job of one rank skips the exchange: the average of one
+//! gradient is that gradient, bit for bit.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use fucina_autograd::Tensor;
 use fucina_core::{DType, Element, RawTensor};
@@ -57,6 +60,30 @@ pub struct DataParallel<'t> {
     params: Vec<Tensor>,
     plan: BucketPlan,
     syncs: Cell<u64>,
+    scratch: RefCell<Scratch>,
+}
+
+/// The averaging's buffers, reused from step to step.
+#[derive(Default)]
+struct Scratch {
+    /// The flat bucket, as 8-byte words (aligned for f32 and f64).
+    flat: Vec<u64>,
+    /// One receive buffer per rank.
+    recv: Vec<Vec<u8>>,
+    /// This rank's reduced chunk, as bytes.
+    mine: Vec<u8>,
+    /// The f64 accumulator of the ordered sum.
+    acc: Vec<f64>,
+}
+
+/// The first `len` elements of `buf` viewed as `T` (an 8-byte-aligned
+/// element type), growing `buf` when it is too short.
+fn typed<T: bytemuck::Pod>(buf: &mut Vec<u64>, len: usize) -> &mut [T] {
+    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut::<u64, T>(&mut buf[..words])[..len]
 }
 
 impl<'t> DataParallel<'t> {
@@ -96,6 +123,7 @@ impl<'t> DataParallel<'t> {
             params,
             plan,
             syncs: Cell::new(0),
+            scratch: RefCell::new(Scratch::default()),
         };
         if opts.broadcast_params {
             ddp.broadcast(&ddp.params)?;
@@ -151,8 +179,28 @@ impl<'t> DataParallel<'t> {
     fn average_bucket<T: Element + bytemuck::Pod>(&self, b: &Bucket, what: &str) -> Result<()> {
         let t = self.transport;
         let n = t.size();
+        if n == 1 {
+            // The average over one rank is the gradient itself; a parameter
+            // without a gradient gets zeros, as with more ranks.
+            for s in &b.slots {
+                let p = &self.params[s.param];
+                if p.grad_raw().is_none() {
+                    p.set_grad(Some(p.ctx().zeros(b.dtype, p.shape())?))?;
+                }
+            }
+            return Ok(());
+        }
         let c = b.chunk_len(n);
-        let mut flat = vec![T::from_f64(0.0); c * n];
+        let sz = std::mem::size_of::<T>();
+        let mut guard = self.scratch.borrow_mut();
+        let Scratch {
+            flat,
+            recv,
+            mine,
+            acc,
+        } = &mut *guard;
+        let flat = typed::<T>(flat, c * n);
+        flat.fill(T::from_f64(0.0));
         for s in &b.slots {
             let p = &self.params[s.param];
             if let Some(g) = p.grad_raw() {
@@ -160,29 +208,32 @@ impl<'t> DataParallel<'t> {
                 flat[s.offset..s.offset + s.len].copy_from_slice(g.as_slice::<T>()?);
             }
         }
+        recv.resize_with(n, Vec::new);
+        for r in recv.iter_mut() {
+            r.resize(c * sz, 0);
+        }
         // 1. reduce-scatter: chunk q to rank q.
-        let bytes: &[u8] = bytemuck::cast_slice(&flat);
-        let sz = std::mem::size_of::<T>();
+        let bytes: &[u8] = bytemuck::cast_slice(flat);
         let send: Vec<&[u8]> = (0..n)
             .map(|q| &bytes[q * c * sz..(q + 1) * c * sz])
             .collect();
-        let mut recv = vec![vec![0u8; c * sz]; n];
-        t.exchange(&format!("{what}: reduce-scatter"), &send, &mut recv)?;
+        t.exchange(&format!("{what}: reduce-scatter"), &send, recv)?;
         // 2. the ordered sum of this rank's chunk: ranks 0, 1, ..., n-1.
-        let mut acc = vec![0f64; c];
-        let mut part = vec![T::from_f64(0.0); c];
-        for r in &recv {
-            bytemuck::cast_slice_mut::<T, u8>(&mut part).copy_from_slice(r);
-            for (a, &v) in acc.iter_mut().zip(&part) {
-                *a += v.to_f64();
+        acc.clear();
+        acc.resize(c, 0.0);
+        for r in recv.iter() {
+            for (a, v) in acc.iter_mut().zip(r.chunks_exact(sz)) {
+                *a += bytemuck::pod_read_unaligned::<T>(v).to_f64();
             }
         }
         let inv = n as f64;
-        let mine: Vec<T> = acc.iter().map(|&a| T::from_f64(a / inv)).collect();
+        mine.clear();
+        for &a in acc.iter() {
+            mine.extend_from_slice(bytemuck::bytes_of(&T::from_f64(a / inv)));
+        }
         // 3. all-gather: every rank's reduced chunk to everyone.
-        let mine_bytes: &[u8] = bytemuck::cast_slice(&mine);
-        let send = vec![mine_bytes; n];
-        t.exchange(&format!("{what}: all-gather"), &send, &mut recv)?;
+        let send = vec![&mine[..]; n];
+        t.exchange(&format!("{what}: all-gather"), &send, recv)?;
         for (q, r) in recv.iter().enumerate() {
             bytemuck::cast_slice_mut::<T, u8>(&mut flat[q * c..(q + 1) * c]).copy_from_slice(r);
         }

@@ -35,6 +35,12 @@ pub enum Activation {
     /// x·sigmoid(x) (swish).
     #[serde(alias = "swish")]
     Silu,
+    /// ln(1 + eˣ) (PyTorch's beta 1, threshold 20).
+    Softplus,
+    /// x·tanh(softplus(x)).
+    Mish,
+    /// x·min(max(x + 3, 0), 6)/6 (`"hardswish"`).
+    Hardswish,
     /// x.
     Identity,
 }
@@ -49,6 +55,9 @@ impl Activation {
             Activation::Tanh => x.tanh()?,
             Activation::Sigmoid => x.sigmoid()?,
             Activation::Silu => x.silu()?,
+            Activation::Softplus => x.softplus()?,
+            Activation::Mish => x.mish()?,
+            Activation::Hardswish => x.hardswish()?,
             Activation::Identity => x.clone(),
         })
     }

@@ -103,6 +103,9 @@ fn activations() {
             Activation::Tanh,
             Activation::Sigmoid,
             Activation::Silu,
+            Activation::Softplus,
+            Activation::Mish,
+            Activation::Hardswish,
             Activation::Identity,
         ] {
             let r = gradcheck_module(&act, &input(&ctx, &[2, 6], 8), &opts())

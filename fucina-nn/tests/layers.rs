@@ -103,5 +103,8 @@ fn activation_serde_uses_hugging_face_names() {
     assert_eq!(parse("gelu_pytorch_tanh"), Activation::GeluTanh);
     assert_eq!(parse("relu"), Activation::Relu);
     assert_eq!(parse("swish"), Activation::Silu);
+    assert_eq!(parse("mish"), Activation::Mish);
+    assert_eq!(parse("hardswish"), Activation::Hardswish);
+    assert_eq!(parse("softplus"), Activation::Softplus);
     assert!(serde_json::from_str::<Activation>("\"nope\"").is_err());
 }

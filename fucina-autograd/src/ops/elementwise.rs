@@ -1,5 +1,6 @@
 //! Pointwise ops: the unary tier (one `UnaryOp` gives forward and derivative
-//! together), binary ops with broadcasting, where / masked_fill, dropout.
+//! together; its methods are generated from the core op table), binary ops
+//! with broadcasting, where / masked_fill, dropout.
 
 use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
 use fucina_core::{ExecContext, RawTensor};
@@ -91,117 +92,13 @@ impl Tensor {
         }))
     }
 
-    /// −x.
-    pub fn neg(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
-    }
-    /// |x| (gradient 0 at 0).
-    pub fn abs(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Abs)
-    }
-    /// √x.
-    pub fn sqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sqrt)
-    }
-    /// 1/√x.
-    pub fn rsqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Rsqrt)
-    }
-    /// eˣ.
-    pub fn exp(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Exp)
-    }
-    /// ln x.
-    pub fn log(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Log)
-    }
-    /// ln(1 + x).
-    pub fn log1p(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Log1p)
-    }
-    /// sin x.
-    pub fn sin(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sin)
-    }
-    /// cos x.
-    pub fn cos(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Cos)
-    }
-    /// tanh x.
-    pub fn tanh(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Tanh)
-    }
-    /// 1 / (1 + e⁻ˣ).
-    pub fn sigmoid(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sigmoid)
-    }
-    /// max(x, 0) (relu'(0) = 0, as PyTorch).
-    pub fn relu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Relu)
-    }
-    /// x for x > 0, else slope·x.
-    pub fn leaky_relu(&self, slope: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::LeakyRelu(slope))
-    }
-    /// x for x > 0, else α(eˣ − 1).
-    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::Elu(alpha))
-    }
-    /// GELU, tanh approximation (PyTorch `approximate="tanh"`).
-    pub fn gelu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::GeluTanh)
-    }
-    /// GELU, exact erf form.
-    pub fn gelu_erf(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::GeluErf)
-    }
-    /// x · sigmoid(x).
-    pub fn silu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Silu)
-    }
-    /// ln(1 + eˣ) (PyTorch: beta 1, threshold 20).
-    pub fn softplus(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Softplus)
-    }
-    /// x².
-    pub fn square(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Square)
-    }
-    /// 1/x.
-    pub fn recip(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Recip)
-    }
-    /// x + s.
-    pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::AddScalar(s))
-    }
     /// x − s.
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
         self.unary(UnaryOp::AddScalar(-s))
     }
-    /// s − x.
-    pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::RSubScalar(s))
-    }
-    /// x · s.
-    pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::MulScalar(s))
-    }
     /// x / s.
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
         self.unary(UnaryOp::MulScalar(1.0 / s))
-    }
-    /// s / x.
-    pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::RDivScalar(s))
-    }
-    /// xᵖ for a scalar exponent.
-    pub fn pow_scalar(&self, p: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::PowScalar(p))
-    }
-    /// Clamps into [min, max]; the gradient passes where min ≤ x ≤ max.
-    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
-        self.unary(UnaryOp::Clamp(min, max))
     }
 
     fn binary_op(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
@@ -375,6 +272,34 @@ impl Backward for DropoutBackward {
         )])
     }
 }
+
+/// Generates one `Tensor` method per op of the unary table
+/// (`fucina-core/src/kernels/elementwise/unary_ops.rs`): `x.op(params)` is
+/// `x.unary(UnaryOp::Op(params))`, whose backward is `UnaryBackward`.
+macro_rules! unary_methods {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
+            name: $name:literal, method: $method:ident, saved: $saved:ident,
+            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
+            f: |$x:ident| $f:expr,
+            df: |$s:pat_param| $df:expr,
+            ref_f: |$rx:ident| $rf:expr,
+            ref_df: |$rdx:pat_param| $rdf:expr,
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        impl Tensor {
+            $(
+                $(#[doc = $doc])*
+                pub fn $method(&self $(, $($p: $pt),+)?) -> Result<Tensor> {
+                    self.unary(UnaryOp::$V $( ( $($p),+ ) )?)
+                }
+            )*
+        }
+    };
+}
+fucina_core::for_each_unary_op!(unary_methods);
 
 /// Raised by ops whose integer inputs cannot carry a gradient.
 pub(crate) fn not_differentiable(op: &'static str) -> Error {

@@ -11,8 +11,10 @@
 pub mod map;
 mod pointwise;
 pub mod reference;
+mod unary_ops;
 
 pub use pointwise::*;
+pub use unary_ops::{Domain, KernelParam};
 
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
@@ -22,69 +24,80 @@ use crate::shape;
 use crate::tensor::RawTensor;
 
 use map::{expect_dtype, map1, map2, map2_to, map3, map4, Plan, CHUNK, PAR_THRESHOLD};
-use pointwise::c;
+use unary_ops::c;
 
 // ------------------------------------------------------------------ unary
 
-/// A unary pointwise op. Scalars are carried as f64 and converted to the
-/// tensor's element type once per call.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum UnaryOp {
-    /// -x
-    Neg,
-    /// |x| (gradient 0 at 0)
-    Abs,
-    /// √x
-    Sqrt,
-    /// 1/√x
-    Rsqrt,
-    /// eˣ
-    Exp,
-    /// ln x
-    Log,
-    /// ln(1+x)
-    Log1p,
-    /// sin x
-    Sin,
-    /// cos x
-    Cos,
-    /// tanh x
-    Tanh,
-    /// 1/(1+e⁻ˣ), numerically stable
-    Sigmoid,
-    /// max(x, 0) (gradient 0 at 0)
-    Relu,
-    /// x > 0 ? x : slope·x (gradient `slope` at 0)
-    LeakyRelu(f64),
-    /// x > 0 ? x : α(eˣ−1)
-    Elu(f64),
-    /// 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
-    GeluTanh,
-    /// 0.5x(1+erf(x/√2))
-    GeluErf,
-    /// x·sigmoid(x)
-    Silu,
-    /// PyTorch's softplus (β=1, threshold 20): x > 20 ? x : ln(1+eˣ)
-    Softplus,
-    /// x²
-    Square,
-    /// 1/x
-    Recip,
-    /// sign(x) ∈ {-1, 0, 1} (zero gradient)
-    Sign,
-    /// x + s
-    AddScalar(f64),
-    /// x · s
-    MulScalar(f64),
-    /// xᵖ
-    PowScalar(f64),
-    /// s − x
-    RSubScalar(f64),
-    /// s / x
-    RDivScalar(f64),
-    /// min(max(x, lo), hi); gradient passes where lo ≤ x ≤ hi (inclusive)
-    Clamp(f64, f64),
+/// Generates, from the op table, the [`UnaryOp`] enum, its dispatch to the
+/// kernel structs and its per-op metadata.
+macro_rules! unary_enum {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
+            name: $name:literal, method: $method:ident, saved: $saved:ident,
+            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
+            f: |$x:ident| $f:expr,
+            df: |$s:pat_param| $df:expr,
+            ref_f: |$rx:ident| $rf:expr,
+            ref_df: |$rdx:pat_param| $rdf:expr,
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        /// A unary pointwise op (declared in the op table, `unary_ops.rs`).
+        /// Scalars are carried as f64 and converted to the tensor's element
+        /// type once per call.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum UnaryOp {
+            $(
+                $(#[doc = $doc])*
+                $V $( ( $($pt),+ ) )?,
+            )*
+        }
+
+        /// Dispatches `op` to its kernel struct once (no PowScalar(2) fast path).
+        fn visit_table<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
+            match op {
+                $( UnaryOp::$V $( ( $($p),+ ) )? => v.visit($V $( ( $( c::<T>($p) ),+ ) )?), )*
+            }
+        }
+
+        impl UnaryOp {
+            /// Every op once, with the example parameters its gradcheck row uses.
+            pub const EXAMPLES: &'static [UnaryOp] = &[
+                $( UnaryOp::$V $( ( $($a),+ ) )?, )*
+            ];
+
+            /// A short lower-case name (also the backward node's name).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( UnaryOp::$V { .. } => $name, )*
+                }
+            }
+
+            /// The `Tensor` method that applies this op.
+            pub fn method(self) -> &'static str {
+                match self {
+                    $( UnaryOp::$V { .. } => stringify!($method), )*
+                }
+            }
+
+            /// Where its gradcheck and torch-golden inputs are drawn from.
+            pub fn domain(self) -> Domain {
+                match self {
+                    $( UnaryOp::$V { .. } => Domain::$dom $( ( $($dv),+ ) )?, )*
+                }
+            }
+
+            /// The PyTorch function it matches.
+            pub fn torch(self) -> &'static str {
+                match self {
+                    $( UnaryOp::$V { .. } => $torch, )*
+                }
+            }
+        }
+    };
 }
+crate::for_each_unary_op!(unary_enum);
 
 /// What a unary backward needs saved: the input x or the output y.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,35 +119,9 @@ pub trait UnaryVisitor<T: Float> {
 /// Dispatches `op` to its kernel struct once; `v` runs monomorphised on it.
 pub fn visit_unary<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
     match op {
-        UnaryOp::Neg => v.visit(Neg),
-        UnaryOp::Abs => v.visit(Abs),
-        UnaryOp::Sqrt => v.visit(Sqrt),
-        UnaryOp::Rsqrt => v.visit(Rsqrt),
-        UnaryOp::Exp => v.visit(Exp),
-        UnaryOp::Log => v.visit(Log),
-        UnaryOp::Log1p => v.visit(Log1p),
-        UnaryOp::Sin => v.visit(Sin),
-        UnaryOp::Cos => v.visit(Cos),
-        UnaryOp::Tanh => v.visit(Tanh),
-        UnaryOp::Sigmoid => v.visit(Sigmoid),
-        UnaryOp::Relu => v.visit(Relu),
-        UnaryOp::LeakyRelu(s) => v.visit(LeakyRelu(c::<T>(s))),
-        UnaryOp::Elu(a) => v.visit(Elu(c::<T>(a))),
-        UnaryOp::GeluTanh => v.visit(GeluTanh),
-        UnaryOp::GeluErf => v.visit(GeluErf),
-        UnaryOp::Silu => v.visit(Silu),
-        UnaryOp::Softplus => v.visit(Softplus),
-        UnaryOp::Square => v.visit(Square),
-        UnaryOp::Recip => v.visit(Recip),
-        UnaryOp::Sign => v.visit(Sign),
-        UnaryOp::AddScalar(s) => v.visit(AddScalar(c::<T>(s))),
-        UnaryOp::MulScalar(s) => v.visit(MulScalar(c::<T>(s))),
         // x² is common (norms, losses): x·x is exact and far cheaper than powf.
         UnaryOp::PowScalar(2.0) => v.visit(Square),
-        UnaryOp::PowScalar(p) => v.visit(PowScalar(c::<T>(p))),
-        UnaryOp::RSubScalar(s) => v.visit(RSubScalar(c::<T>(s))),
-        UnaryOp::RDivScalar(s) => v.visit(RDivScalar(c::<T>(s))),
-        UnaryOp::Clamp(lo, hi) => v.visit(Clamp(c::<T>(lo), c::<T>(hi))),
+        _ => visit_table(op, v),
     }
 }
 
@@ -150,39 +137,6 @@ impl UnaryOp {
     /// Whether the backward reads the input x or the output y.
     pub fn saved(self) -> Saved {
         visit_unary::<f64, _>(self, SavedOf)
-    }
-
-    /// A short lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Log1p => "log1p",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::LeakyRelu(_) => "leaky_relu",
-            UnaryOp::Elu(_) => "elu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::GeluErf => "gelu_erf",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Softplus => "softplus",
-            UnaryOp::Square => "square",
-            UnaryOp::Recip => "recip",
-            UnaryOp::Sign => "sign",
-            UnaryOp::AddScalar(_) => "add_scalar",
-            UnaryOp::MulScalar(_) => "mul_scalar",
-            UnaryOp::PowScalar(_) => "pow_scalar",
-            UnaryOp::RSubScalar(_) => "rsub_scalar",
-            UnaryOp::RDivScalar(_) => "rdiv_scalar",
-            UnaryOp::Clamp(..) => "clamp",
-        }
     }
 
     fn validate(self) -> Result<()> {

@@ -2,6 +2,8 @@
 //! layouts every fast kernel is compared with its reference on.
 #![allow(dead_code)]
 
+pub mod ew;
+
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 

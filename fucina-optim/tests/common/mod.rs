@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod mutate;
+
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_optim::*;

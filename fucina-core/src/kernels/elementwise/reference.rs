@@ -2,13 +2,14 @@
 //! time, with per-element dispatch and `offset_of` indexing. Slow on purpose;
 //! the tests compare the kernels against it.
 
+use super::unary_ops::{c, GELU_C, SQRT_2_OVER_PI};
 use super::{BinaryOp, CmpOp, UnaryOp};
 use crate::dtype::{Element, Float};
 use crate::error::Result;
 use crate::shape;
 use crate::tensor::RawTensor;
 
-fn sigmoid<T: Float>(x: T) -> T {
+fn sigmoid_ref<T: Float>(x: T) -> T {
     if x >= T::ZERO {
         T::ONE / (T::ONE + (-x).exp())
     } else {
@@ -17,189 +18,47 @@ fn sigmoid<T: Float>(x: T) -> T {
     }
 }
 
-/// f(x) for one element, computed in `T`.
-pub fn unary_scalar<T: Float>(op: UnaryOp, x: T) -> T {
-    let h = T::from_f64(0.5);
-    let k = |v: f64| T::from_f64(v);
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => T::ONE / x.sqrt(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Log1p => x.ln_1p(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => sigmoid(x),
-        UnaryOp::Relu => {
-            if x < T::ZERO {
-                T::ZERO
-            } else {
-                x
+/// Generates [`unary_scalar`] and [`unary_df`] from the op table's `ref_f`
+/// and `ref_df` (parameters bound as f64).
+macro_rules! unary_reference {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
+            name: $name:literal, method: $method:ident, saved: $saved:ident,
+            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
+            f: |$x:ident| $f:expr,
+            df: |$s:pat_param| $df:expr,
+            ref_f: |$rx:ident| $rf:expr,
+            ref_df: |$rdx:pat_param| $rdf:expr,
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        /// f(x) for one element, computed in `T`.
+        #[allow(unused_variables)]
+        pub fn unary_scalar<T: Float>(op: UnaryOp, x: T) -> T {
+            match op {
+                $( UnaryOp::$V $( ( $($p),+ ) )? => {
+                    let $rx = x;
+                    $rf
+                } )*
             }
         }
-        UnaryOp::LeakyRelu(s) => {
-            if x > T::ZERO {
-                x
-            } else {
-                x * k(s)
-            }
-        }
-        UnaryOp::Elu(a) => {
-            if x > T::ZERO {
-                x
-            } else {
-                k(a) * (x.exp() - T::ONE)
-            }
-        }
-        UnaryOp::GeluTanh => {
-            let inner =
-                k(super::pointwise::SQRT_2_OVER_PI) * (x + k(super::pointwise::GELU_C) * x * x * x);
-            h * x * (T::ONE + inner.tanh())
-        }
-        UnaryOp::GeluErf => h * x * (T::ONE + (x * k(std::f64::consts::FRAC_1_SQRT_2)).erf()),
-        UnaryOp::Silu => x * sigmoid(x),
-        UnaryOp::Softplus => {
-            if x > k(20.0) {
-                x
-            } else {
-                x.exp().ln_1p()
-            }
-        }
-        UnaryOp::Square => x * x,
-        UnaryOp::Recip => T::ONE / x,
-        UnaryOp::Sign => {
-            if x > T::ZERO {
-                T::ONE
-            } else if x < T::ZERO {
-                -T::ONE
-            } else {
-                x
-            }
-        }
-        UnaryOp::AddScalar(s) => x + k(s),
-        UnaryOp::MulScalar(s) => x * k(s),
-        UnaryOp::PowScalar(p) => {
-            if p == 2.0 {
-                x * x
-            } else {
-                x.powf(k(p))
-            }
-        }
-        UnaryOp::RSubScalar(s) => k(s) - x,
-        UnaryOp::RDivScalar(s) => k(s) / x,
-        UnaryOp::Clamp(lo, hi) => {
-            if x.is_nan() {
-                x
-            } else {
-                x.max(k(lo)).min(k(hi))
-            }
-        }
-    }
-}
 
-/// f'(x) for one element, written in terms of the INPUT x (independent of
-/// the kernels' saved-output forms). Kinks follow PyTorch: relu'(0) = 0,
-/// leaky_relu'(0) = slope, abs'(0) = 0, clamp passes on [lo, hi] inclusive.
-pub fn unary_df<T: Float>(op: UnaryOp, x: T) -> T {
-    let k = |v: f64| T::from_f64(v);
-    let one = T::ONE;
-    let zero = T::ZERO;
-    match op {
-        UnaryOp::Neg => -one,
-        UnaryOp::Abs => {
-            if x == zero {
-                zero
-            } else if x > zero {
-                one
-            } else {
-                -one
+        /// f'(x) for one element, written in terms of the INPUT x (independent of
+        /// the kernels' saved-output forms). Kinks follow PyTorch: relu'(0) = 0,
+        /// leaky_relu'(0) = slope, abs'(0) = 0, clamp passes on [lo, hi] inclusive.
+        #[allow(unused_variables)]
+        pub fn unary_df<T: Float>(op: UnaryOp, x: T) -> T {
+            match op {
+                $( UnaryOp::$V $( ( $($p),+ ) )? => {
+                    let $rdx = x;
+                    $rdf
+                } )*
             }
         }
-        UnaryOp::Sqrt => k(0.5) / x.sqrt(),
-        UnaryOp::Rsqrt => k(-0.5) / (x * x.sqrt()),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => one / x,
-        UnaryOp::Log1p => one / (one + x),
-        UnaryOp::Sin => x.cos(),
-        UnaryOp::Cos => -x.sin(),
-        UnaryOp::Tanh => {
-            let c = x.cosh_ref();
-            one / (c * c)
-        }
-        UnaryOp::Sigmoid => {
-            let s = sigmoid(x);
-            s * (one - s)
-        }
-        UnaryOp::Relu => {
-            if x > zero {
-                one
-            } else {
-                zero
-            }
-        }
-        UnaryOp::LeakyRelu(s) => {
-            if x > zero {
-                one
-            } else {
-                k(s)
-            }
-        }
-        UnaryOp::Elu(a) => {
-            if x > zero {
-                one
-            } else {
-                k(a) * x.exp()
-            }
-        }
-        UnaryOp::GeluTanh => {
-            let c = k(super::pointwise::SQRT_2_OVER_PI);
-            let u = c * (x + k(super::pointwise::GELU_C) * x * x * x);
-            let ch = u.cosh_ref();
-            let sech2 = one / (ch * ch);
-            k(0.5) * (one + u.tanh())
-                + k(0.5) * x * sech2 * c * (one + k(3.0 * super::pointwise::GELU_C) * x * x)
-        }
-        UnaryOp::GeluErf => {
-            let cdf = k(0.5) * (one + (x / k(std::f64::consts::SQRT_2)).erf());
-            cdf + x * (-(x * x) / k(2.0)).exp() / k((2.0 * std::f64::consts::PI).sqrt())
-        }
-        UnaryOp::Silu => {
-            let s = sigmoid(x);
-            s + x * s * (one - s)
-        }
-        UnaryOp::Softplus => {
-            if x > k(20.0) {
-                one
-            } else {
-                x.exp() / (one + x.exp())
-            }
-        }
-        UnaryOp::Square => k(2.0) * x,
-        UnaryOp::Recip => -one / (x * x),
-        UnaryOp::Sign => zero,
-        UnaryOp::AddScalar(_) => one,
-        UnaryOp::MulScalar(s) => k(s),
-        UnaryOp::PowScalar(p) => {
-            if p == 0.0 {
-                zero
-            } else {
-                k(p) * x.powf(k(p - 1.0))
-            }
-        }
-        UnaryOp::RSubScalar(_) => -one,
-        UnaryOp::RDivScalar(s) => -k(s) / (x * x),
-        UnaryOp::Clamp(lo, hi) => {
-            if x >= k(lo) && x <= k(hi) {
-                one
-            } else {
-                zero
-            }
-        }
-    }
+    };
 }
+crate::for_each_unary_op!(unary_reference);
 
 trait CoshRef {
     fn cosh_ref(self) -> Self;
