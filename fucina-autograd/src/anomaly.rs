@@ -16,7 +16,6 @@ use std::cell::Cell;
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{Grads, Node};
 
 thread_local! {
     static ANOMALY_DEPTH: Cell<usize> = const { Cell::new(0) };
@@ -100,14 +99,21 @@ pub fn all_finite(ctx: &ExecContext, t: &RawTensor) -> Result<bool> {
     Ok(first_non_finite(ctx, t)?.is_none())
 }
 
-/// Anomaly check of one node's outputs: the first non-finite gradient is an error.
-pub(crate) fn check_grads(ctx: &ExecContext, node: &Node, grads: &Grads) -> Result<()> {
+/// Anomaly check of one node's outputs (`op`, recorded `seq`-th): the first
+/// non-finite gradient is an error. Takes the node's name and number rather
+/// than the node, so the engine calls this module and not the other way round.
+pub(crate) fn check_grads(
+    ctx: &ExecContext,
+    op: &'static str,
+    seq: u64,
+    grads: &[Option<RawTensor>],
+) -> Result<()> {
     for (input, g) in grads.iter().enumerate() {
         let Some(g) = g else { continue };
         if let Some(what) = first_non_finite(ctx, g)? {
             return Err(Error::Anomaly {
-                op: node.name,
-                seq: node.seq,
+                op,
+                seq,
                 input,
                 what,
                 shape: g.shape().to_vec(),

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
-use crate::engine;
 use crate::error::{Error, Result};
 use crate::grad_mode::no_grad;
-use crate::graph::{record, Backward, Grads};
-use crate::scope::ExecScope;
-use crate::tensor::Tensor;
+use crate::tape::engine;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::scope::ExecScope;
+use crate::tape::tensor::Tensor;
 
 thread_local! {
     static RECOMPUTING: Cell<bool> = const { Cell::new(false) };

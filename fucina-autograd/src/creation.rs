@@ -24,18 +24,8 @@
 
 use fucina_core::{dispatch_any, DType, Element, Error as CoreError, ExecContext};
 
-use crate::error::{Error, Result};
-use crate::tensor::Tensor;
-
-/// Errors unless `dtype` can carry a gradient (f32 or f64, the dtypes the
-/// differentiable kernels compute in).
-pub(crate) fn check_grad_dtype(op: &'static str, dtype: DType) -> Result<()> {
-    if dtype.is_compute_float() {
-        Ok(())
-    } else {
-        Err(Error::NonFloatVariable { op, dtype })
-    }
-}
+use crate::error::Result;
+use crate::tape::tensor::Tensor;
 
 impl Tensor {
     /// Turns gradient tracking of this leaf on or off and returns it, for

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{record, Backward, Grads};
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// A user-defined differentiable op. `Send + Sync` because its backward node
 /// travels with the tensors between threads.

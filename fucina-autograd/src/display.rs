@@ -20,7 +20,7 @@ use std::fmt;
 
 use fucina_core::DType;
 
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 
 /// PyTorch's `threshold`: tensors with more elements are summarized.
 pub const PRINT_THRESHOLD: usize = 1000;

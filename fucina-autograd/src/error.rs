@@ -1,4 +1,11 @@
-//! The structured error type of fucina-autograd (wraps fucina-core's).
+//! The structured error types of fucina-autograd: [`Error`] (wraps
+//! fucina-core's) and the state-dict file errors ([`StateDictError`],
+//! [`KeyMismatch`], re-exported by `io`). All of them live here, so `error`
+//! is a leaf that `io` builds on, never the other way round.
+
+use std::path::PathBuf;
+
+use fucina_core::DType;
 
 /// Errors raised by autograd.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -77,7 +84,7 @@ pub enum Error {
     NestedCheckpointRecompute,
     /// Reading or writing a state-dict file failed (names the file and tensor).
     #[error(transparent)]
-    StateDict(Box<crate::io::StateDictError>),
+    StateDict(Box<StateDictError>),
     /// gradcheck was given no input that requires a gradient.
     #[error("gradcheck: no input requires a gradient")]
     NoVariableInputs,
@@ -161,3 +168,134 @@ pub enum Error {
 
 /// `Result` with autograd's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A key present in both the file and the model whose shape or dtype do not fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyMismatch {
+    /// The model's name.
+    pub key: String,
+    /// The key as stored in the file (differs when a prefix rule applied).
+    pub file_key: String,
+    /// The stored dtype as the file spells it.
+    pub file_dtype: String,
+    /// The stored shape.
+    pub file_shape: Vec<usize>,
+    /// The parameter's dtype.
+    pub param_dtype: DType,
+    /// The parameter's shape.
+    pub param_shape: Vec<usize>,
+}
+
+impl std::fmt::Display for KeyMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}`: file has {} {:?}, model has {} {:?}",
+            self.file_key, self.file_dtype, self.file_shape, self.param_dtype, self.param_shape
+        )
+    }
+}
+
+/// What went wrong reading or writing a state-dict file. Every variant names
+/// the file (`file`), and the tensor where one is concerned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateDictError {
+    /// The operating system refused a read, write, map or rename.
+    #[error("{file}: {message} ({kind:?})")]
+    Io {
+        /// The file or directory.
+        file: PathBuf,
+        /// The OS error's kind.
+        kind: std::io::ErrorKind,
+        /// The OS error's message.
+        message: String,
+    },
+    /// The file is not a (well-formed) safetensors file: too short for its
+    /// header, a header that is not JSON, an entry that is not a tensor.
+    #[error("{file}: not a valid safetensors file: {message}")]
+    Format {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// One tensor's entry or data is unusable (its bytes run past the end of
+    /// a truncated file, its byte length does not match its shape, its dtype
+    /// has no fucina equivalent, two names map to it).
+    #[error("{file}: tensor `{tensor}`: {message}")]
+    Tensor {
+        /// The file.
+        file: PathBuf,
+        /// The tensor's name in the file.
+        tensor: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A strict load whose keys do not match the model's (all lists at once).
+    #[error(
+        "{file}: state dict does not match the model: {}",
+        keys_summary(missing, unexpected, mismatched)
+    )]
+    Keys {
+        /// The file.
+        file: PathBuf,
+        /// Model names the file lacks.
+        missing: Vec<String>,
+        /// File keys (as stored) that name no model tensor.
+        unexpected: Vec<String>,
+        /// Keys present in both whose shape or dtype do not fit.
+        mismatched: Vec<KeyMismatch>,
+    },
+    /// A tensor cannot be written (a name given twice, an unsupported dtype).
+    #[error("{file}: cannot save tensor `{tensor}`: {message}")]
+    Save {
+        /// The file being written.
+        file: PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn keys_summary(missing: &[String], unexpected: &[String], mismatched: &[KeyMismatch]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing keys {missing:?}"));
+    }
+    if !unexpected.is_empty() {
+        parts.push(format!("unexpected keys {unexpected:?}"));
+    }
+    if !mismatched.is_empty() {
+        let m: Vec<String> = mismatched.iter().map(|m| m.to_string()).collect();
+        parts.push(format!("mismatched [{}]", m.join(", ")));
+    }
+    parts.join("; ")
+}
+
+impl StateDictError {
+    pub(crate) fn io(file: impl Into<PathBuf>, e: &std::io::Error) -> StateDictError {
+        StateDictError::Io {
+            file: file.into(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The file the error concerns.
+    pub fn file(&self) -> &std::path::Path {
+        match self {
+            StateDictError::Io { file, .. }
+            | StateDictError::Format { file, .. }
+            | StateDictError::Tensor { file, .. }
+            | StateDictError::Keys { file, .. }
+            | StateDictError::Save { file, .. } => file,
+        }
+    }
+}
+
+impl From<StateDictError> for Error {
+    fn from(e: StateDictError) -> Self {
+        Error::StateDict(Box::new(e))
+    }
+}

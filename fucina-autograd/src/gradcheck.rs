@@ -12,11 +12,11 @@
 use fucina_core::rng;
 use fucina_core::{DType, RawTensor};
 
-use crate::engine;
 use crate::error::{Error, Result};
 use crate::grad_mode::no_grad;
-use crate::scope::ExecScope;
-use crate::tensor::Tensor;
+use crate::tape::engine;
+use crate::tape::scope::ExecScope;
+use crate::tape::tensor::Tensor;
 
 /// Tolerances and step of a gradcheck.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -18,7 +18,7 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use fucina_core::{Element, ExecContext};
 
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 
 impl Tensor {
     /// A constant holding a copy of `array` (any dimensionality and memory

@@ -28,38 +28,38 @@ pub mod creation;
 pub mod custom;
 pub mod dims;
 pub mod display;
-pub mod engine;
 pub mod error;
 pub mod grad_mode;
 pub mod gradcheck;
-pub mod graph;
 #[cfg(feature = "ndarray")]
 pub mod interop;
 pub mod io;
 pub mod operators;
 pub mod ops;
-pub mod scope;
 pub mod suite;
-pub mod tensor;
+pub mod tape;
+pub mod testing;
 
 pub use anomaly::{all_finite, detect_anomaly, is_anomaly_enabled, AnomalyGuard};
 pub use checkpoint::{checkpoint, Block};
 pub use custom::{custom_op, CustomOp};
 pub use dims::{DimArg, IntoShape};
-pub use engine::grad;
 pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
 pub use fucina_core::kernels::loss::{CrossEntropyOpts, Reduction};
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
 pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
-pub use graph::{live_nodes, Backward, Grads};
 pub use io::{
     load_state_dict, save_state_dict, LoadOptions, LoadReport, SafetensorsFile, SaveOptions,
     StateDictError,
 };
-pub use scope::{scope_depth, ExecScope, ScopeExt};
-pub use tensor::Tensor;
+pub use tape::engine::grad;
+pub use tape::graph::{live_nodes, Backward, Grads};
+pub use tape::scope::{scope_depth, ExecScope, ScopeExt};
+pub use tape::tensor::Tensor;
+/// The tape's modules at their historical paths (`fucina_autograd::tensor`, ...).
+pub use tape::{engine, graph, scope, tensor};
 
 /// The `ndarray` crate fucina's interop is built against (re-exported so the
 /// versions cannot mismatch).

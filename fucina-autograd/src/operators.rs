@@ -27,7 +27,7 @@
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 
 /// Tensor ⊕ tensor, for the four owned/borrowed combinations and for a
 /// `Result<Tensor>` on either side of a tensor (so chains need one `?`).

@@ -12,7 +12,7 @@ use fucina_core::{DType, ExecContext};
 
 use crate::error::Result;
 use crate::ops::attention::AttentionOpts;
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 use crate::{CrossEntropyOpts, Reduction};
 
 /// How one input of a case is generated.

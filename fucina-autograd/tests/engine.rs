@@ -1,10 +1,11 @@
 //! The backward engine: accumulation, diamonds, re-runs, seeds, no-grad.
 
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{live_nodes, no_grad, CrossEntropyOpts, Error, Tensor};
-use fucina_core::{DType, ExecContext};
+use fucina_core::DType;
 
-fn ctx() -> ExecContext {
-    ExecContext::with_threads(1).unwrap()
+fn ctx() -> TestCtx {
+    TestCtx::with_threads(1).unwrap()
 }
 
 #[test]
@@ -17,7 +18,6 @@ fn a_plus_a_accumulates_both_paths() {
         vec![2.0, 2.0, 2.0]
     );
     drop(a);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -198,4 +198,19 @@ fn dtype_mismatch_is_a_structured_error() {
     ));
     let z = Tensor::zeros(&ctx, DType::F64, &[2]).unwrap();
     assert!(matches!(a.matmul(&z), Err(Error::Core(_))));
+}
+
+#[test]
+fn the_fixture_fails_a_test_that_leaves_graph_nodes_alive() {
+    let mut kept = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let x = Tensor::variable(&ctx, &[0.5f64, 1.0], &[2]).unwrap();
+        kept = Some(x.exp().unwrap()); // one node, and its buffers, outlive the context
+    }));
+    let p = r.expect_err("the fixture must fail the test");
+    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("1 graph node(s)"), "{msg}");
+    drop(kept);
+    assert_eq!(live_nodes(), 0);
 }

@@ -5,12 +5,13 @@
 use std::collections::BTreeSet;
 
 use fucina_autograd::suite::{cases, make_inputs, NOT_DIFFERENTIABLE};
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{gradcheck, GradcheckOpts, Tensor, UnaryOp};
-use fucina_core::{DType, ExecContext};
+use fucina_core::DType;
 
 #[test]
 fn every_differentiable_op_passes_gradcheck_in_f64() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let mut failures = Vec::new();
     for case in cases() {
         let inputs = make_inputs(&ctx, &case, DType::F64, 42).unwrap();
@@ -72,10 +73,13 @@ fn every_op_has_a_gradcheck_row() {
 }
 
 fn grad_at(f: impl Fn(&Tensor) -> fucina_autograd::Result<Tensor>, x: f64) -> f64 {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let t = Tensor::variable(&ctx, &[x], &[1]).unwrap();
     f(&t).unwrap().sum_all().unwrap().backward().unwrap();
-    t.grad().unwrap().to_vec::<f64>().unwrap()[0]
+    // Bound, not a tail expression: its temporary gradient would outlive `ctx`.
+    let g = t.grad().unwrap().to_vec::<f64>().unwrap()[0];
+    drop(t);
+    g
 }
 
 #[test]
@@ -95,7 +99,7 @@ fn kink_conventions_at_zero() {
     assert_eq!(grad_at(|t| t.clamp(-1.0, 1.0), 1.5), 0.0);
     assert_eq!(grad_at(|t| t.norm(&[], false), 0.0), 0.0, "norm'(0) = 0");
     // maximum/minimum split evenly on ties.
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let a = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
     let b = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
     a.maximum(&b)
@@ -119,7 +123,7 @@ fn kink_conventions_at_zero() {
 /// gradient, returns a result that records a backward (or an error).
 #[test]
 fn no_silent_gradient_cut() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     for case in cases() {
         for dtype in [DType::F32, DType::F64] {
             let inputs = make_inputs(&ctx, &case, dtype, 7).unwrap();

@@ -10,6 +10,7 @@ use fucina_autograd::io::{
     load_state_dict, load_state_dict_bytes, save_state_dict, state_dict_bytes, DtypePolicy,
     LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
 };
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
 use fucina_core::{DType, ExecContext};
 
@@ -104,7 +105,7 @@ fn failing_load(ctx: &ExecContext, path: &Path, opts: &LoadOptions) -> StateDict
 
 #[test]
 fn save_then_load_is_bit_exact() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let src = model(&ctx, 1);
     let path = tmp("roundtrip");
     save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
@@ -120,12 +121,11 @@ fn save_then_load_is_bit_exact() {
     assert_eq!(st.tensor("enc.b").unwrap().shape(), &[5]);
     std::fs::remove_file(&path).ok();
     drop((src, dst));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn truncated_file_names_file_and_tensor() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("truncated");
     let good = state_dict_bytes(&path, &model(&ctx, 1), &SaveOptions::default()).unwrap();
     // Cut inside the data: the header is intact, the last tensor's bytes run past the end.
@@ -153,12 +153,11 @@ fn truncated_file_names_file_and_tensor() {
         StateDictError::Format { .. }
     ));
     std::fs::remove_file(&path).ok();
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn wrong_dtype_names_the_key() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("dtype");
     // enc.b stored as i64: no float policy loads it.
     let mut src = model(&ctx, 1);
@@ -191,12 +190,11 @@ fn wrong_dtype_names_the_key() {
     assert!(e.to_string().contains("enc.w"), "{e}");
     std::fs::remove_file(&path).ok();
     drop(src);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn wrong_shape_names_the_key() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("shape");
     let mut src = model(&ctx, 1);
     src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
@@ -212,12 +210,11 @@ fn wrong_shape_names_the_key() {
     }
     std::fs::remove_file(&path).ok();
     drop(src);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn missing_key_is_listed() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("missing");
     let src = model(&ctx, 1);
     save_state_dict(&path, &src[..2], &SaveOptions::default()).unwrap();
@@ -235,12 +232,11 @@ fn missing_key_is_listed() {
     }
     std::fs::remove_file(&path).ok();
     drop(src);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("unexpected");
     let mut src = model(&ctx, 1);
     src.push((
@@ -279,12 +275,11 @@ fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
     assert_eq!(bits(&dst[2..]), head_before);
     std::fs::remove_file(&path).ok();
     drop((src, dst));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn non_safetensors_file_is_a_format_error() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("notst");
     std::fs::write(
         &path,
@@ -317,12 +312,11 @@ fn non_safetensors_file_is_a_format_error() {
         failing_load(&ctx, &path, &LoadOptions::new()),
         StateDictError::Io { .. }
     ));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn half_precision_widens_and_saves_narrow_on_request() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let path = tmp("half");
     let src = model(&ctx, 1);
     for (store, tol) in [(DType::BF16, 1.0 / 128.0), (DType::F16, 1.0 / 1024.0)] {
@@ -363,12 +357,11 @@ fn half_precision_widens_and_saves_narrow_on_request() {
     }
     std::fs::remove_file(&path).ok();
     drop(src);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn prefix_rules_rewrite_keys() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let src = model(&ctx, 1);
     let prefixed: Vec<_> = src
         .iter()
@@ -404,5 +397,4 @@ fn prefix_rules_rewrite_keys() {
     );
     assert!(matches!(e, StateDictError::Tensor { .. }), "{e}");
     drop((src, prefixed, both, dst));
-    assert_eq!(ctx.stats().outstanding, 0);
 }

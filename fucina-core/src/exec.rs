@@ -633,44 +633,4 @@ impl ExecContext {
     pub fn to_vec<T: Element>(&self, t: &RawTensor) -> Result<Vec<T>> {
         t.to_vec::<T>()
     }
-
-    /// `t` itself (a view) when contiguous, else a contiguous copy.
-    pub fn contiguous(&self, t: &RawTensor) -> Result<RawTensor> {
-        if t.is_contiguous() {
-            return Ok(t.clone_view());
-        }
-        self.copy(t)
-    }
-
-    /// A fresh contiguous copy of any view.
-    pub fn copy(&self, t: &RawTensor) -> Result<RawTensor> {
-        let mut out = self.empty(t.dtype(), t.shape())?;
-        crate::kernels::copy::strided_copy(self, t, &mut out)?;
-        Ok(out)
-    }
-
-    /// `reshape` as a view when the strides allow it, else through a contiguous copy.
-    pub fn reshape(&self, t: &RawTensor, shape: &[usize]) -> Result<RawTensor> {
-        if shape::checked_numel(shape) != Some(t.numel()) {
-            return Err(Error::BadView {
-                op: "reshape",
-                from: t.shape().to_vec(),
-                to: shape.to_vec(),
-            });
-        }
-        match t.reshape(shape) {
-            Ok(v) => Ok(v),
-            Err(_) => self.copy(t)?.reshape(shape),
-        }
-    }
-
-    /// Converts to another dtype (a copy; a view when the dtype already matches).
-    pub fn to_dtype(&self, t: &RawTensor, dtype: DType) -> Result<RawTensor> {
-        if t.dtype() == dtype {
-            return Ok(t.clone_view());
-        }
-        let mut out = self.empty(dtype, t.shape())?;
-        crate::kernels::copy::convert(t, &mut out)?;
-        Ok(out)
-    }
 }

@@ -2,8 +2,10 @@
 //! views, the exec context, and the numeric kernels.
 //!
 //! Layering inside the crate: `dtype`, `storage`, `pool` and `shape` are
-//! leaves; `tensor` sits on them; `kernels` on `tensor`; `exec` ties the pool
-//! and the kernels together. See `ARCHITECTURE.md` at the workspace root.
+//! leaves; `tensor` sits on them; `exec` (the context: pool, threads,
+//! creation) on `tensor`; `kernels` on both, adding their entry points to
+//! `ExecContext` (exec names no kernel). `testing` is the test fixture. See
+//! `ARCHITECTURE.md` at the workspace root.
 //!
 //! ```
 //! use fucina_core::{DType, ExecContext};
@@ -27,6 +29,7 @@ pub mod rng;
 pub mod shape;
 pub mod storage;
 mod team;
+pub mod testing;
 
 /// The worker team, exposed only to the loom model check
 /// (`RUSTFLAGS="--cfg loom"`, `fucina-core/tests/loom_team.rs`).

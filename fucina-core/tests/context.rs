@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fucina_core::exec::default_num_threads;
 use fucina_core::rng::SplitMix64;
-use fucina_core::{bf16, f16, DType, Element, Error, ExecContext};
+use fucina_core::testing::TestCtx;
+use fucina_core::{bf16, f16, DType, Element, Error};
 
-fn ctx() -> ExecContext {
-    ExecContext::with_threads(1).expect("context")
+fn ctx() -> TestCtx {
+    TestCtx::with_threads(1).expect("context")
 }
 
 fn available() -> usize {
@@ -68,7 +69,7 @@ fn probe_threads(value: Option<&str>) -> (usize, usize) {
 #[test]
 #[ignore = "probe: run by fucina_num_threads_env_is_parsed in a child process"]
 fn probe_default_num_threads() {
-    let ctx = ExecContext::new().unwrap();
+    let ctx = TestCtx::new().unwrap();
     println!(
         "FUCINA_PROBE default={} new={}",
         default_num_threads(),
@@ -97,7 +98,8 @@ fn fucina_num_threads_env_is_parsed() {
 #[test]
 #[ignore = "probe: run by dropping_a_context_with_a_live_buffer_reports_a_leak"]
 fn probe_leak_report() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    // Keeps a buffer past the context on purpose: that is what it probes.
+    let ctx = TestCtx::with_threads(1).unwrap().allow_outstanding();
     let kept = ctx.zeros(DType::F32, &[10]).unwrap();
     assert_eq!(ctx.check_leaks(), Err(Error::Leak { outstanding: 1 }));
     drop(ctx); // prints the leak report to stderr
@@ -121,7 +123,7 @@ fn dropping_a_context_with_a_live_buffer_reports_a_leak() {
 #[test]
 fn thread_count_is_settable_in_code() {
     for n in [1, 2, 3] {
-        let ctx = ExecContext::with_threads(n).unwrap();
+        let ctx = TestCtx::with_threads(n).unwrap();
         assert_eq!(ctx.num_threads(), n);
         // rayon calls inside install run on the context's pool.
         let inside = ctx.install(rayon::current_num_threads);
@@ -130,7 +132,7 @@ fn thread_count_is_settable_in_code() {
         }
         assert_eq!(ctx.stats().outstanding, 0);
     }
-    assert_eq!(ExecContext::with_threads(0).unwrap().num_threads(), 1);
+    assert_eq!(TestCtx::with_threads(0).unwrap().num_threads(), 1);
     let a = ctx();
     let b = a.clone();
     assert_eq!(a.id(), b.id());
@@ -140,7 +142,7 @@ fn thread_count_is_settable_in_code() {
 #[test]
 fn for_chunks_runs_each_chunk_once() {
     for threads in [1, 2] {
-        let ctx = ExecContext::with_threads(threads).unwrap();
+        let ctx = TestCtx::with_threads(threads).unwrap();
         for parallel in [false, true] {
             let hits: Vec<AtomicUsize> = (0..257).map(|_| AtomicUsize::new(0)).collect();
             ctx.for_chunks(hits.len(), parallel, |i| {
@@ -157,7 +159,7 @@ fn for_chunks_runs_each_chunk_once() {
 /// every dispatch runs exactly once, over many back-to-back dispatches.
 #[test]
 fn for_chunks_uses_the_team_and_runs_every_chunk() {
-    let ctx = ExecContext::with_threads(3).unwrap();
+    let ctx = TestCtx::with_threads(3).unwrap();
     let caller = std::thread::current().id();
     let mut seen = std::collections::HashSet::new();
     for round in 0..2000 {
@@ -191,7 +193,7 @@ fn for_chunks_uses_the_team_and_runs_every_chunk() {
 /// caller once the other chunks have run, and the context keeps working.
 #[test]
 fn for_chunks_nests_and_propagates_panics() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let total = AtomicUsize::new(0);
     ctx.for_chunks(8, true, |_| {
         ctx.for_chunks(8, true, |_| {
@@ -227,7 +229,7 @@ fn for_chunks_nests_and_propagates_panics() {
 /// the others inline); contexts start and stop their workers cleanly.
 #[test]
 fn for_chunks_from_several_threads_and_context_teardown() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     std::thread::scope(|sc| {
         for t in 0..4 {
             let ctx = ctx.clone();
@@ -244,7 +246,7 @@ fn for_chunks_from_several_threads_and_context_teardown() {
         }
     });
     for _ in 0..50 {
-        let c = ExecContext::with_threads(4).unwrap();
+        let c = TestCtx::with_threads(4).unwrap();
         c.for_chunks(4, true, |_| {});
     }
 }
@@ -376,7 +378,6 @@ fn creation_functions() {
         ));
     }
     drop((f, s, v, sc));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -402,7 +403,6 @@ fn to_vec_reads_views_in_logical_order() {
         Err(Error::DTypeMismatch { .. })
     ));
     drop((t, v));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[cfg(feature = "ndarray")]
@@ -442,7 +442,6 @@ fn ndarray_round_trip() {
         Err(Error::DTypeMismatch { .. })
     ));
     drop((t, tt, tv, st));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 /// Values exactly representable in f16, bf16, f32 and f64 alike.
@@ -519,7 +518,6 @@ fn to_dtype_is_exact_where_representable() {
         fucina_core::dispatch_any!(to, T => assert!(t.item::<T>().unwrap().to_f64().is_nan()));
     }
     drop(nan);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -573,5 +571,48 @@ fn to_dtype_rounds_to_nearest_and_reads_views() {
         f32v.iter().map(|&v| v as f64).collect::<Vec<_>>()
     );
     drop((src, view, f32s, f16s, bf16s, wide));
-    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+/// The message of a caught panic.
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p
+            .downcast::<&str>()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+#[test]
+fn the_fixture_fails_a_test_that_ends_with_buffers_outstanding() {
+    let mut kept = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
+    }));
+    let msg = panic_message(r.expect_err("the fixture must fail the test"));
+    assert!(msg.contains("1 pool buffer(s) outstanding"), "{msg}");
+    drop(kept);
+    // An explicit opt-out passes.
+    let kept;
+    {
+        let ctx = TestCtx::with_threads(1).unwrap().allow_outstanding();
+        kept = ctx.zeros(DType::F32, &[4]).unwrap();
+    }
+    drop(kept);
+}
+
+#[test]
+fn the_fixture_does_not_panic_again_while_a_test_is_failing() {
+    // A second panic during unwinding would abort the whole test binary;
+    // reaching the assert with the test's own message proves there was none.
+    let mut kept = None;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
+        panic!("the test's own failure");
+    }));
+    assert_eq!(panic_message(r.unwrap_err()), "the test's own failure");
+    drop(kept);
 }

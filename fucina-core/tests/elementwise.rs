@@ -4,6 +4,7 @@
 
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float};
 
 mod common;
@@ -12,7 +13,7 @@ use common::{make, Layout, LAYOUTS, SIZES};
 
 #[test]
 fn structured_errors() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.zeros(DType::F32, &[3]).unwrap();
         let b = ctx.zeros(DType::F32, &[4]).unwrap();
@@ -88,7 +89,7 @@ fn structured_errors() {
 
 #[test]
 fn add_assign_any_strides_and_ownership_rules() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         for &(rows, cols) in &[(1usize, 1usize), (3, 17), (257, 129), (300, 257)] {
             let da = data(rows * cols, 1, -1.0, 1.0);
@@ -145,7 +146,7 @@ fn add_assign_any_strides_and_ownership_rules() {
 }
 
 fn compare_and_select<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let ops = [
         CmpOp::Eq,
         CmpOp::Ne,
@@ -230,7 +231,7 @@ fn compare_where_masked_fill_f64() {
 
 #[test]
 fn compare_integers_and_nan() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.from_slice(&[1i64, 5, -3], &[3]).unwrap();
         let b = ctx.from_slice(&[1i64, 4, 0], &[3]).unwrap();
@@ -269,8 +270,8 @@ fn compare_integers_and_nan() {
 
 #[test]
 fn thread_count_determinism() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let da = data(600 * 301, 1, -2.0, 2.0);
     let db = data(301, 2, -2.0, 2.0);
     let run = |ctx: &ExecContext| -> Vec<Vec<f32>> {
@@ -304,7 +305,7 @@ fn thread_count_determinism() {
 
 #[test]
 fn empty_and_scalar_tensors() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         let e = ctx.zeros(DType::F32, &[0, 5]).unwrap();
         assert_eq!(ctx.unary(&e, UnaryOp::Exp).unwrap().shape(), &[0, 5]);

@@ -4,14 +4,15 @@
 
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::BinaryOp;
-use fucina_core::{DType, ExecContext, Float};
+use fucina_core::testing::TestCtx;
+use fucina_core::{DType, Float};
 
 mod common;
 use common::ew::{all_binary, assert_bits, assert_close, broadcast_pairs, data, f64s};
 use common::{make, Layout, SIZES};
 
 fn binary_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
         let (lo, hi) = if op == BinaryOp::Pow {
             (0.2, 2.5)
@@ -75,7 +76,7 @@ fn binary_matches_reference_f64() {
 }
 
 fn binary_backward_vs_reference<T: Float>(rtol: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
         let (lo, hi) = if op == BinaryOp::Pow {
             (0.2, 2.5)
@@ -172,7 +173,7 @@ fn binary_reference_partials_match_finite_differences() {
 
 #[test]
 fn maximum_minimum_split_ties_and_pow_conventions() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let a = ctx.from_slice(&[1.0f64, 2.0, 3.0], &[3]).unwrap();
         let b = ctx.from_slice(&[1.0f64, 5.0, -1.0], &[3]).unwrap();

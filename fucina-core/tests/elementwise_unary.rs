@@ -5,7 +5,8 @@
 
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::{Domain, Saved, UnaryOp};
-use fucina_core::{Error, ExecContext, Float};
+use fucina_core::testing::TestCtx;
+use fucina_core::{Error, Float};
 
 mod common;
 use common::ew::{assert_bits, assert_close, data, f64s};
@@ -55,7 +56,7 @@ fn check_unary<T: Float>(op: UnaryOp, got: &[T], want: &[T], what: &str) {
 }
 
 fn unary_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_unary() {
         let (lo, hi) = domain(op);
         for &n in &SIZES {
@@ -102,7 +103,7 @@ fn unary_matches_reference_f64() {
 
 /// The kernel's unary_backward (through x or y as `op.saved()` says) equals gy·f'(x).
 fn unary_backward_vs_reference<T: Float>(rtol: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_unary() {
         let (lo, hi) = domain(op);
         for &n in &[1usize, 17, 65, 257] {
@@ -176,7 +177,7 @@ fn unary_reference_df_matches_finite_differences() {
 /// The kink conventions, on the kernels themselves.
 #[test]
 fn unary_backward_kink_conventions() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let at = |op: UnaryOp, x: f64| -> f64 {
         let xt = ctx.scalar(x).unwrap();
         let saved = match op.saved() {

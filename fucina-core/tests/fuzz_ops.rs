@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fucina_core::kernels::elementwise::{reference as ew, BinaryOp, UnaryOp};
 use fucina_core::kernels::reduce::{reference as red, ReduceOp};
 use fucina_core::kernels::{concat, matmul, softmax};
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -202,7 +203,7 @@ fn affordable(numel: usize) -> bool {
 }
 
 fn exec<T: Float>(prog: &Program) -> Result<(), String> {
-    let ctx = ExecContext::with_threads(prog.threads).map_err(|e| e.to_string())?;
+    let ctx = TestCtx::with_threads(prog.threads).map_err(|e| e.to_string())?;
     ctx.pool().set_memory_limit(Some(LIMIT));
     let tol = if T::DTYPE == DType::F64 { 1e-9 } else { 2e-4 };
     {

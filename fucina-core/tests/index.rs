@@ -7,6 +7,7 @@ use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 mod common;
 use common::{bits, rand_t, sizes};
+use fucina_core::testing::TestCtx;
 
 fn rand_ids(rng: &mut SplitMix64, n: usize, bound: usize) -> Vec<i64> {
     (0..n).map(|_| rng.below(bound as u64) as i64).collect()
@@ -26,7 +27,7 @@ fn transposed<T: Element>(
 }
 
 fn index_select_case<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(1);
     for &a in sizes() {
         for &n in &[1usize, 7, 33] {
@@ -54,7 +55,6 @@ fn index_select_case<T: Float>() {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn index_select_matches_reference_f64() {
 
 #[test]
 fn index_select_any_dtype_and_strided_index() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(2);
     let shape = [17usize, 6];
     // A stride-2 index view (every other element of a longer index).
@@ -96,11 +96,10 @@ fn index_select_any_dtype_and_strided_index() {
         .unwrap();
     assert_eq!(y.to_vec::<fucina_core::bf16>().unwrap(), want);
     drop((idx_full, idx, xi, xu, xh, y, yi, yu));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn embedding_case<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(3);
     for &v in sizes() {
         for &d in &[1usize, 16, 33] {
@@ -120,7 +119,6 @@ fn embedding_case<T: Float>() {
             assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -134,8 +132,8 @@ fn embedding_matches_reference_f64() {
 }
 
 fn index_add_case<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(4);
     for &a in sizes() {
         for &n in &[1usize, 17, 257] {
@@ -159,8 +157,6 @@ fn index_add_case<T: Float>() {
             }
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
@@ -175,7 +171,7 @@ fn index_add_matches_reference_and_threads_f64() {
 
 #[test]
 fn index_add_duplicate_sums_are_exact() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let src = ctx
         .from_slice(&[1.0f64, 2.0, 4.0, 8.0, 16.0, 32.0], &[6, 1])
         .unwrap();
@@ -183,12 +179,11 @@ fn index_add_duplicate_sums_are_exact() {
     let y = ctx.index_add(&[4, 1], 0, &idx, &src).unwrap();
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![18.0, 32.0, 13.0, 0.0]);
     drop((src, idx, y));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn embedding_backward_case<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(5);
     for &v in sizes() {
         for &d in &[1usize, 16, 65] {
@@ -211,8 +206,6 @@ fn embedding_backward_case<T: Float>() {
             assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
@@ -227,8 +220,8 @@ fn embedding_backward_matches_reference_and_threads_f64() {
 
 #[test]
 fn embedding_backward_large_is_thread_invariant() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(6);
     let ids = rand_ids(&mut rng, 2048, 65);
     let idx = c1.from_slice(&ids, &[8, 256]).unwrap();
@@ -240,12 +233,11 @@ fn embedding_backward_large_is_thread_invariant() {
         bits(&y2.to_vec::<f32>().unwrap())
     );
     drop((idx, g, y1, y2));
-    assert_eq!(c1.stats().outstanding, 0);
 }
 
 fn gather_scatter_case<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(7);
     for &a in sizes() {
         for axis in 0..3 {
@@ -281,8 +273,6 @@ fn gather_scatter_case<T: Float>() {
             assert_eq!(bits(&y2.to_vec::<T>().unwrap()), bits(&want));
         }
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
@@ -297,8 +287,8 @@ fn gather_scatter_add_match_reference_f64() {
 
 #[test]
 fn scatter_add_large_parallel_paths_are_thread_invariant() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(8);
     // Long rows (k*inner >= chunk: j-blocks) and short rows (o groups).
     for (shape, ishape, axis) in [
@@ -321,13 +311,11 @@ fn scatter_add_large_parallel_paths_are_thread_invariant() {
             reference::gather(&y2.to_vec::<f32>().unwrap(), &shape, axis, &ids, &ishape).unwrap();
         assert_eq!(bits(&g.to_vec::<f32>().unwrap()), bits(&want_g));
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
 fn gather_any_dtype() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let x = ctx
         .from_slice(&[10i32, 11, 12, 20, 21, 22], &[2, 3])
         .unwrap();
@@ -335,12 +323,11 @@ fn gather_any_dtype() {
     let y = ctx.gather(&x, 1, &idx).unwrap();
     assert_eq!(y.to_vec::<i32>().unwrap(), vec![12, 12, 20, 21]);
     drop((x, idx, y));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn one_hot_matches_reference() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let mut rng = SplitMix64::new(9);
     for &c in sizes() {
         let ids = rand_ids(&mut rng, 6, c);
@@ -357,7 +344,6 @@ fn one_hot_matches_reference() {
             reference::one_hot::<u8>(&ids, c).unwrap()
         );
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn is_out_of_range<T: std::fmt::Debug>(r: Result<T, Error>, bad: i64) {
@@ -372,7 +358,7 @@ fn is_out_of_range<T: std::fmt::Debug>(r: Result<T, Error>, bad: i64) {
 
 #[test]
 fn bad_indices_are_errors() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let x = ctx.zeros(DType::F32, &[4, 3]).unwrap();
     for bad in [-1i64, 4, 1 << 40, i64::MIN] {
         let idx = ctx.from_slice(&[0i64, bad, 1], &[3]).unwrap();
@@ -416,5 +402,4 @@ fn bad_indices_are_errors() {
         Err(Error::UnsupportedDType { .. })
     ));
     drop((x, idx32, fidx, idx, wrong, big, xi));
-    assert_eq!(ctx.stats().outstanding, 0);
 }

@@ -8,6 +8,7 @@ mod common;
 use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
 use fucina_core::kernels::loss::{reference as r, CrossEntropyOpts, Reduction};
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
@@ -117,7 +118,7 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, seed: u64, what: &str) {
 }
 
 fn sizes_and_views<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for (k, &c) in SIZES.iter().enumerate() {
         for n in [1, 3, 17] {
             let x = tensor::<T>(&ctx, &randn(k as u64 * 13 + n as u64, n * c, 3.0), &[n, c]);
@@ -143,7 +144,6 @@ fn sizes_and_views<T: Float>() {
         let x = tensor::<T>(&ctx, &randn(500 + k as u64, n * 33, 3.0), &[n, 33]);
         check::<T>(&ctx, &x, k as u64, &format!("[{n}, 33]"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn matches_reference_f64() {
 
 #[test]
 fn strided_targets_and_large_logits() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let (n, c) = (5, 4);
     // Targets read from a stride-2 view.
     let tbase = ctx
@@ -177,13 +177,12 @@ fn strided_targets_and_large_logits() {
         "{l} vs {want:?}"
     );
     drop((tbase, t, x, loss));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 /// Central differences of L = Σ gy · loss(x) against the analytic gradient.
 #[test]
 fn backward_matches_finite_differences() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let (n, c) = (5, 4);
     let xv = randn(21, n * c, 2.0);
     let x = ctx.from_slice(&xv, &[n, c]).unwrap();
@@ -226,12 +225,11 @@ fn backward_matches_finite_differences() {
         }
     }
     drop(x);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn all_ignored_gives_zero_loss_and_zero_grad() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let x = ctx.from_slice(&randn(3, 12, 1.0), &[3, 4]).unwrap();
     let t = ctx.from_slice(&[-100i64; 3], &[3]).unwrap();
     for reduction in REDUCTIONS {
@@ -256,12 +254,11 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
         assert!(g.to_vec::<f64>().unwrap().iter().all(|&v| v == 0.0));
     }
     drop((x, t));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn deterministic<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let (n, c) = (2048, 65);
     let xv = randn(8, n * c, 4.0);
     let tv = targets(9, n, c, Some((-100, 7)));
@@ -292,8 +289,6 @@ fn deterministic<T: Float>() {
         outs.push(res);
     }
     assert_eq!(outs[0], outs[1]);
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
@@ -304,7 +299,7 @@ fn bitwise_identical_across_thread_counts() {
 
 #[test]
 fn rejects_bad_inputs() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let x = ctx.from_slice(&[0.5f32; 6], &[2, 3]).unwrap();
     let opts = CrossEntropyOpts::default();
     let bad = ctx.from_slice(&[0i64, 3], &[2]).unwrap();
@@ -369,5 +364,4 @@ fn rejects_bad_inputs() {
         Err(Error::DTypeMismatch { .. })
     ));
     drop((x, bad, neg, ig, tf, t3, x3, good, saved, gy_bad, gy64));
-    assert_eq!(ctx.stats().outstanding, 0);
 }

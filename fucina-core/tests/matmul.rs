@@ -5,6 +5,7 @@
 
 use fucina_core::kernels::matmul::reference;
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 const ALL_SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
@@ -62,7 +63,7 @@ fn triples() -> Vec<(usize, usize, usize)> {
 }
 
 fn matmul_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(11);
     for (m, k, n) in triples() {
         let a = rand_tensor::<T>(&ctx, &mut rng, &[m, k]);
@@ -71,7 +72,6 @@ fn matmul_vs_reference<T: Float>() {
         let refr = reference::matmul::<T>(&ctx, &a, &b).unwrap();
         assert_close::<T>(&fast, &refr, k, 1.0, &format!("{m}x{k}x{n}"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn matmul_matches_reference_f64() {
 
 /// Aᵀ·B, A·Bᵀ, Aᵀ·Bᵀ and narrowed (strided, offset) operands, without any copy by the caller.
 fn transposed_and_narrowed<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(12);
     // Under valgrind (FUCINA_REDUCED_SIZES) every fourth triple: this test is the slowest there.
     let step = if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
@@ -126,7 +126,6 @@ fn transposed_and_narrowed<T: Float>() {
             assert_close::<T>(&fast, &refr, k, 1.0, &format!("{name} {m}x{k}x{n}"));
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -141,7 +140,7 @@ fn transposed_and_narrowed_f64() {
 
 /// Batched with broadcast batch dims (stride-0 batch) and a rank difference.
 fn batched_broadcast<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(13);
     for &(m, k, n) in &[(3, 7, 5), (17, 33, 16), (65, 31, 63), (1, 257, 15)] {
         let a = rand_tensor::<T>(&ctx, &mut rng, &[2, 1, m, k]);
@@ -176,7 +175,6 @@ fn batched_broadcast<T: Float>() {
             "broadcast_to batch must equal implicit broadcast"
         );
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -191,7 +189,7 @@ fn batched_broadcast_f64() {
 
 /// C = alpha·A·B + beta·C into fresh and non-contiguous outputs; beta == 0 ignores NaN in C.
 fn alpha_beta<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(14);
     for &(m, k, n) in &[
         (7, 15, 33),
@@ -231,7 +229,6 @@ fn alpha_beta<T: Float>() {
         reference::gemm::<T>(1.5, &a, &b, -1.0, &mut refr).unwrap();
         assert_close::<T>(&ct, &refr, k, 4.0, &format!("col-major C {m}x{k}x{n}"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -245,7 +242,7 @@ fn alpha_beta_f64() {
 }
 
 fn linear_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(15);
     for &(rows, k, n) in &[
         (1, 3, 7),
@@ -278,7 +275,6 @@ fn linear_vs_reference<T: Float>() {
         let refr = reference::linear::<T>(&ctx, &xt, &w, Some(&bias)).unwrap();
         assert_close::<T>(&fast, &refr, k, 2.0, &format!("linear xt {rows}x{k}x{n}"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -293,7 +289,7 @@ fn linear_matches_reference_f64() {
 
 #[test]
 fn matmul_vectors_like_torch() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let a = ctx
         .arange::<f32>(0.0, 6.0, 1.0)
         .unwrap()
@@ -311,14 +307,13 @@ fn matmul_vectors_like_torch() {
     assert_eq!(dot.shape(), &[] as &[usize]);
     assert_eq!(dot.item::<f32>().unwrap(), 14.0);
     drop((a, v, w, mv, vm, dot));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 /// Results are bitwise identical on 1 and 2 threads, for shapes large enough to be tiled.
 fn thread_determinism<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
-    let c3 = ExecContext::with_threads(3).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
+    let c3 = TestCtx::with_threads(3).unwrap();
     let mut rng = SplitMix64::new(16);
     for &(batch, m, k, n) in &[
         (1usize, 300usize, 257usize, 520usize),
@@ -390,7 +385,7 @@ fn bitwise_equal_across_threads_f64() {
 /// Shapes spanning several K steps and column blocks of the packed path, on transposed views,
 /// with alpha and beta, against the reference.
 fn large_blocks<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(23);
     let shapes: &[(usize, usize, usize)] = if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
         // Still two K steps, two column blocks and two row blocks, at sizes valgrind runs quickly.
@@ -412,7 +407,6 @@ fn large_blocks<T: Float>() {
         let refr = reference::matmul::<T>(&ctx, &at, &bt).unwrap();
         assert_close::<T>(&fast, &refr, k, 1.0, &format!("a·bᵀ {m}x{k}x{n}"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -454,7 +448,7 @@ fn every_gemm_path_passes_this_suite() {
 
 #[test]
 fn errors_are_structured() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let a = ctx.zeros(DType::F32, &[3, 4]).unwrap();
     let b = ctx.zeros(DType::F32, &[5, 6]).unwrap();
     match ctx.matmul(&a, &b) {
@@ -535,12 +529,11 @@ fn errors_are_structured() {
     drop((
         a, b, bd, ai, bi, s, ab, bb, b2, c_bad, c_owner, c_shared, c_overlap, v, c2, w, w4, bias,
     ));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn empty_dimensions() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let a = ctx.zeros(DType::F32, &[0, 4]).unwrap();
     let b = ctx.ones(DType::F32, &[4, 3]).unwrap();
     assert_eq!(ctx.matmul(&a, &b).unwrap().shape(), &[0, 3]);
@@ -550,5 +543,4 @@ fn empty_dimensions() {
     let z = ctx.matmul(&a0, &b0).unwrap();
     assert_eq!(z.to_vec::<f64>().unwrap(), vec![0.0; 6]);
     drop((a, b, a0, b0, z));
-    assert_eq!(ctx.stats().outstanding, 0);
 }

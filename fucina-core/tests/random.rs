@@ -4,6 +4,7 @@
 
 use fucina_core::kernels::random::reference as r;
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
@@ -17,7 +18,7 @@ fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
 }
 
 fn dropout_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in &SIZES {
         let d: Vec<T> = SplitMix64::new(n as u64)
             .vec_uniform(3 * n, 0.5, 2.0)
@@ -59,7 +60,6 @@ fn dropout_vs_reference<T: Float>() {
         .collect();
     assert_eq!(bits::<T>(&y), want);
     drop((x, y));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn dropout_matches_reference_f64() {
 
 #[test]
 fn dropout_keep_rate_scale_and_mask_rule() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         let n = 200_000;
         let x = ctx.ones(DType::F64, &[n]).unwrap();
@@ -96,12 +96,11 @@ fn dropout_keep_rate_scale_and_mask_rule() {
         let b = ctx.dropout(&x, 0.5, 2).unwrap().to_vec::<f64>().unwrap();
         assert_ne!(a, b);
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn dropout_p_zero_and_errors() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let x = ctx.ones(DType::F32, &[4]).unwrap();
         let y = ctx.dropout(&x, 0.0, 3).unwrap();
@@ -144,11 +143,10 @@ fn dropout_p_zero_and_errors() {
             Err(Error::InvalidArgument { .. })
         ));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn fills_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in SIZES.iter().chain(&[70_000]) {
         let u = ctx.rand_uniform(T::DTYPE, &[n], -2.0, 3.0, 11).unwrap();
         assert_eq!(u.shape(), &[n]);
@@ -165,7 +163,6 @@ fn fills_vs_reference<T: Float>() {
             .collect();
         assert_eq!(bits::<T>(&g), want);
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -180,7 +177,7 @@ fn fills_match_reference_f64() {
 
 #[test]
 fn fill_distributions() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         let n = 200_000;
         let u = ctx
@@ -201,13 +198,12 @@ fn fill_distributions() {
         assert!((mean - 2.0).abs() < 0.03, "normal mean {mean}");
         assert!((var.sqrt() - 3.0).abs() < 0.03, "normal std {}", var.sqrt());
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn thread_count_determinism() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let run = |ctx: &ExecContext| -> Vec<Vec<u64>> {
         let x = ctx
             .rand_uniform(DType::F32, &[300, 400], 0.0, 1.0, 1)
@@ -221,6 +217,4 @@ fn thread_count_determinism() {
         ]
     };
     assert_eq!(run(&c1), run(&c2));
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }

@@ -9,6 +9,7 @@ use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 mod common;
 use common::{make, Layout, LAYOUTS, SIZES};
+use fucina_core::testing::TestCtx;
 const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 
 fn data(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
@@ -44,7 +45,7 @@ fn expected_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> 
 }
 
 fn reduce_vs_reference<T: Float>(eps: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in &SIZES {
         let shapes: Vec<Vec<usize>> = vec![
             vec![n],
@@ -87,7 +88,6 @@ fn reduce_vs_reference<T: Float>(eps: f64) {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -102,7 +102,7 @@ fn reduce_matches_reference_f64() {
 
 #[test]
 fn reduce_large_matches_reference() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     // Long runs (block partials), tall columns (row blocks), and a general permuted case.
     for (shape, axes) in [
         (vec![200_000], vec![]),
@@ -137,12 +137,11 @@ fn reduce_large_matches_reference() {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn empty_axes_nan_and_errors() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let e = ctx.zeros(DType::F32, &[3, 0]).unwrap();
         let s = ctx.reduce(&e, ReduceOp::Sum, &[1], false).unwrap();
@@ -227,12 +226,11 @@ fn empty_axes_nan_and_errors() {
             4.5
         );
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn sum_to_shape_is_the_broadcast_adjoint() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     {
         let shape = [4, 3, 5];
         let d = data(60, 7, -1.0, 1.0);
@@ -281,11 +279,10 @@ fn sum_to_shape_is_the_broadcast_adjoint() {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn arg_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in &SIZES {
         for shape in [vec![n], vec![3, n], vec![n, 4]] {
             // Coarse values so ties are common: the first extremum must win.
@@ -323,7 +320,6 @@ fn arg_vs_reference<T: Float>() {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -338,7 +334,7 @@ fn argmax_argmin_f64() {
 
 #[test]
 fn argmax_first_of_ties() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let x = ctx
             .from_slice(&[1.0f32, 3.0, 3.0, -2.0, -2.0, 0.0], &[6])
@@ -349,11 +345,10 @@ fn argmax_first_of_ties() {
             vec![3]
         );
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn variance_vs_reference<T: Float>(tol: f64) {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in &SIZES {
         for shape in [vec![n], vec![3, n], vec![2, n, 3]] {
             let d = data(shape.iter().product(), n as u64, 1.0, 3.0);
@@ -381,7 +376,6 @@ fn variance_vs_reference<T: Float>(tol: f64) {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -395,7 +389,7 @@ fn variance_f64() {
 }
 
 fn cumsum_vs_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for &n in &SIZES {
         for shape in [vec![n], vec![3, n], vec![n, 5], vec![2, n, 3]] {
             let d = data(shape.iter().product(), n as u64, -1.0, 1.0);
@@ -422,7 +416,6 @@ fn cumsum_vs_reference<T: Float>() {
             }
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -437,7 +430,7 @@ fn cumsum_f64() {
 
 #[test]
 fn cumsum_reverse_is_the_adjoint() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let shape = [4, 9, 3];
         let xd = data(108, 1, -1.0, 1.0);
@@ -456,15 +449,14 @@ fn cumsum_reverse_is_the_adjoint() {
             assert!((lhs - rhs).abs() < 1e-12);
         }
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 /// The acceptance test of determinism: 1M-element sums, all-axes and per-axis,
 /// in every layout path, and cumsum, bitwise equal on 1 and 2 threads.
 #[test]
 fn thread_count_determinism_1m() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let d = data(1 << 20, 42, -1.0, 1.0);
     let run = |ctx: &ExecContext| -> Vec<Vec<u64>> {
         let mut outs = vec![];
@@ -526,6 +518,4 @@ fn thread_count_determinism_1m() {
     for (i, (x, y)) in o1.iter().zip(&o2).enumerate() {
         assert_eq!(x, y, "output {i} differs between 1 and 2 threads");
     }
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }

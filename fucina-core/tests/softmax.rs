@@ -6,6 +6,7 @@ mod common;
 
 use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
 use fucina_core::kernels::softmax::{exp_f32, exp_f64, reference as r};
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 fn assert_close<T: Float>(got: &[T], want: &[T], what: &str) {
@@ -64,7 +65,7 @@ fn check_all<T: Float>(ctx: &ExecContext, x: &RawTensor, axis: usize, seed: u64,
 }
 
 fn last_axis_sizes<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     for (k, &len) in SIZES.iter().enumerate() {
         for rows in [1, 3, 17] {
             let x = tensor::<T>(
@@ -79,7 +80,6 @@ fn last_axis_sizes<T: Float>() {
         let x = tensor::<T>(&ctx, &randn(900 + k as u64, rows * 33, 4.0), &[rows, 33]);
         check_all::<T>(&ctx, &x, 1, k as u64, &format!("[{rows}, 33]"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn last_axis_matches_reference_f64() {
 }
 
 fn other_axes_and_views<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     // Every axis of a rank-3 tensor.
     let x = tensor::<T>(&ctx, &randn(1, 5 * 7 * 3, 3.0), &[5, 7, 3]);
     for axis in 0..3 {
@@ -121,7 +121,6 @@ fn other_axes_and_views<T: Float>() {
         check_all::<T>(&ctx, &xb, 1, 6, &format!("broadcast len {len}"));
         check_all::<T>(&ctx, &xb, 0, 7, &format!("broadcast axis 0 len {len}"));
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -136,7 +135,7 @@ fn other_axes_and_views_f64() {
 
 #[test]
 fn stable_for_large_and_infinite_logits() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let x = ctx
         .from_slice(&[1000.0f32, 1001.0, f32::NEG_INFINITY, -1000.0], &[1, 4])
         .unwrap();
@@ -165,7 +164,6 @@ fn stable_for_large_and_infinite_logits() {
         .unwrap();
     assert_eq!(l2, vec![f64::NEG_INFINITY, f64::INFINITY]);
     drop((x, x2));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 /// Central differences of L(x) = Σ gy · f(x) against an analytic backward.
@@ -195,7 +193,7 @@ fn assert_fd(got: &[f64], want: &[f64], what: &str) {
 
 #[test]
 fn backward_matches_finite_differences() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     for (shape, axis) in [
         (vec![3usize, 5], 1usize),
         (vec![3, 5], 0),
@@ -265,11 +263,10 @@ fn backward_matches_finite_differences() {
         });
         assert_fd(&lg, &num, "log_softmax_causal_backward");
     }
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 fn causal_matches_reference<T: Float>() {
-    let ctx = ExecContext::with_threads(2).unwrap();
+    let ctx = TestCtx::with_threads(2).unwrap();
     let mut shapes = vec![
         vec![2usize, 5, 5],
         vec![3, 4, 7],
@@ -328,7 +325,6 @@ fn causal_matches_reference<T: Float>() {
     assert!(y[..9].iter().all(|&v| v == T::ZERO));
     assert!((y[9].to_f64() - 1.0).abs() < 1e-6 && y[10] == T::ZERO);
     drop(x);
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
@@ -342,8 +338,8 @@ fn causal_matches_reference_f64() {
 }
 
 fn deterministic<T: Float>() {
-    let c1 = ExecContext::with_threads(1).unwrap();
-    let c2 = ExecContext::with_threads(2).unwrap();
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
     let (rows, cols) = (256, 300);
     let xv = randn(42, rows * cols, 5.0);
     let gyv = randn(43, rows * cols, 1.0);
@@ -367,8 +363,6 @@ fn deterministic<T: Float>() {
         out.push(res);
     }
     assert_eq!(out[0], out[1]);
-    assert_eq!(c1.stats().outstanding, 0);
-    assert_eq!(c2.stats().outstanding, 0);
 }
 
 #[test]
@@ -379,7 +373,7 @@ fn bitwise_identical_across_thread_counts() {
 
 #[test]
 fn rejects_bad_inputs() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let x = ctx.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     assert!(matches!(
         ctx.softmax(&x, 2),
@@ -420,7 +414,6 @@ fn rejects_bad_inputs() {
         .unwrap();
     assert_eq!(l, vec![f64::NEG_INFINITY; 3]);
     drop((x, xi, g64, g3, v, e, e2));
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]

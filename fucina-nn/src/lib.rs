@@ -43,7 +43,6 @@ pub mod gpt;
 pub mod gradcheck;
 pub mod init;
 pub mod linear;
-pub mod lora;
 pub mod module;
 pub mod norm;
 pub mod sequential;
@@ -61,6 +60,8 @@ pub use fucina_nn_derive::Module;
 pub use gpt::{Gpt, GptConfig};
 pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
 pub use init::{Dist, Init};
+/// LoRA at its historical path (`fucina_nn::lora`); it lives in `linear/`.
+pub use linear::lora;
 pub use linear::Linear;
 pub use lora::{apply_lora, load_adapter, save_adapter, LoraAdapter, LoraConfig};
 pub use module::{Forward, Layer, Mode, Module};

@@ -3,15 +3,22 @@
 //! Wraps autograd's and core's errors and adds I/O, file-format and
 //! state-mismatch variants. Nothing in this crate panics on a bad file: a
 //! missing, truncated or mismatched file is one of these errors.
+//!
+//! One route per failure: a core error is always [`Error::Core`], whether it
+//! came from a core call or through an autograd op (the conversion from
+//! autograd's error unwraps `fucina_autograd::Error::Core`), so
+//! [`Error::Autograd`] never holds a core error.
 
 use std::path::PathBuf;
 
 /// Errors raised by optimizers, schedules, clipping and checkpoints.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An error from autograd (a released tensor, a gradient of the wrong shape, ...).
+    /// An error from autograd (a released tensor, a gradient of the wrong
+    /// shape, a state dict, ...); never `fucina_autograd::Error::Core`, which
+    /// arrives as [`Error::Core`].
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
+    Autograd(fucina_autograd::Error),
     /// A shape, dtype or memory error from the core kernels.
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
@@ -96,6 +103,16 @@ pub enum Error {
     #[cfg(feature = "fault-injection")]
     #[error("injected failure at `{0}`")]
     Injected(&'static str),
+}
+
+impl From<fucina_autograd::Error> for Error {
+    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
+    fn from(e: fucina_autograd::Error) -> Self {
+        match e {
+            fucina_autograd::Error::Core(c) => Error::Core(c),
+            e => Error::Autograd(e),
+        }
+    }
 }
 
 impl From<safetensors::SafeTensorError> for Error {

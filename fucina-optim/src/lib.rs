@@ -58,21 +58,23 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod adam;
+pub mod algo;
 pub mod checkpoint;
 pub mod clip;
 pub mod error;
 pub mod io;
 pub mod kernel;
-pub mod lion;
-pub mod muon;
 pub mod optimizer;
-pub mod rmsprop;
 pub mod schedule;
-pub mod sgd;
 pub mod state;
 
-pub use adam::{Adam, AdamConfig, AdamW};
+pub use algo::adam::{Adam, AdamConfig, AdamW};
+pub use algo::lion::{Lion, LionConfig};
+pub use algo::muon::{Muon, MuonConfig, MuonLrAdjust};
+pub use algo::rmsprop::{RmsProp, RmsPropConfig};
+pub use algo::sgd::{Sgd, SgdConfig};
+/// The update rules' modules at their historical paths (`fucina_optim::sgd`, ...).
+pub use algo::{adam, lion, muon, rmsprop, sgd};
 pub use checkpoint::{
     find_latest, fnv1a64, load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes,
     save_checkpoint, save_model, Checkpoint, FileDigest, LatestCheckpoint, SkippedCheckpoint,
@@ -82,9 +84,5 @@ pub use clip::{clip_grad_norm, clip_grad_value, grad_norm, grads_are_finite};
 pub use error::{Error, Result};
 pub use io::write_atomic;
 pub use kernel::Buf;
-pub use lion::{Lion, LionConfig};
-pub use muon::{Muon, MuonConfig, MuonLrAdjust};
 pub use optimizer::{Algorithm, Optim, Optimizer, ParamGroup, ParamState};
-pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use schedule::Schedule;
-pub use sgd::{Sgd, SgdConfig};

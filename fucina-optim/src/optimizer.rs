@@ -6,81 +6,17 @@
 //! exactly its element count; the global step counter drives the schedules,
 //! the per-parameter step counter drives bias corrections.
 
-use std::fmt::Debug;
 use std::path::Path;
 
 use fucina_autograd::Tensor;
-use fucina_core::{DType, ExecContext, RawTensor};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use fucina_core::DType;
 
+pub use crate::algo::Algorithm;
 use crate::error::{Error, Result};
 use crate::kernel::Buf;
 use crate::schedule::Schedule;
-
-/// An update rule with its hyperparameters (the config of one parameter group).
-///
-/// Implemented by [`SgdConfig`](crate::SgdConfig), [`AdamConfig`](crate::AdamConfig),
-/// [`RmsPropConfig`](crate::RmsPropConfig), [`LionConfig`](crate::LionConfig) and
-/// [`MuonConfig`](crate::MuonConfig); implement it to add an optimizer that gets
-/// groups, schedules, state files and checkpoints for free.
-pub trait Algorithm: Clone + Debug + PartialEq + Serialize + DeserializeOwned + 'static {
-    /// The optimizer's name (written into and checked against state files).
-    const NAME: &'static str;
-    /// The base learning rate.
-    fn lr(&self) -> f64;
-    /// Sets the base learning rate.
-    fn set_lr(&mut self, lr: f64);
-    /// Checks the hyperparameters.
-    fn validate(&self) -> Result<()>;
-    /// The state buffers a parameter of this shape and dtype needs: names and storage dtypes.
-    fn buffers(&self, shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)>;
-    /// Updates one parameter in place. `lr_factor` is the schedule's factor for this
-    /// step, `step` the parameter's step count including this one (1 on its first
-    /// update), `param` and `grad` contiguous with the same shape and dtype, `bufs`
-    /// laid out as [`Algorithm::buffers`] says.
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()>;
-}
-
-/// `Ok` when every `(name, value)` is finite and ≥ 0, else an [`Error::InvalidConfig`]
-/// of `optimizer` naming the first that is not.
-pub(crate) fn non_negative(optimizer: &'static str, values: &[(&str, f64)]) -> Result<()> {
-    match values.iter().find(|(_, x)| !(x.is_finite() && *x >= 0.0)) {
-        Some((name, x)) => Err(Error::config(
-            optimizer,
-            format!("{name} {x} must be finite and ≥ 0"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// `Ok` when `value` lies in `[lo, hi)` (`[lo, hi]` when `inclusive`), else an
-/// [`Error::InvalidConfig`] of `optimizer` naming it. NaN lies nowhere.
-pub(crate) fn within(
-    optimizer: &'static str,
-    name: &str,
-    value: f64,
-    (lo, hi): (f64, f64),
-    inclusive: bool,
-) -> Result<()> {
-    let upper = if inclusive { value <= hi } else { value < hi };
-    if value >= lo && upper {
-        return Ok(());
-    }
-    let close = if inclusive { ']' } else { ')' };
-    Err(Error::config(
-        optimizer,
-        format!("{name} {value} must lie in [{lo}, {hi}{close}"),
-    ))
-}
+pub use crate::state::ParamState;
+use crate::state::{self, GroupView};
 
 /// A group of parameters sharing hyperparameters and a schedule.
 ///
@@ -124,15 +60,6 @@ impl<C> ParamGroup<C> {
         self.schedule = schedule;
         self
     }
-}
-
-/// The state of one parameter: its step count and its buffers.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ParamState {
-    /// Updates applied to this parameter so far.
-    pub step: u64,
-    /// The buffers, in [`Algorithm::buffers`] order (empty before the first update).
-    pub bufs: Vec<Buf>,
 }
 
 /// An optimizer: updates parameters from their gradients.
@@ -399,10 +326,30 @@ impl<A: Algorithm> Optimizer for Optim<A> {
     }
 
     fn state_bytes(&self) -> Result<Vec<u8>> {
-        crate::state::to_bytes(self)
+        let views: Vec<GroupView<'_, A>> = self
+            .groups
+            .iter()
+            .zip(&self.state)
+            .map(|(g, st)| GroupView {
+                config: &g.config,
+                schedule: g.schedule,
+                params: &g.params,
+                state: st,
+            })
+            .collect();
+        state::to_bytes(self.steps, &views)
     }
 
     fn load_state_bytes(&mut self, bytes: &[u8]) -> Result<()> {
-        crate::state::load_bytes(self, bytes)
+        let params: Vec<&[Tensor]> = self.groups.iter().map(|g| g.params.as_slice()).collect();
+        let loaded = state::load_bytes::<A>(bytes, &params)?;
+        // Everything fits: commit.
+        for (g, (config, schedule)) in self.groups.iter_mut().zip(loaded.groups) {
+            g.config = config;
+            g.schedule = schedule;
+        }
+        self.state = loaded.state;
+        self.steps = loaded.steps;
+        Ok(())
     }
 }

@@ -6,17 +6,54 @@
 //! Loading validates everything (optimizer, group and parameter counts,
 //! shapes, dtypes, buffer names, element counts) into a fresh state first and
 //! swaps it in only when all of it fits: a failed load changes nothing.
+//!
+//! This module owns the state I/O and the per-parameter [`ParamState`]; it
+//! sees an optimizer only as its groups (`GroupView`) and hands a load back
+//! as a `Loaded` for [`Optim`](crate::Optim) to commit, so it never names
+//! the optimizer module (which calls it).
 
 use std::collections::HashMap;
 
+use fucina_autograd::Tensor;
 use fucina_core::DType;
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::Algorithm;
 use crate::error::{Error, Result};
 use crate::kernel::Buf;
-use crate::optimizer::{Algorithm, Optim, ParamState};
 use crate::schedule::Schedule;
+
+/// The state of one parameter: its step count and its buffers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ParamState {
+    /// Updates applied to this parameter so far.
+    pub step: u64,
+    /// The buffers, in [`Algorithm::buffers`] order (empty before the first update).
+    pub bufs: Vec<Buf>,
+}
+
+/// One parameter group as the state file sees it.
+pub(crate) struct GroupView<'a, A> {
+    /// The group's hyperparameters.
+    pub config: &'a A,
+    /// The group's schedule.
+    pub schedule: Schedule,
+    /// The group's parameters.
+    pub params: &'a [Tensor],
+    /// Their states, one per parameter.
+    pub state: &'a [ParamState],
+}
+
+/// A state file validated against an optimizer's parameters, ready to commit.
+pub(crate) struct Loaded<A> {
+    /// Per group: the saved config and schedule.
+    pub groups: Vec<(A, Schedule)>,
+    /// Per group, per parameter: the saved state.
+    pub state: Vec<Vec<ParamState>>,
+    /// The global step count.
+    pub steps: u64,
+}
 
 /// The metadata key of the optimizer description.
 pub const METADATA_KEY: &str = "fucina_optim";
@@ -78,13 +115,17 @@ fn tensor_name(g: usize, p: usize, buf: &str) -> String {
     format!("state.{g}.{p}.{buf}")
 }
 
-pub(crate) fn to_bytes<A: Algorithm>(opt: &Optim<A>) -> Result<Vec<u8>> {
-    let mut groups = Vec::with_capacity(opt.groups.len());
+/// The state file of an optimizer at global step `steps` over `groups`.
+pub(crate) fn to_bytes<A: Algorithm>(steps: u64, groups: &[GroupView<'_, A>]) -> Result<Vec<u8>> {
+    let mut metas = Vec::with_capacity(groups.len());
     let mut views: Vec<(String, TensorView<'_>)> = Vec::new();
-    for (gi, g) in opt.groups.iter().enumerate() {
+    for (gi, g) in groups.iter().enumerate() {
         let mut params = Vec::with_capacity(g.params.len());
         for (pi, p) in g.params.iter().enumerate() {
-            let st = &opt.state[gi][pi];
+            let st = g
+                .state
+                .get(pi)
+                .ok_or_else(|| Error::StateMismatch(format!("group {gi} param {pi}: no state")))?;
             let specs = if st.bufs.is_empty() {
                 Vec::new()
             } else {
@@ -110,7 +151,7 @@ pub(crate) fn to_bytes<A: Algorithm>(opt: &Optim<A>) -> Result<Vec<u8>> {
                 buffers: specs.iter().map(|(n, _)| n.to_string()).collect(),
             });
         }
-        groups.push(GroupMeta {
+        metas.push(GroupMeta {
             config: g.config.clone(),
             schedule: g.schedule,
             params,
@@ -119,15 +160,17 @@ pub(crate) fn to_bytes<A: Algorithm>(opt: &Optim<A>) -> Result<Vec<u8>> {
     let meta = Meta {
         format: FORMAT,
         optimizer: A::NAME.to_string(),
-        step: opt.steps,
-        groups,
+        step: steps,
+        groups: metas,
     };
     let mut md = HashMap::new();
     md.insert(METADATA_KEY.to_string(), serde_json::to_string(&meta)?);
     Ok(safetensors::serialize(views, &Some(md))?)
 }
 
-pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Result<()> {
+/// Reads and validates a state file for an optimizer whose groups hold
+/// `params`; nothing is committed (see [`Loaded`]).
+pub(crate) fn load_bytes<A: Algorithm>(bytes: &[u8], params: &[&[Tensor]]) -> Result<Loaded<A>> {
     let st = SafeTensors::deserialize(bytes)?;
     let (_, header) = SafeTensors::read_metadata(bytes)?;
     let md = header
@@ -164,27 +207,27 @@ pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Resu
             A::NAME
         )));
     }
-    if meta.groups.len() != opt.groups.len() {
+    if meta.groups.len() != params.len() {
         return Err(Error::StateMismatch(format!(
             "{} param groups saved, optimizer has {}",
             meta.groups.len(),
-            opt.groups.len()
+            params.len()
         )));
     }
     let mut new_state = Vec::with_capacity(meta.groups.len());
     let mut used = 0usize;
-    for (gi, (gm, g)) in meta.groups.iter().zip(&opt.groups).enumerate() {
+    for (gi, (gm, g_params)) in meta.groups.iter().zip(params).enumerate() {
         gm.config.validate()?;
         gm.schedule.validate()?;
-        if gm.params.len() != g.params.len() {
+        if gm.params.len() != g_params.len() {
             return Err(Error::StateMismatch(format!(
                 "group {gi}: {} params saved, optimizer has {}",
                 gm.params.len(),
-                g.params.len()
+                g_params.len()
             )));
         }
-        let mut states = Vec::with_capacity(g.params.len());
-        for (pi, (pm, p)) in gm.params.iter().zip(&g.params).enumerate() {
+        let mut states = Vec::with_capacity(g_params.len());
+        for (pi, (pm, p)) in gm.params.iter().zip(g_params.iter()).enumerate() {
             if pm.shape != p.shape() || pm.dtype != p.dtype().name() {
                 return Err(Error::StateMismatch(format!(
                     "group {gi} param {pi}: saved {:?} {}, parameter is {:?} {}",
@@ -245,12 +288,13 @@ pub(crate) fn load_bytes<A: Algorithm>(opt: &mut Optim<A>, bytes: &[u8]) -> Resu
             st.len()
         )));
     }
-    // Everything fits: commit.
-    for (g, gm) in opt.groups.iter_mut().zip(meta.groups) {
-        g.config = gm.config;
-        g.schedule = gm.schedule;
-    }
-    opt.state = new_state;
-    opt.steps = meta.step;
-    Ok(())
+    Ok(Loaded {
+        groups: meta
+            .groups
+            .into_iter()
+            .map(|gm| (gm.config, gm.schedule))
+            .collect(),
+        state: new_state,
+        steps: meta.step,
+    })
 }

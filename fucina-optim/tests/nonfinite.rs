@@ -2,13 +2,13 @@
 //! `Optimizer::step_if_finite` leave parameters, moments and the step count
 //! untouched on NaN or infinity, and step normally otherwise.
 
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{ScopeExt, Tensor};
-use fucina_core::ExecContext;
 use fucina_optim::{grads_are_finite, AdamConfig, AdamW, Optimizer};
 
 #[test]
 fn a_step_with_non_finite_gradients_is_skipped_and_changes_nothing() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let w = Tensor::variable(&ctx, &[0.5f32, -0.5], &[2]).unwrap();
     let b = Tensor::variable(&ctx, &[0.1f32], &[1]).unwrap();
     let mut opt = AdamW::single(vec![w.clone(), b.clone()], AdamConfig::adamw(0.1)).unwrap();
@@ -59,5 +59,4 @@ fn a_step_with_non_finite_gradients_is_skipped_and_changes_nothing() {
     assert_eq!(opt.step_count(), 1);
     opt.zero_grad();
     drop((opt, w, b));
-    assert_eq!(ctx.stats().outstanding, 0);
 }

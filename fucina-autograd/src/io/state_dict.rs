@@ -16,7 +16,7 @@ use safetensors::tensor::TensorView;
 use super::file::{st_name, SafetensorsFile};
 use super::fs::write_atomic;
 use super::StateDictError;
-use crate::error::Result;
+use crate::error::{KeyMismatch, Result};
 use crate::Tensor;
 
 /// Which stored dtypes may load into a parameter of another dtype.
@@ -96,33 +96,6 @@ impl LoadOptions {
             }
         }
         key.to_string()
-    }
-}
-
-/// A key present in both the file and the model whose shape or dtype do not fit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeyMismatch {
-    /// The model's name.
-    pub key: String,
-    /// The key as stored in the file (differs when a prefix rule applied).
-    pub file_key: String,
-    /// The stored dtype as the file spells it.
-    pub file_dtype: String,
-    /// The stored shape.
-    pub file_shape: Vec<usize>,
-    /// The parameter's dtype.
-    pub param_dtype: DType,
-    /// The parameter's shape.
-    pub param_shape: Vec<usize>,
-}
-
-impl std::fmt::Display for KeyMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "`{}`: file has {} {:?}, model has {} {:?}",
-            self.file_key, self.file_dtype, self.file_shape, self.param_dtype, self.param_shape
-        )
     }
 }
 

@@ -6,9 +6,9 @@ pub use fucina_core::kernels::attention::AttentionOpts;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// P = softmax(QKᵀ·s + M), O = P·V, saved lse = ln Σ_j e^(QKᵀ·s + M)_ij; P is recomputed
 /// as e^(QKᵀ·s + M − lse). With Δ = rowsum(gO ⊙ O) (= rowsum(gP ⊙ P)):

@@ -4,9 +4,9 @@
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// concat: g_i = gy[.., offset_i .. offset_i + len_i, ..] (views).
 struct ConcatBackward {

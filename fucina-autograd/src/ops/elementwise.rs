@@ -6,9 +6,9 @@ use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{record, Backward, Grads};
 use crate::ops::same_dtype;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// Backward of a pointwise unary op: gx = gy · f'(x), with f' evaluated by the
 /// kernel tier from the saved input or output (whichever the formula needs).
@@ -179,7 +179,7 @@ impl Tensor {
     pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
         let m = self.ctx().compare(&self.value()?, &other.value()?, op)?;
         let t = Tensor::from_raw(self.ctx(), m, false);
-        crate::scope::adopt(&t);
+        crate::tape::scope::adopt(&t);
         Ok(t)
     }
 

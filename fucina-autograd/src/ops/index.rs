@@ -5,10 +5,10 @@ use fucina_core::shape::Dims;
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
 use crate::ops::elementwise::not_differentiable;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 fn check_index(op: &'static str, idx: &Tensor) -> Result<()> {
     if idx.requires_grad() {
@@ -181,7 +181,7 @@ impl Tensor {
     pub fn one_hot(&self, classes: usize, dtype: DType) -> Result<Tensor> {
         let y = self.ctx().one_hot(&self.value()?, classes, dtype)?;
         let t = Tensor::from_raw(self.ctx(), y, false);
-        crate::scope::adopt(&t);
+        crate::tape::scope::adopt(&t);
         Ok(t)
     }
 }

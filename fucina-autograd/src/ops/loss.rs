@@ -5,9 +5,9 @@ use fucina_core::kernels::loss::{CrossEntropyOpts, CrossEntropySaved, Reduction}
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{record, Backward, Grads};
 use crate::ops::elementwise::not_differentiable;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// dlogits = gy · (softmax(x) − target distribution) [/ count for mean];
 /// ignored rows get 0.

@@ -5,9 +5,9 @@ use fucina_core::kernels::reduce::ReduceOp;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::same_dtype;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// The last two axes swapped (a view).
 fn t_last(x: &RawTensor) -> Result<RawTensor> {

@@ -18,7 +18,7 @@ pub mod softmax;
 use fucina_core::shape::normalize_axis;
 
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tape::tensor::Tensor;
 
 /// Resolves a possibly negative axis of `t`.
 pub(crate) fn axis_of(op: &'static str, t: &Tensor, axis: isize) -> Result<usize> {

@@ -4,8 +4,8 @@
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// x̂ = (x − μ)·r, y = x̂·w + b:
 /// gx = r·(g̃ − mean(g̃) − x̂·mean(g̃ ⊙ x̂)) with g̃ = gy ⊙ w; gw = Σ gy ⊙ x̂; gb = Σ gy.

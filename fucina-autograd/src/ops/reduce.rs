@@ -6,9 +6,9 @@ use fucina_core::shape::Dims;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::axes_of;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// The shape `gy` has with the reduced axes kept as size 1.
 fn keepdim_shape(in_shape: &[usize], axes: &[usize]) -> Dims {
@@ -186,7 +186,7 @@ impl Tensor {
             &[a],
             keepdim,
         )?;
-        let record_needed = crate::graph::should_record(&[self]);
+        let record_needed = crate::tape::graph::should_record(&[self]);
         let idx = if record_needed {
             Some(if max {
                 ctx.argmax(&x, a, true)?
@@ -235,7 +235,7 @@ impl Tensor {
             self.ctx().argmax(&self.value()?, a, keepdim)?,
             false,
         );
-        crate::scope::adopt(&t);
+        crate::tape::scope::adopt(&t);
         Ok(t)
     }
 

@@ -7,9 +7,9 @@ use fucina_core::{Error as CoreError, ExecContext, RawTensor};
 
 use crate::dims::{resolve_shape, IntoShape};
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// reshape/squeeze/unsqueeze/flatten: gx = reshape(gy, input shape).
 struct ReshapeBackward {

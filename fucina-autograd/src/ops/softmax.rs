@@ -3,9 +3,9 @@
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::graph::{record, Backward, Grads};
 use crate::ops::axis_of;
-use crate::tensor::Tensor;
+use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::tensor::Tensor;
 
 /// softmax: gx = y ⊙ (gy − Σ gy ⊙ y); log_softmax: gx = gy − exp(y) ⊙ Σ gy.
 /// The causal variants share these formulas; masked entries get no gradient

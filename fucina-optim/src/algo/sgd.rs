@@ -8,12 +8,13 @@
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
     Moment,
 };
-use crate::optimizer::{non_negative, Algorithm, Optim};
+use crate::optimizer::Optim;
 
 /// Hyperparameters of SGD (one parameter group); defaults are PyTorch's.
 ///
@@ -64,32 +65,17 @@ impl SgdConfig {
 /// Stochastic gradient descent.
 pub type Sgd = Optim<SgdConfig>;
 
-impl Algorithm for SgdConfig {
-    const NAME: &'static str = "sgd";
-
-    fn lr(&self) -> f64 {
-        self.lr
+impl Hyperparams for SgdConfig {
+    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
+        vec![
+            ("lr", self.lr, Bound::NonNegative),
+            ("momentum", self.momentum, Bound::NonNegative),
+            ("weight_decay", self.weight_decay, Bound::NonNegative),
+            ("dampening", self.dampening, Bound::Finite),
+        ]
     }
 
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn validate(&self) -> Result<()> {
-        non_negative(
-            "sgd",
-            &[
-                ("lr", self.lr),
-                ("momentum", self.momentum),
-                ("weight_decay", self.weight_decay),
-            ],
-        )?;
-        if !self.dampening.is_finite() {
-            return Err(Error::config(
-                "sgd",
-                format!("dampening {} must be finite", self.dampening),
-            ));
-        }
+    fn cross_checks(&self) -> Result<()> {
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::config(
                 "sgd",
@@ -98,6 +84,10 @@ impl Algorithm for SgdConfig {
         }
         Ok(())
     }
+}
+
+impl Algorithm for SgdConfig {
+    hyperparam_glue!("sgd");
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
         if self.momentum != 0.0 {

@@ -12,13 +12,14 @@
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
 
-use crate::adam::AdamConfig;
+use crate::algo::adam::AdamConfig;
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{non_negative, within, Algorithm, Optim};
+use crate::optimizer::Optim;
 
 /// How Muon scales its learning rate by the matrix shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -100,27 +101,17 @@ impl MuonConfig {
 /// Muon with an AdamW fallback.
 pub type Muon = Optim<MuonConfig>;
 
-impl Algorithm for MuonConfig {
-    const NAME: &'static str = "muon";
-
-    fn lr(&self) -> f64 {
-        self.lr
+impl Hyperparams for MuonConfig {
+    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
+        vec![
+            ("lr", self.lr, Bound::NonNegative),
+            ("weight_decay", self.weight_decay, Bound::NonNegative),
+            ("eps", self.eps, Bound::NonNegative),
+            ("momentum", self.momentum, Bound::HalfOpen(0.0, 1.0)),
+        ]
     }
 
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn validate(&self) -> Result<()> {
-        non_negative(
-            "muon",
-            &[
-                ("lr", self.lr),
-                ("weight_decay", self.weight_decay),
-                ("eps", self.eps),
-            ],
-        )?;
-        within("muon", "momentum", self.momentum, (0.0, 1.0), false)?;
+    fn cross_checks(&self) -> Result<()> {
         let (a, b, c) = self.ns_coefficients;
         if !(a.is_finite() && b.is_finite() && c.is_finite()) {
             return Err(Error::config(
@@ -130,6 +121,10 @@ impl Algorithm for MuonConfig {
         }
         self.adamw.validate()
     }
+}
+
+impl Algorithm for MuonConfig {
+    hyperparam_glue!("muon");
 
     fn buffers(&self, shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
         if self.is_muon(shape) {

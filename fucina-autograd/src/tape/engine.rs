@@ -33,8 +33,8 @@ use std::sync::Arc;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::{EdgeTarget, Node};
-use crate::tensor::{lock, Tensor, TensorInner};
+use crate::tape::graph::{EdgeTarget, Node};
+use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// Adds `g` into `slot` (first contribution is stored as is; later ones in place when possible).
 pub(crate) fn accumulate(
@@ -251,7 +251,7 @@ fn run(
         drop(bw); // saved activations go back to the pool now
         drop(gy); // the interior gradient is consumed
         if anomaly {
-            crate::anomaly::check_grads(&ctx, node, &grads)?;
+            crate::anomaly::check_grads(&ctx, node.name, node.seq, &grads)?;
         }
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };

@@ -10,12 +10,13 @@
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{non_negative, within, Algorithm, Optim};
+use crate::optimizer::Optim;
 
 /// Hyperparameters of Adam / AdamW (one parameter group).
 ///
@@ -86,30 +87,21 @@ pub type Adam = Optim<AdamConfig>;
 /// AdamW (decoupled weight decay): the same optimizer with `decoupled: true`.
 pub type AdamW = Optim<AdamConfig>;
 
-impl Algorithm for AdamConfig {
-    const NAME: &'static str = "adam";
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn validate(&self) -> Result<()> {
+impl Hyperparams for AdamConfig {
+    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
         let (b1, b2) = self.betas;
-        within("adam", "beta1", b1, (0.0, 1.0), false)?;
-        within("adam", "beta2", b2, (0.0, 1.0), false)?;
-        non_negative(
-            "adam",
-            &[
-                ("lr", self.lr),
-                ("eps", self.eps),
-                ("weight_decay", self.weight_decay),
-            ],
-        )
+        vec![
+            ("beta1", b1, Bound::HalfOpen(0.0, 1.0)),
+            ("beta2", b2, Bound::HalfOpen(0.0, 1.0)),
+            ("lr", self.lr, Bound::NonNegative),
+            ("eps", self.eps, Bound::NonNegative),
+            ("weight_decay", self.weight_decay, Bound::NonNegative),
+        ]
     }
+}
+
+impl Algorithm for AdamConfig {
+    hyperparam_glue!("adam");
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
         vec![

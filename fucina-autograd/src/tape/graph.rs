@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::grad_mode::is_grad_enabled;
-use crate::tensor::{lock, Tensor, TensorInner};
+use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// Input gradients returned by a backward, one slot per input.
 pub type Grads = SmallVec<[Option<RawTensor>; 3]>;
@@ -173,6 +173,6 @@ where
     } else {
         Tensor::new_internal(ctx, value, false, None)
     };
-    crate::scope::adopt(&t);
+    crate::tape::scope::adopt(&t);
     t
 }

@@ -14,7 +14,7 @@
 //! in-place writes are optimizer updates through [`Tensor::update_value`],
 //! which copies first if the buffer is shared.
 //!
-//! Dropping the last handle of a long graph never recurses: [`crate::graph`]'s
+//! Dropping the last handle of a long graph never recurses: [`crate::tape::graph`]'s
 //! `Node` drop unlinks the chain onto an explicit stack.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,7 @@ use fucina_core::shape::Dims;
 use fucina_core::{DType, Element, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::graph::Node;
+use crate::tape::graph::Node;
 
 /// Locks `m`, entering a poisoned lock anyway: every critical section in this
 /// crate is a clone, a take or a swap, so a panic elsewhere never leaves the
@@ -149,7 +149,7 @@ impl Tensor {
     /// A leaf that requires a gradient, holding a copy of `data`. `T` must be
     /// a float type (f32 or f64): other dtypes are an error here, at creation.
     pub fn variable<T: Element>(ctx: &ExecContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        crate::creation::check_grad_dtype("Tensor::variable", T::DTYPE)?;
+        check_grad_dtype("Tensor::variable", T::DTYPE)?;
         Ok(Self::from_raw(ctx, ctx.from_slice(data, shape)?, true))
     }
 
@@ -222,7 +222,7 @@ impl Tensor {
     /// Non-leaf results cannot be changed: use [`Tensor::detach`].
     pub fn set_requires_grad(&self, on: bool) -> Result<()> {
         if on {
-            crate::creation::check_grad_dtype("set_requires_grad", self.dtype())?;
+            check_grad_dtype("set_requires_grad", self.dtype())?;
         }
         if !self.is_leaf() {
             return Err(Error::Core(fucina_core::Error::InvalidArgument {
@@ -410,12 +410,12 @@ impl Tensor {
 
     /// Runs backward from this scalar (seed 1), accumulating into leaf gradients.
     pub fn backward(&self) -> Result<()> {
-        crate::engine::backward(self, None)
+        crate::tape::engine::backward(self, None)
     }
 
     /// Runs backward with an explicit seed gradient of this tensor's shape.
     pub fn backward_with(&self, seed: &RawTensor) -> Result<()> {
-        crate::engine::backward(self, Some(seed.clone()))
+        crate::tape::engine::backward(self, Some(seed.clone()))
     }
 
     /// True when both handles are the same tensor.
@@ -429,3 +429,13 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Tensor>();
 };
+
+/// Errors unless `dtype` can carry a gradient (f32 or f64, the dtypes the
+/// differentiable kernels compute in).
+pub(crate) fn check_grad_dtype(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_compute_float() {
+        Ok(())
+    } else {
+        Err(Error::NonFloatVariable { op, dtype })
+    }
+}

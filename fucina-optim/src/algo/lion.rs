@@ -6,12 +6,13 @@
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
     Moment,
 };
-use crate::optimizer::{non_negative, within, Algorithm, Optim};
+use crate::optimizer::Optim;
 
 /// Hyperparameters of Lion (one parameter group).
 ///
@@ -47,26 +48,20 @@ impl LionConfig {
 /// Lion.
 pub type Lion = Optim<LionConfig>;
 
-impl Algorithm for LionConfig {
-    const NAME: &'static str = "lion";
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn validate(&self) -> Result<()> {
+impl Hyperparams for LionConfig {
+    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
         let (b1, b2) = self.betas;
-        within("lion", "beta1", b1, (0.0, 1.0), true)?;
-        within("lion", "beta2", b2, (0.0, 1.0), true)?;
-        non_negative(
-            "lion",
-            &[("lr", self.lr), ("weight_decay", self.weight_decay)],
-        )
+        vec![
+            ("beta1", b1, Bound::Closed(0.0, 1.0)),
+            ("beta2", b2, Bound::Closed(0.0, 1.0)),
+            ("lr", self.lr, Bound::NonNegative),
+            ("weight_decay", self.weight_decay, Bound::NonNegative),
+        ]
     }
+}
+
+impl Algorithm for LionConfig {
+    hyperparam_glue!("lion");
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
         vec![("exp_avg", moment_dtype(dtype, self.bf16_exp_avg))]

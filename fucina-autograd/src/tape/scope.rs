@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use fucina_core::ExecContext;
 
-use crate::tensor::{Tensor, TensorInner};
+use crate::tape::tensor::{Tensor, TensorInner};
 
 thread_local! {
     static FRAMES: RefCell<Vec<Vec<Arc<TensorInner>>>> = const { RefCell::new(Vec::new()) };

@@ -1,6 +1,12 @@
 //! `Linear`: `y = x·Wᵀ + b` over the last axis, PyTorch's layout
 //! (`weight [out, in]`, `bias [out]`) and default init (uniform on
 //! `±1/√in` for both). The product runs through autograd's fused `linear`.
+//!
+//! LoRA lives in the `lora` submodule (re-exported as `fucina_nn::lora`):
+//! the layer holds its adapter and the adapter's functions walk layers, so
+//! the two are one unit, a parent and its child, not two modules in a cycle.
+
+pub mod lora;
 
 use fucina_autograd::Tensor;
 
@@ -28,7 +34,7 @@ pub struct Linear {
     /// A LoRA adapter (`crate::lora`), when one is attached: its parameters
     /// are `lora_A.weight` and `lora_B.weight` beside `weight`.
     #[module(flatten)]
-    pub lora: Option<crate::lora::LoraAdapter>,
+    pub lora: Option<lora::LoraAdapter>,
 }
 
 impl Linear {

@@ -7,12 +7,13 @@
 use fucina_core::{DType, ExecContext, Float, RawTensor};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
     Disjoint, Moment,
 };
-use crate::optimizer::{non_negative, Algorithm, Optim};
+use crate::optimizer::Optim;
 
 /// Hyperparameters of RMSprop (one parameter group); defaults are PyTorch's.
 ///
@@ -57,29 +58,20 @@ impl RmsPropConfig {
 /// RMSprop.
 pub type RmsProp = Optim<RmsPropConfig>;
 
+impl Hyperparams for RmsPropConfig {
+    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
+        vec![
+            ("lr", self.lr, Bound::NonNegative),
+            ("eps", self.eps, Bound::NonNegative),
+            ("weight_decay", self.weight_decay, Bound::NonNegative),
+            ("momentum", self.momentum, Bound::NonNegative),
+            ("alpha", self.alpha, Bound::NonNegative),
+        ]
+    }
+}
+
 impl Algorithm for RmsPropConfig {
-    const NAME: &'static str = "rmsprop";
-
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn validate(&self) -> Result<()> {
-        non_negative(
-            "rmsprop",
-            &[
-                ("lr", self.lr),
-                ("eps", self.eps),
-                ("weight_decay", self.weight_decay),
-                ("momentum", self.momentum),
-                ("alpha", self.alpha),
-            ],
-        )
-    }
+    hyperparam_glue!("rmsprop");
 
     fn buffers(&self, _shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)> {
         let dt = moment_dtype(dtype, self.bf16_state);

@@ -29,10 +29,10 @@ use fucina_autograd::io::{self as sdio, LoadOptions, SaveOptions};
 use fucina_autograd::{no_grad, RawTensor, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::Linear;
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
-use crate::linear::Linear;
 use crate::module::{for_each_mut, Module};
 
 /// The key prefix PEFT gives every adapter tensor of a `PeftModel`.
