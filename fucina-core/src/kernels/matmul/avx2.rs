@@ -30,7 +30,8 @@ macro_rules! micro_kernel {
         /// AVX2 and FMA are available; `a` addresses `MR × kc` readable elements with strides
         /// `(ars, acs)` and `b` holds `kc·NR` readable elements;
         /// `t` addresses `t.rows × t.cols` (≤ MR × NR) writable elements of C that nobody
-        /// else touches during the call.
+        /// else touches during the call, and `t.bias`, when not null, `t.cols` readable
+        /// elements with stride `t.bias_stride`.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn $name(
@@ -43,6 +44,17 @@ macro_rules! micro_kernel {
             const NV: usize = $nr / $lanes;
             // SAFETY: the caller's contract covers every pointer below.
             unsafe {
+                // Start pulling C's tile toward L1 now: its rows sit a row of C apart (often
+                // a multiple of 4 KiB), and waiting until the epilogue stalls on the misses.
+                if !t.overwrite {
+                    for i in 0..t.rows {
+                        let row = t.c.offset(i as isize * t.rsc);
+                        _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            row.offset((t.cols as isize - 1) * t.csc) as *const i8
+                        );
+                    }
+                }
                 let mut acc = [[$zero(); NV]; MR];
                 let rows: [*const $t; MR] = std::array::from_fn(|i| a.add(i * ars));
                 let mut bp = b;
@@ -62,7 +74,15 @@ macro_rules! micro_kernel {
                 }
                 let alpha = $set1(t.alpha);
                 let beta = $set1(t.beta);
-                if t.rows == MR && t.cols == $nr && t.csc == 1 {
+                let has_bias = !t.bias.is_null();
+                if t.rows == MR && t.cols == $nr && t.csc == 1 && (!has_bias || t.bias_stride == 1)
+                {
+                    let mut bias = [$zero(); NV];
+                    if has_bias {
+                        for (h, v) in bias.iter_mut().enumerate() {
+                            *v = $load(t.bias.add(h * $lanes));
+                        }
+                    }
                     for (i, row) in acc.iter().enumerate() {
                         let c = t.c.offset(i as isize * t.rsc);
                         for (h, v) in row.iter().enumerate() {
@@ -70,6 +90,9 @@ macro_rules! micro_kernel {
                             let mut out = $mul(alpha, *v);
                             if !t.overwrite {
                                 out = $add(out, $mul(beta, $load(p)));
+                            }
+                            if has_bias {
+                                out = $add(out, bias[h]);
                             }
                             $store(p, out);
                         }
@@ -84,10 +107,15 @@ macro_rules! micro_kernel {
                     for (i, row) in buf.iter().enumerate().take(t.rows) {
                         for (j, &v) in row.iter().enumerate().take(t.cols) {
                             let p = t.c.offset(i as isize * t.rsc + j as isize * t.csc);
-                            *p = if t.overwrite {
+                            let out = if t.overwrite {
                                 t.alpha * v
                             } else {
                                 t.alpha * v + t.beta * *p
+                            };
+                            *p = if has_bias {
+                                out + *t.bias.offset(j as isize * t.bias_stride)
+                            } else {
+                                out
                             };
                         }
                     }

@@ -214,7 +214,28 @@ unsafe fn pack_panels<T: Float, const W: usize>(
 ) {
     let w = W;
     let d = dst.as_mut_ptr();
-    for pi in 0..len.div_ceil(w) {
+    let panels = len.div_ceil(w);
+    if lane == 1 && panels > 1 {
+        // Lanes are contiguous: read each K step's `len` elements as one run and scatter
+        // them to the panels (one sequential stream instead of one pass per panel).
+        for p in 0..k {
+            for pi in 0..panels {
+                let l0 = pi * w;
+                let valid = w.min(len - l0);
+                // SAFETY: lanes l0..l0+valid of step p are inside the caller's block; row p
+                // of panel pi is inside `dst` (`panels · k · w` elements).
+                unsafe {
+                    let o = d.add(pi * k * w + p * w);
+                    std::ptr::copy_nonoverlapping(src.add(p * step + l0), o, valid);
+                    for i in valid..w {
+                        *o.add(i) = T::ZERO;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for pi in 0..panels {
         let l0 = pi * w;
         // SAFETY: panel pi of `dst` and lanes l0.. of the caller's block.
         unsafe {
@@ -337,18 +358,18 @@ unsafe fn job<T: PackedKernel>(
                                         alpha,
                                         beta: if first { beta } else { T::ONE },
                                         overwrite: first && beta == T::ZERO,
+                                        // The last K step adds the bias in the epilogue.
+                                        bias: match bias {
+                                            Some((bias, bs)) if pc + kc == k => {
+                                                bias[(jc + j0) * bs..].as_ptr()
+                                            }
+                                            _ => std::ptr::null(),
+                                        },
+                                        bias_stride: bias.map_or(0, |(_, bs)| bs as isize),
                                     };
                                     // SAFETY: A and B panels hold kc steps; the tile is this job's.
                                     unsafe { T::micro(kc, ap, sa, bp, tile) };
                                 }
-                            }
-                        }
-                    }
-                    if let Some((bias, bs)) = bias {
-                        // The block is final: add the bias while it is still in cache.
-                        for i in 0..r1 - r0 {
-                            for j in jc..jc + cols {
-                                *c.at(i, j - c0) += bias[j * bs];
                             }
                         }
                     }

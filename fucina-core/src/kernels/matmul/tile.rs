@@ -30,6 +30,12 @@ pub struct Tile<T> {
     pub beta: T,
     /// Write `alpha·acc` without reading C (the first K step with `beta == 0`).
     pub overwrite: bool,
+    /// On the last K step of a GEMM with a bias: the bias element of the tile's first
+    /// column, added after the scaling (`c = (alpha·acc [+ beta·c]) + bias[j]`, two
+    /// roundings, as a separate pass would); null otherwise.
+    pub bias: *const T,
+    /// Stride of the bias (elements).
+    pub bias_stride: isize,
 }
 
 /// A strided read-only matrix: element `(i, j)` is `data[offset + i·rs + j·cs]`. Holds the
