@@ -226,9 +226,14 @@ unsafe fn pack_panels<T: Float, const W: usize>(
                 // of panel pi is inside `dst` (`panels · k · w` elements).
                 unsafe {
                     let o = d.add(pi * k * w + p * w);
-                    std::ptr::copy_nonoverlapping(src.add(p * step + l0), o, valid);
-                    for i in valid..w {
-                        *o.add(i) = T::ZERO;
+                    let from = src.add(p * step + l0);
+                    if valid == W {
+                        // A fixed-size copy: inlined, no call per panel row.
+                        std::ptr::copy_nonoverlapping(from, o, W);
+                    } else {
+                        for i in 0..W {
+                            *o.add(i) = if i < valid { *from.add(i) } else { T::ZERO };
+                        }
                     }
                 }
             }
