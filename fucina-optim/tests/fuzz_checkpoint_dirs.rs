@@ -24,14 +24,14 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use common::mutate::{apply, mutation, Mutation};
+use common::mutate::{apply, env_cases, mutation, seeded_runner, Mutation};
 use common::*;
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::Tensor;
 use fucina_optim::checkpoint::step_dir_name;
 use fucina_optim::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 /// The files of a checkpoint directory, in the order the cases index them.
 const FILES: [&str; 3] = [
@@ -205,14 +205,7 @@ fn case(fx: &Fixture, d: &Damage) -> Result<bool, String> {
 
 /// Runs `cases` random cases; returns how many picked step 5 and step 3.
 fn run_cases(fx: &Fixture, cases: u32, seed: u8) -> (u32, u32) {
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        rng_algorithm: RngAlgorithm::ChaCha,
-        ..Config::default()
-    };
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
-    let mut runner = TestRunner::new_with_rng(config, rng);
+    let mut runner = seeded_runner(cases, seed);
     let picked5 = std::cell::Cell::new(0);
     let r = runner.run(&damage(), |d| {
         let five = case(fx, &d).map_err(TestCaseError::fail)?;
@@ -223,13 +216,6 @@ fn run_cases(fx: &Fixture, cases: u32, seed: u8) -> (u32, u32) {
         panic!("fuzz_checkpoint_dirs found a failing case: {e}");
     }
     (picked5.get(), cases - picked5.get())
-}
-
-fn env_cases(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn finish(fx: Fixture) {

@@ -16,12 +16,12 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::mutate::{apply, mutation};
+use common::mutate::{apply, env_cases, mutation, seeded_runner};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::Tensor;
 use fucina_optim::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 /// A small model (three parameters, two dtypes) and two optimizers with
 /// state, plus the pristine bytes of every file.
@@ -174,14 +174,7 @@ fn truncations(fx: &mut Fixture) -> usize {
 }
 
 fn random_cases(fx: &mut Fixture, cases: u32, seed: u8) -> usize {
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        rng_algorithm: RngAlgorithm::ChaCha,
-        ..Config::default()
-    };
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
-    let mut runner = TestRunner::new_with_rng(config, rng);
+    let mut runner = seeded_runner(cases, seed);
     let fed = std::cell::Cell::new(0usize);
     let fx = std::cell::RefCell::new(fx);
     let strategy = prop::collection::vec(mutation(), 1..4);
@@ -199,13 +192,6 @@ fn random_cases(fx: &mut Fixture, cases: u32, seed: u8) -> usize {
         panic!("fuzz_files found a failing case: {e}");
     }
     fed.get()
-}
-
-fn env_cases(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn finish(fx: Fixture) {

@@ -1,9 +1,11 @@
 //! Byte-level mutations of a file for the fuzzing harnesses (issue 11):
 //! bit flips, edits of a safetensors JSON header (or of a JSON file), lying
 //! header lengths, truncations, appended bytes and spliced runs, as a
-//! proptest strategy and a function that applies them.
+//! proptest strategy and a function that applies them; and the seeded runner
+//! and case counts the fuzzers share.
 
 use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// One edit of a file.
 #[derive(Clone, Debug)]
@@ -81,4 +83,27 @@ pub fn apply(file: &[u8], muts: &[Mutation]) -> Vec<u8> {
         }
     }
     f
+}
+
+/// A proptest runner of `cases` cases from a fixed ChaCha seed (the same
+/// cases on every run), without failure persistence files.
+pub fn seeded_runner(cases: u32, seed: u8) -> TestRunner {
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]),
+    )
+}
+
+/// The case count from environment variable `name`, else `default`.
+pub fn env_cases(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
