@@ -150,7 +150,8 @@ fn with_scratch<T: Float, R>(
     out
 }
 
-/// Packs one panel of width `W`: `dst[p·W + i] = src[i·lane + p·step]` for K steps `0..k`
+/// Packs one panel of width `W` whose lanes are strided (`lane != 1`; [`pack_panels`] copies
+/// contiguous lanes itself): `dst[p·W + i] = src[i·lane + p·step]` for K steps `0..k`
 /// and lanes `i < valid`, zero for lanes `valid..W`. `kmajor` packs a full panel whose K steps
 /// are contiguous (`step == 1`) faster, when the element type has one for this width.
 ///
@@ -169,12 +170,6 @@ unsafe fn pack_panel<T: Float, const W: usize>(
     // SAFETY: the caller's contract covers every pointer below.
     unsafe {
         match kmajor {
-            _ if valid == w && lane == 1 => {
-                // Each K step is `w` contiguous elements.
-                for p in 0..k {
-                    std::ptr::copy_nonoverlapping(src.add(p * step), dst.add(p * w), w);
-                }
-            }
             Some(f) if valid == w && step == 1 => f(dst, src, lane, k),
             _ if valid == w => {
                 for i in 0..w {
@@ -215,7 +210,7 @@ unsafe fn pack_panels<T: Float, const W: usize>(
     let w = W;
     let d = dst.as_mut_ptr();
     let panels = len.div_ceil(w);
-    if lane == 1 && panels > 1 {
+    if lane == 1 {
         // Lanes are contiguous: read each K step's `len` elements as one run and scatter
         // them to the panels (one sequential stream instead of one pass per panel).
         for p in 0..k {
