@@ -1,6 +1,7 @@
 //! Prints the op suite (`fucina_autograd::suite::cases`) as JSON on stdout:
 //! for each row its name, its inputs (shape and how they are drawn) and, for
-//! rows generated from the unary op table, the PyTorch function it matches.
+//! rows generated from the unary and binary op tables, the PyTorch function
+//! it matches.
 //! `tools/gen_op_goldens.py` reads this instead of repeating the shapes and
 //! domains; it keeps only the torch lambdas.
 //!

@@ -49,8 +49,8 @@ pub struct OpCase {
     pub inputs: Vec<InputSpec>,
     /// The computation.
     pub f: CaseFn,
-    /// The PyTorch function it matches, for rows generated from the unary op
-    /// table (the golden generator's lambdas cover every row).
+    /// The PyTorch function it matches, for rows generated from the unary and
+    /// binary op tables (the golden generator's lambdas cover every row).
     pub torch: Option<&'static str>,
 }
 
@@ -72,12 +72,12 @@ fn nz(shape: &[usize]) -> InputSpec {
         kind: InputKind::NonZero(0.1, 1.5),
     }
 }
-/// The `[3, 4]` input of a unary-table op's row, drawn from its domain.
-fn from_domain(d: Domain) -> InputSpec {
+/// An input of an op-table row: `shape`, drawn from the domain `d`.
+fn from_domain(d: Domain, shape: &[usize]) -> InputSpec {
     match d {
-        Domain::Float => f(&[3, 4]),
-        Domain::NonZero => nz(&[3, 4]),
-        Domain::Range(lo, hi) => fr(&[3, 4], lo, hi),
+        Domain::Float => f(shape),
+        Domain::NonZero => nz(shape),
+        Domain::Range(lo, hi) => fr(shape, lo, hi),
     }
 }
 fn idx(shape: &[usize], n: i64) -> InputSpec {
@@ -102,23 +102,11 @@ macro_rules! case {
 /// Every differentiable op, with inputs that exercise broadcasting and
 /// non-contiguous views.
 pub fn cases() -> Vec<OpCase> {
-    let mut cases = vec![
-        // ---- binary, broadcasting
-        case!("add", [f(&[3, 4]), f(&[4])], |x| x[0].add(&x[1])),
-        case!("sub", [f(&[3, 4]), f(&[3, 1])], |x| x[0].sub(&x[1])),
-        case!("mul", [f(&[2, 3, 4]), f(&[3, 1])], |x| x[0].mul(&x[1])),
-        case!("div", [f(&[3, 4]), fr(&[4], 0.5, 2.0)], |x| x[0].div(&x[1])),
-        case!(
-            "pow",
-            [fr(&[3, 4], 0.5, 2.0), fr(&[3, 4], -1.0, 2.0)],
-            |x| x[0].pow(&x[1])
-        ),
-        case!("maximum", [f(&[3, 4]), f(&[4])], |x| x[0].maximum(&x[1])),
-        case!("minimum", [f(&[3, 4]), f(&[3, 1])], |x| x[0].minimum(&x[1])),
-        case!("mul_noncontig", [f(&[4, 3]), f(&[3, 4])], |x| x[0]
-            .t()?
-            .mul(&x[1])),
-    ];
+    // ---- binary tier: one row per op of the table, then the aliases
+    let mut cases = binary_cases();
+    cases.push(case!("mul_noncontig", [f(&[4, 3]), f(&[3, 4])], |x| x[0]
+        .t()?
+        .mul(&x[1])));
     // ---- unary tier: one row per op of the table, then the aliases
     cases.extend(unary_cases());
     cases.extend(vec![
@@ -354,7 +342,7 @@ macro_rules! unary_rows {
             vec![$(
                 OpCase {
                     name: stringify!($method),
-                    inputs: vec![from_domain(Domain::$dom $( ( $($dv),+ ) )?)],
+                    inputs: vec![from_domain(Domain::$dom $( ( $($dv),+ ) )?, &[3, 4])],
                     f: |x| x[0].$method($($($a),+)?),
                     torch: Some($torch),
                 },
@@ -364,9 +352,45 @@ macro_rules! unary_rows {
 }
 fucina_core::for_each_unary_op!(unary_rows);
 
+/// Generates `binary_cases`: one row per op of the binary table
+/// (`fucina-core/src/kernels/elementwise/binary_ops.rs`), named after its
+/// method, with the domains and (broadcasting) shapes its entry gives a and b.
+macro_rules! binary_rows {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        fn binary_cases() -> Vec<OpCase> {
+            vec![$(
+                OpCase {
+                    name: stringify!($method),
+                    inputs: vec![
+                        from_domain(Domain::$adom $( ( $($adv),+ ) )?, &[$($ash),*]),
+                        from_domain(Domain::$bdom $( ( $($bdv),+ ) )?, &[$($bsh),*]),
+                    ],
+                    f: |x| x[0].$method(&x[1]),
+                    torch: Some($torch),
+                },
+            )*]
+        }
+    };
+}
+fucina_core::for_each_binary_op!(binary_rows);
+
 /// Ops that exist on `Tensor` but are not differentiable (or are aliases
 /// covered by another row); the coverage test accepts these without a row.
-pub const NOT_DIFFERENTIABLE: &[&str] = &["compare", "argmax", "one_hot", "unary"];
+pub const NOT_DIFFERENTIABLE: &[&str] = &["compare", "argmax", "one_hot", "unary", "binary"];
 
 /// Makes the inputs of `case` in `dtype`, deterministically from `seed`.
 pub fn make_inputs(

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use fucina_autograd::suite::{cases, make_inputs, NOT_DIFFERENTIABLE};
 use fucina_autograd::testing::TestCtx;
-use fucina_autograd::{gradcheck, GradcheckOpts, Tensor, UnaryOp};
+use fucina_autograd::{gradcheck, BinaryOp, GradcheckOpts, Tensor, UnaryOp};
 use fucina_core::DType;
 
 #[test]
@@ -47,8 +47,8 @@ fn every_op_has_a_gradcheck_row() {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            // `pub fn $method` is the unary table's generator: every op of
-            // the table gets its row from the same table.
+            // `pub fn $method` is the op tables' generators: every op of
+            // a table gets its row from the same table.
             if rest.starts_with('$') {
                 continue;
             }
@@ -64,6 +64,11 @@ fn every_op_has_a_gradcheck_row() {
     for op in UnaryOp::EXAMPLES {
         if !rows.contains(op.method()) {
             missing.push(format!("{} (unary table)", op.method()));
+        }
+    }
+    for op in BinaryOp::ALL {
+        if !rows.contains(op.method()) {
+            missing.push(format!("{} (binary table)", op.method()));
         }
     }
     assert!(

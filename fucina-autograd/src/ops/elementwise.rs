@@ -1,8 +1,8 @@
-//! Pointwise ops: the unary tier (one `UnaryOp` gives forward and derivative
-//! together; its methods are generated from the core op table), binary ops
-//! with broadcasting, where / masked_fill, dropout.
+//! Pointwise ops: the unary and binary tiers (one `UnaryOp` / `BinaryOp` gives
+//! forward and derivatives together; their methods are generated from the core
+//! op tables), where / masked_fill, dropout.
 
-use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, Saved, UnaryOp};
+use fucina_core::kernels::elementwise::{BinaryOp, BinarySaved, CmpOp, Saved, UnaryOp};
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
@@ -30,37 +30,17 @@ impl Backward for UnaryBackward {
     }
 }
 
-/// d(a ± b) = gy, ±gy (the engine reduces broadcast shapes).
-struct AddSubBackward {
-    sub: bool,
-}
-
-impl Backward for AddSubBackward {
-    fn name(&self) -> &'static str {
-        if self.sub {
-            "sub"
-        } else {
-            "add"
-        }
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let ga = if needs[0] { Some(gy.clone()) } else { None };
-        let gb = match (needs[1], self.sub) {
-            (false, _) => None,
-            (true, false) => Some(gy.clone()),
-            (true, true) => Some(ctx.unary(gy, UnaryOp::Neg)?),
-        };
-        Ok(smallvec::smallvec![ga, gb])
-    }
-}
-
-/// Mul: ga = gy·b, gb = gy·a. Div: ga = gy/b, gb = −gy·a/b². Pow: ga = gy·b·a^(b−1),
-/// gb = gy·out·ln a. Maximum/minimum: the gradient goes to the larger/smaller
-/// operand, split evenly on exact ties. All at the broadcast output shape.
+/// Backward of a binary op (declared in the core binary table): ga = gy·∂f/∂a,
+/// gb = gy·∂f/∂b at the broadcast output shape, evaluated by the kernel tier
+/// from the table's partials (the engine reduces them to the input shapes).
+/// Add: (gy, gy); sub: (gy, −gy); mul: (gy·b, gy·a); div: (gy/b, −gy·a/b²);
+/// pow: (gy·b·a^(b−1), gy·out·ln a); maximum/minimum: the gradient goes to the
+/// larger/smaller operand, split evenly on exact ties. The node keeps only what
+/// `op.saves()` names.
 struct BinaryBackward {
     op: BinaryOp,
-    a: RawTensor,
-    b: RawTensor,
+    a: Option<RawTensor>,
+    b: Option<RawTensor>,
     out: Option<RawTensor>,
 }
 
@@ -69,10 +49,12 @@ impl Backward for BinaryBackward {
         self.op.name()
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        // Only Pow reads `out`; the others are given gy in its place (unused).
+        // What the op does not save its partials do not read: gy stands in
+        // (same dtype, and a shape that broadcasts to gy's).
+        let a = self.a.as_ref().unwrap_or(gy);
+        let b = self.b.as_ref().unwrap_or(gy);
         let out = self.out.as_ref().unwrap_or(gy);
-        let (ga, gb) =
-            ctx.binary_backward(&self.a, &self.b, out, gy, self.op, [needs[0], needs[1]])?;
+        let (ga, gb) = ctx.binary_backward(a, b, out, gy, self.op, [needs[0], needs[1]])?;
         Ok(smallvec::smallvec![ga, gb])
     }
 }
@@ -101,43 +83,12 @@ impl Tensor {
         self.unary(UnaryOp::MulScalar(1.0 / s))
     }
 
-    fn binary_op(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
-        same_dtype("binary", self, other)?;
-        let a = self.raw()?;
-        let b = other.raw()?;
-        let ctx = self.ctx();
-        let y = ctx.binary(&a, &b, op)?;
-        let name = op.name();
-        Ok(record(
-            ctx,
-            name,
-            y,
-            &[self, other],
-            |y| -> Box<dyn Backward> {
-                match op {
-                    BinaryOp::Add => Box::new(AddSubBackward { sub: false }),
-                    BinaryOp::Sub => Box::new(AddSubBackward { sub: true }),
-                    BinaryOp::Pow => Box::new(BinaryBackward {
-                        op,
-                        a,
-                        b,
-                        out: Some(y.clone()),
-                    }),
-                    _ => Box::new(BinaryBackward {
-                        op,
-                        a,
-                        b,
-                        out: None,
-                    }),
-                }
-            },
-        ))
-    }
-
-    /// a + b with broadcasting.
+    /// Applies a binary pointwise op from the kernel tier with NumPy
+    /// broadcasting, recording its backward (`add`, `mul`, ... and the
+    /// operators call this).
     ///
     /// ```
-    /// use fucina_autograd::Tensor;
+    /// use fucina_autograd::{BinaryOp, Tensor};
     /// let ctx = fucina_core::ExecContext::with_threads(1)?;
     /// let a = Tensor::variable(&ctx, &[1.0f64, 2.0, 3.0], &[3])?;
     /// let b = Tensor::constant(&ctx, &[10.0f64], &[1])?; // broadcast
@@ -145,34 +96,24 @@ impl Tensor {
     /// y.sum_all()?.backward()?;
     /// assert_eq!(y.shape(), &[3]);
     /// assert_eq!(a.grad().unwrap().shape(), &[3]);
+    /// let m = a.binary(&b, BinaryOp::Maximum)?; // = a.maximum(&b)
+    /// assert_eq!(m.to_vec::<f64>()?, vec![10.0, 10.0, 10.0]);
     /// # Ok::<(), fucina_autograd::Error>(())
     /// ```
-    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Add)
-    }
-    /// a − b with broadcasting.
-    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Sub)
-    }
-    /// a · b with broadcasting.
-    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Mul)
-    }
-    /// a / b with broadcasting.
-    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Div)
-    }
-    /// aᵇ with broadcasting (tensor exponent).
-    pub fn pow(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Pow)
-    }
-    /// Elementwise maximum (gradient split evenly on ties).
-    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Maximum)
-    }
-    /// Elementwise minimum (gradient split evenly on ties).
-    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary_op(other, BinaryOp::Minimum)
+    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        same_dtype("binary", self, other)?;
+        let a = self.raw()?;
+        let b = other.raw()?;
+        let ctx = self.ctx();
+        let y = ctx.binary(&a, &b, op)?;
+        Ok(record(ctx, op.name(), y, &[self, other], |y| {
+            let (a, b, out) = match op.saves() {
+                BinarySaved::Nothing => (None, None, None),
+                BinarySaved::Operands => (Some(a), Some(b), None),
+                BinarySaved::OperandsAndOutput => (Some(a), Some(b), Some(y.clone())),
+            };
+            Box::new(BinaryBackward { op, a, b, out })
+        }))
     }
 
     /// A U8 mask constant: `self op other` elementwise (not differentiable).
@@ -300,6 +241,39 @@ macro_rules! unary_methods {
     };
 }
 fucina_core::for_each_unary_op!(unary_methods);
+
+/// Generates one `Tensor` method per op of the binary table
+/// (`fucina-core/src/kernels/elementwise/binary_ops.rs`): `a.op(&b)` is
+/// `a.binary(&b, BinaryOp::Op)` with broadcasting, whose backward is
+/// `BinaryBackward`.
+macro_rules! binary_methods {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        impl Tensor {
+            $(
+                $(#[doc = $doc])*
+                /// With NumPy broadcasting.
+                pub fn $method(&self, other: &Tensor) -> Result<Tensor> {
+                    self.binary(other, BinaryOp::$V)
+                }
+            )*
+        }
+    };
+}
+fucina_core::for_each_binary_op!(binary_methods);
 
 /// Raised by ops whose integer inputs cannot carry a gradient.
 pub(crate) fn not_differentiable(op: &'static str) -> Error {

@@ -1,13 +1,15 @@
 //! Elementwise unary and binary ops with broadcasting, scalar variants,
 //! comparisons, where and masked fill, and the pointwise derivative tier.
 //!
-//! A pointwise op is written once, as a [`Pointwise`] (unary) or
+//! A pointwise op is declared once, in the op tables (`unary_ops.rs`,
+//! `binary_ops.rs`), which generate a [`Pointwise`] (unary) or
 //! [`PointwiseBinary`] struct holding its forward `f` and derivative together;
 //! the enums [`UnaryOp`] / [`BinaryOp`] are dispatched to those structs once
 //! per call, so every hot loop is monomorphised (no per-element dispatch).
 //! Outputs are fresh contiguous tensors; inputs may have any strides.
 //! [`reference`](mod@reference) is the plain scalar spec the tests compare against.
 
+mod binary_ops;
 pub mod map;
 mod pointwise;
 pub mod reference;
@@ -238,38 +240,96 @@ impl ExecContext {
 
 // ----------------------------------------------------------------- binary
 
-/// A binary pointwise op with NumPy broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryOp {
-    /// a + b
-    Add,
-    /// a − b
-    Sub,
-    /// a · b
-    Mul,
-    /// a / b
-    Div,
-    /// aᵇ
-    Pow,
-    /// max(a, b), NaN-propagating; the gradient is split evenly on ties
-    Maximum,
-    /// min(a, b), NaN-propagating; the gradient is split evenly on ties
-    Minimum,
-}
-
-impl BinaryOp {
-    /// A short lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
+/// Generates, from the binary op table, the [`BinaryOp`] enum, its dispatch
+/// to the kernel structs and its per-op metadata.
+macro_rules! binary_enum {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
         }
-    }
+    )*) => {
+        /// A binary pointwise op with NumPy broadcasting (declared in the op
+        /// table, `binary_ops.rs`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum BinaryOp {
+            $(
+                $(#[doc = $doc])*
+                $V,
+            )*
+        }
+
+        /// Dispatches `op` to its kernel struct once.
+        pub fn visit_binary<T: Float, V: BinaryVisitor<T>>(op: BinaryOp, v: V) -> V::Out {
+            match op {
+                $( BinaryOp::$V => v.visit($V), )*
+            }
+        }
+
+        impl BinaryOp {
+            /// Every op once, in table order.
+            pub const ALL: &'static [BinaryOp] = &[ $( BinaryOp::$V, )* ];
+
+            /// A short lower-case name (also the backward node's name).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( BinaryOp::$V => $name, )*
+                }
+            }
+
+            /// The `Tensor` method that applies this op.
+            pub fn method(self) -> &'static str {
+                match self {
+                    $( BinaryOp::$V => stringify!($method), )*
+                }
+            }
+
+            /// What the backward node keeps alive for its partials.
+            pub fn saves(self) -> BinarySaved {
+                match self {
+                    $( BinaryOp::$V => BinarySaved::$saves, )*
+                }
+            }
+
+            /// The (domain, shape) of a and of b in its gradcheck row (and torch golden).
+            pub fn example_inputs(self) -> [(Domain, &'static [usize]); 2] {
+                match self {
+                    $( BinaryOp::$V => [
+                        (Domain::$adom $( ( $($adv),+ ) )?, &[$($ash),*]),
+                        (Domain::$bdom $( ( $($bdv),+ ) )?, &[$($bsh),*]),
+                    ], )*
+                }
+            }
+
+            /// The PyTorch function it matches.
+            pub fn torch(self) -> &'static str {
+                match self {
+                    $( BinaryOp::$V => $torch, )*
+                }
+            }
+        }
+    };
+}
+crate::for_each_binary_op!(binary_enum);
+
+/// What the backward of a binary op reads besides gy (its node keeps exactly this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinarySaved {
+    /// Nothing: both partials are constants (±1).
+    Nothing,
+    /// The operands a and b.
+    Operands,
+    /// The operands and the forward output out = f(a, b).
+    OperandsAndOutput,
 }
 
 /// A generic action over a concrete [`PointwiseBinary`] kernel.
@@ -278,19 +338,6 @@ pub trait BinaryVisitor<T: Float> {
     type Out;
     /// Runs with the kernel `k`.
     fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out;
-}
-
-/// Dispatches `op` to its kernel struct once.
-pub fn visit_binary<T: Float, V: BinaryVisitor<T>>(op: BinaryOp, v: V) -> V::Out {
-    match op {
-        BinaryOp::Add => v.visit(Add),
-        BinaryOp::Sub => v.visit(Sub),
-        BinaryOp::Mul => v.visit(Mul),
-        BinaryOp::Div => v.visit(Div),
-        BinaryOp::Pow => v.visit(Pow),
-        BinaryOp::Maximum => v.visit(Maximum),
-        BinaryOp::Minimum => v.visit(Minimum),
-    }
 }
 
 struct BinForward<'a> {
@@ -317,25 +364,45 @@ struct BinBackward<'a> {
 impl<T: Float> BinaryVisitor<T> for BinBackward<'_> {
     type Out = Result<(Option<RawTensor>, Option<RawTensor>)>;
     fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out {
-        const OP: &str = "binary_backward";
-        let shape = self.gy.shape();
         let ts = [self.a, self.b, self.out, self.gy];
         // ga = gy · ∂f/∂a(a, b, out), gb = gy · ∂f/∂b(a, b, out), at the output shape.
         let ga = if self.needs[0] {
-            Some(map4::<T>(self.ctx, OP, ts, shape, move |a, b, o, g| {
-                g * k.da(a, b, o)
+            Some(partial_grad::<T>(self.ctx, K::DA, ts, move |a, b, o| {
+                k.da(a, b, o)
             })?)
         } else {
             None
         };
         let gb = if self.needs[1] {
-            Some(map4::<T>(self.ctx, OP, ts, shape, move |a, b, o, g| {
-                g * k.db(a, b, o)
+            Some(partial_grad::<T>(self.ctx, K::DB, ts, move |a, b, o| {
+                k.db(a, b, o)
             })?)
         } else {
             None
         };
         Ok((ga, gb))
+    }
+}
+
+/// gy · ∂ for one partial `d` of the form `form`, at gy's (the output's) shape;
+/// `ts` = [a, b, out, gy]. The cheap forms read only what they need.
+fn partial_grad<T: Float>(
+    ctx: &ExecContext,
+    form: Partial,
+    ts: [&RawTensor; 4],
+    d: impl Fn(T, T, T) -> T + Send + Sync,
+) -> Result<RawTensor> {
+    const OP: &str = "binary_backward";
+    let [a, b, _, gy] = ts;
+    match form {
+        // ∂ = 1: the gradient is gy itself.
+        Partial::One => Ok(gy.clone_view()),
+        // ∂ = −1: −gy.
+        Partial::MinusOne => map1::<T, T>(ctx, gy, |g| -g),
+        // ∂ = a or b: gy times that operand.
+        Partial::A => map2::<T, T, T>(ctx, OP, gy, a, |g, u| g * u),
+        Partial::B => map2::<T, T, T>(ctx, OP, gy, b, |g, v| g * v),
+        Partial::Expr => map4::<T>(ctx, OP, ts, gy.shape(), move |a, b, o, g| g * d(a, b, o)),
     }
 }
 
@@ -361,7 +428,9 @@ impl ExecContext {
 
     /// Gradients of a binary op at the BROADCAST OUTPUT shape (the caller
     /// reduces to input shapes). `out` is the forward result (needed by Pow for
-    /// d/db = out·ln(a)). `needs = [need_ga, need_gb]`.
+    /// d/db = out·ln(a)). `needs = [need_ga, need_gb]`. Only what
+    /// [`BinaryOp::saves`] names is read: for the others any tensor of the
+    /// right dtype and a compatible shape may be passed (gy itself, say).
     pub fn binary_backward(
         &self,
         a: &RawTensor,
@@ -385,22 +454,7 @@ impl ExecContext {
         }
         same_shape(OP, out, gy)?;
         crate::dispatch_float!(gy.dtype(), op.name(), T => {
-            match op {
-                // Cheap special cases: no need to read a, b or out.
-                BinaryOp::Add => Ok((
-                    needs[0].then(|| gy.clone_view()),
-                    needs[1].then(|| gy.clone_view()),
-                )),
-                BinaryOp::Sub => Ok((
-                    needs[0].then(|| gy.clone_view()),
-                    if needs[1] { Some(map1::<T, T>(self, gy, |g| -g)?) } else { None },
-                )),
-                BinaryOp::Mul => Ok((
-                    if needs[0] { Some(map2::<T, T, T>(self, OP, gy, b, |g, v| g * v)?) } else { None },
-                    if needs[1] { Some(map2::<T, T, T>(self, OP, gy, a, |g, u| g * u)?) } else { None },
-                )),
-                _ => visit_binary::<T, _>(op, BinBackward { ctx: self, a, b, out, gy, needs }),
-            }
+            visit_binary::<T, _>(op, BinBackward { ctx: self, a, b, out, gy, needs })
         })
     }
 

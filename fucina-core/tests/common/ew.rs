@@ -44,9 +44,9 @@ pub fn data(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
     SplitMix64::new(seed).vec_uniform(n, lo, hi)
 }
 
-pub fn all_binary() -> [BinaryOp; 7] {
-    use BinaryOp::*;
-    [Add, Sub, Mul, Div, Pow, Maximum, Minimum]
+/// Every op of the binary table.
+pub fn all_binary() -> impl Iterator<Item = BinaryOp> {
+    BinaryOp::ALL.iter().copied()
 }
 
 /// (a shape, b shape) pairs covering same-shape, scalar, row, column and mixed broadcasts.

@@ -1,8 +1,7 @@
 //! The pointwise tier: each op is one struct carrying its forward `f` and
 //! its derivative together ([`Pointwise`] for unary ops, [`PointwiseBinary`]
-//! for binary ones). The unary structs are generated from the op table
-//! (`unary_ops.rs`, where their bodies and math live); the binary ones are
-//! written here. Every derivative carries its math.
+//! for binary ones), generated from the op tables (`unary_ops.rs`,
+//! `binary_ops.rs`, where their bodies and math live).
 
 use super::unary_ops::{c, KernelParam, FRAC_1_SQRT_2PI, GELU_C, SQRT_2_OVER_PI};
 use super::Saved;
@@ -86,6 +85,10 @@ crate::for_each_unary_op!(unary_kernels);
 
 /// One binary pointwise op: forward and both partial derivatives together.
 pub trait PointwiseBinary<T: Float>: Copy + Send + Sync {
+    /// The form of ∂f/∂a (backward takes the cheap path it names).
+    const DA: Partial;
+    /// The form of ∂f/∂b.
+    const DB: Partial;
     /// out = f(a, b).
     fn f(self, a: T, b: T) -> T;
     /// ∂f/∂a at (a, b), given out = f(a, b).
@@ -94,178 +97,81 @@ pub trait PointwiseBinary<T: Float>: Copy + Send + Sync {
     fn db(self, a: T, b: T, out: T) -> T;
 }
 
-/// a + b
-#[derive(Clone, Copy, Debug)]
-pub struct Add;
-/// a − b
-#[derive(Clone, Copy, Debug)]
-pub struct Sub;
-/// a · b
-#[derive(Clone, Copy, Debug)]
-pub struct Mul;
-/// a / b
-#[derive(Clone, Copy, Debug)]
-pub struct Div;
-/// aᵇ
-#[derive(Clone, Copy, Debug)]
-pub struct Pow;
-/// max(a, b)
-#[derive(Clone, Copy, Debug)]
-pub struct Maximum;
-/// min(a, b)
-#[derive(Clone, Copy, Debug)]
-pub struct Minimum;
+/// The form of one partial derivative of a binary op, as its table entry
+/// writes it; backward evaluates the cheap forms without a fused pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Partial {
+    /// ∂ = 1: the gradient is gy itself (no kernel runs).
+    One,
+    /// ∂ = −1: the gradient is −gy.
+    MinusOne,
+    /// ∂ = a: the gradient is gy · a.
+    A,
+    /// ∂ = b: the gradient is gy · b.
+    B,
+    /// Any other expression of (a, b, out): one pass over a, b, out and gy.
+    Expr,
+}
 
-impl<T: Float> PointwiseBinary<T> for Add {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        a + b
-    }
-    // ∂/∂a = 1, ∂/∂b = 1
-    #[inline(always)]
-    fn da(self, _: T, _: T, _: T) -> T {
+/// The body of one partial of the binary table, for its form.
+macro_rules! partial_body {
+    (One ($a:ident, $b:ident, $o:ident)) => {
         T::ONE
-    }
-    #[inline(always)]
-    fn db(self, _: T, _: T, _: T) -> T {
-        T::ONE
-    }
-}
-impl<T: Float> PointwiseBinary<T> for Sub {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        a - b
-    }
-    // ∂/∂a = 1, ∂/∂b = -1
-    #[inline(always)]
-    fn da(self, _: T, _: T, _: T) -> T {
-        T::ONE
-    }
-    #[inline(always)]
-    fn db(self, _: T, _: T, _: T) -> T {
+    };
+    (MinusOne ($a:ident, $b:ident, $o:ident)) => {
         -T::ONE
-    }
+    };
+    (A ($a:ident, $b:ident, $o:ident)) => {
+        $a
+    };
+    (B ($a:ident, $b:ident, $o:ident)) => {
+        $b
+    };
+    (Expr ($a:ident, $b:ident, $o:ident) |$pa:pat_param, $pb:pat_param, $po:pat_param| $e:expr) => {{
+        let ($pa, $pb, $po) = ($a, $b, $o);
+        $e
+    }};
 }
-impl<T: Float> PointwiseBinary<T> for Mul {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        a * b
-    }
-    // ∂/∂a = b, ∂/∂b = a
-    #[inline(always)]
-    fn da(self, _: T, b: T, _: T) -> T {
-        b
-    }
-    #[inline(always)]
-    fn db(self, a: T, _: T, _: T) -> T {
-        a
-    }
+
+/// Generates one kernel struct and its [`PointwiseBinary`] impl per op of the
+/// binary table.
+macro_rules! binary_kernels {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
+        }
+    )*) => {$(
+        $(#[doc = $doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $V;
+        impl<T: Float> PointwiseBinary<T> for $V {
+            const DA: Partial = Partial::$DA;
+            const DB: Partial = Partial::$DB;
+            #[inline(always)]
+            fn f(self, $fa: T, $fb: T) -> T {
+                $f
+            }
+            #[inline(always)]
+            #[allow(unused_variables)]
+            fn da(self, a: T, b: T, out: T) -> T {
+                partial_body!($DA (a, b, out) $( |$daa, $dab, $dao| $da )?)
+            }
+            #[inline(always)]
+            #[allow(unused_variables)]
+            fn db(self, a: T, b: T, out: T) -> T {
+                partial_body!($DB (a, b, out) $( |$dba, $dbb, $dbo| $db )?)
+            }
+        }
+    )*};
 }
-impl<T: Float> PointwiseBinary<T> for Div {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        a / b
-    }
-    // ∂/∂a = 1/b, ∂/∂b = -a/b²
-    #[inline(always)]
-    fn da(self, _: T, b: T, _: T) -> T {
-        T::ONE / b
-    }
-    #[inline(always)]
-    fn db(self, a: T, b: T, _: T) -> T {
-        -a / (b * b)
-    }
-}
-impl<T: Float> PointwiseBinary<T> for Pow {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        a.powf(b)
-    }
-    // ∂/∂a = b·a^(b-1) (0 where b == 0, as PyTorch)
-    #[inline(always)]
-    fn da(self, a: T, b: T, _: T) -> T {
-        if b == T::ZERO {
-            T::ZERO
-        } else {
-            b * a.powf(b - T::ONE)
-        }
-    }
-    // ∂/∂b = aᵇ·ln a = out·ln a (0 where a == 0 and b >= 0, as PyTorch)
-    #[inline(always)]
-    fn db(self, a: T, b: T, out: T) -> T {
-        if a == T::ZERO && b >= T::ZERO {
-            T::ZERO
-        } else {
-            out * a.ln()
-        }
-    }
-}
-impl<T: Float> PointwiseBinary<T> for Maximum {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        // Ties give a; NaN in either gives NaN (a + b).
-        if a >= b {
-            a
-        } else if a < b {
-            b
-        } else {
-            a + b
-        }
-    }
-    // ∂/∂a = a > b ? 1 : (a == b ? 0.5 : 0); the tie is split evenly.
-    #[inline(always)]
-    fn da(self, a: T, b: T, _: T) -> T {
-        if a > b {
-            T::ONE
-        } else if a == b {
-            c::<T>(0.5)
-        } else {
-            T::ZERO
-        }
-    }
-    // ∂/∂b = b > a ? 1 : (a == b ? 0.5 : 0)
-    #[inline(always)]
-    fn db(self, a: T, b: T, _: T) -> T {
-        if b > a {
-            T::ONE
-        } else if a == b {
-            c::<T>(0.5)
-        } else {
-            T::ZERO
-        }
-    }
-}
-impl<T: Float> PointwiseBinary<T> for Minimum {
-    #[inline(always)]
-    fn f(self, a: T, b: T) -> T {
-        if a <= b {
-            a
-        } else if a > b {
-            b
-        } else {
-            a + b
-        }
-    }
-    // ∂/∂a = a < b ? 1 : (a == b ? 0.5 : 0)
-    #[inline(always)]
-    fn da(self, a: T, b: T, _: T) -> T {
-        if a < b {
-            T::ONE
-        } else if a == b {
-            c::<T>(0.5)
-        } else {
-            T::ZERO
-        }
-    }
-    // ∂/∂b = b < a ? 1 : (a == b ? 0.5 : 0)
-    #[inline(always)]
-    fn db(self, a: T, b: T, _: T) -> T {
-        if b < a {
-            T::ONE
-        } else if a == b {
-            c::<T>(0.5)
-        } else {
-            T::ZERO
-        }
-    }
-}
+crate::for_each_binary_op!(binary_kernels);

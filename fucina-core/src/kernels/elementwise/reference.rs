@@ -70,76 +70,54 @@ impl<T: Float> CoshRef for T {
     }
 }
 
-/// op(a, b) for one element.
-pub fn binary_scalar<T: Float>(op: BinaryOp, a: T, b: T) -> T {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Pow => a.powf(b),
-        BinaryOp::Maximum => {
-            if a.is_nan() || b.is_nan() {
-                a + b
-            } else if b > a {
-                b
-            } else {
-                a
+/// Generates [`binary_scalar`] and [`binary_partials`] from the binary op
+/// table's `ref_f`, `ref_da` and `ref_db`.
+macro_rules! binary_reference {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        /// op(a, b) for one element.
+        pub fn binary_scalar<T: Float>(op: BinaryOp, a: T, b: T) -> T {
+            match op {
+                $( BinaryOp::$V => {
+                    let ($rfa, $rfb) = (a, b);
+                    $rf
+                } )*
             }
         }
-        BinaryOp::Minimum => {
-            if a.is_nan() || b.is_nan() {
-                a + b
-            } else if b < a {
-                b
-            } else {
-                a
-            }
-        }
-    }
-}
 
-/// (∂/∂a, ∂/∂b) of op at (a, b). Maximum/Minimum split ties 0.5/0.5;
-/// Pow: ∂/∂a = 0 where b == 0, ∂/∂b = 0 where a == 0 and b >= 0.
-pub fn binary_partials<T: Float>(op: BinaryOp, a: T, b: T) -> (T, T) {
-    let one = T::ONE;
-    let zero = T::ZERO;
-    let half = T::from_f64(0.5);
-    match op {
-        BinaryOp::Add => (one, one),
-        BinaryOp::Sub => (one, -one),
-        BinaryOp::Mul => (b, a),
-        BinaryOp::Div => (one / b, -a / (b * b)),
-        BinaryOp::Pow => (
-            if b == zero { zero } else { b * a.powf(b - one) },
-            if a == zero && b >= zero {
-                zero
-            } else {
-                a.powf(b) * a.ln()
-            },
-        ),
-        BinaryOp::Maximum | BinaryOp::Minimum => {
-            let a_wins = if op == BinaryOp::Maximum {
-                a > b
-            } else {
-                a < b
-            };
-            let b_wins = if op == BinaryOp::Maximum {
-                b > a
-            } else {
-                b < a
-            };
-            if a == b {
-                (half, half)
-            } else {
-                (
-                    if a_wins { one } else { zero },
-                    if b_wins { one } else { zero },
-                )
+        /// (∂/∂a, ∂/∂b) of op at (a, b), written in terms of a and b only.
+        /// Maximum/Minimum split ties 0.5/0.5; Pow: ∂/∂a = 0 where b == 0,
+        /// ∂/∂b = 0 where a == 0 and b >= 0.
+        pub fn binary_partials<T: Float>(op: BinaryOp, a: T, b: T) -> (T, T) {
+            match op {
+                $( BinaryOp::$V => (
+                    {
+                        let ($rdaa, $rdab) = (a, b);
+                        $rda
+                    },
+                    {
+                        let ($rdba, $rdbb) = (a, b);
+                        $rdb
+                    },
+                ), )*
             }
         }
-    }
+    };
 }
+crate::for_each_binary_op!(binary_reference);
 
 /// Evaluates `f` at every element of the broadcast of `ts`, in row-major
 /// order, reading each operand through `offset_of` (any strides).
