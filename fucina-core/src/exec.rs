@@ -350,6 +350,52 @@ impl<'a, T> MatMut<'a, T> {
     }
 }
 
+/// Mutable slices cut together at the same element index, for
+/// [`ExecContext::par_zip_chunks_mut`]: a `&mut [T]`, an `Option` of a `ZipMut` (absent
+/// stays absent) or a tuple of two to four, of any element types. The split is safe
+/// (`split_at_mut`), so the pieces are disjoint by construction.
+pub trait ZipMut: Sized + Send {
+    /// Splits every slice at `at` (clipped to its length) into (head, tail).
+    fn zip_split_at(self, at: usize) -> (Self, Self);
+}
+
+impl<T: Send> ZipMut for &mut [T] {
+    #[inline]
+    fn zip_split_at(self, at: usize) -> (Self, Self) {
+        let at = at.min(self.len());
+        self.split_at_mut(at)
+    }
+}
+
+impl<Z: ZipMut> ZipMut for Option<Z> {
+    #[inline]
+    fn zip_split_at(self, at: usize) -> (Self, Self) {
+        match self {
+            Some(z) => {
+                let (h, t) = z.zip_split_at(at);
+                (Some(h), Some(t))
+            }
+            None => (None, None),
+        }
+    }
+}
+
+macro_rules! zip_mut_tuple {
+    ($($Z:ident $z:ident $h:ident $t:ident),+) => {
+        impl<$($Z: ZipMut),+> ZipMut for ($($Z,)+) {
+            #[inline]
+            fn zip_split_at(self, at: usize) -> (Self, Self) {
+                let ($($z,)+) = self;
+                $( let ($h, $t) = $z.zip_split_at(at); )+
+                (($($h,)+), ($($t,)+))
+            }
+        }
+    };
+}
+zip_mut_tuple!(A a ha ta, B b hb tb);
+zip_mut_tuple!(A a ha ta, B b hb tb, C c hc tc);
+zip_mut_tuple!(A a ha ta, B b hb tb, C c hc tc, D d hd td);
+
 impl ExecContext {
     /// Runs `f(i, piece_i)` for each of `n` pieces (each an owned disjoint part of an output,
     /// such as a [`MatMut`] tile), in parallel when `parallel` (as [`Self::for_chunks`]). Each
@@ -423,6 +469,42 @@ impl ExecContext {
                 rest[i] = tail;
                 head
             })
+        });
+        self.par_pieces(n_chunks, pieces, parallel, f);
+    }
+
+    /// [`Self::par_chunks_mut_n`] over buffers of different element types: `data` is a
+    /// [`ZipMut`] (a `&mut [T]`, an `Option` of one, or a tuple of up to four), and chunk `c`
+    /// gets elements `c·chunk_len .. (c+1)·chunk_len` of every buffer (clipped to its length,
+    /// empty past its end; an absent buffer stays `None`), for `c` in `0..n_chunks`. For
+    /// updates that read and write several aligned buffers per element (an optimizer's
+    /// parameter and its moments).
+    ///
+    /// ```
+    /// use fucina_core::ExecContext;
+    /// let ctx = ExecContext::with_threads(2)?;
+    /// let (mut p, mut m) = (vec![1.0f32; 5], vec![0.0f64; 5]);
+    /// ctx.par_zip_chunks_mut((&mut p[..], Some(&mut m[..])), 2, 3, true, |c, (p, m)| {
+    ///     for (pi, mi) in p.iter_mut().zip(m.into_iter().flatten()) {
+    ///         *mi = c as f64;
+    ///         *pi += 1.0;
+    ///     }
+    /// });
+    /// assert_eq!((p, m), (vec![2.0; 5], vec![0.0, 0.0, 1.0, 1.0, 2.0]));
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn par_zip_chunks_mut<Z: ZipMut>(
+        &self,
+        data: Z,
+        chunk_len: usize,
+        n_chunks: usize,
+        parallel: bool,
+        f: impl Fn(usize, Z) + Send + Sync,
+    ) {
+        let pieces = (0..n_chunks).scan(Some(data), move |rest, _| {
+            let (head, tail) = rest.take()?.zip_split_at(chunk_len);
+            *rest = Some(tail);
+            Some(head)
         });
         self.par_pieces(n_chunks, pieces, parallel, f);
     }

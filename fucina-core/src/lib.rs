@@ -55,7 +55,7 @@ pub mod tensor;
 
 pub use dtype::{DType, Element, Float};
 pub use error::{Error, Result};
-pub use exec::ExecContext;
+pub use exec::{ExecContext, ZipMut};
 pub use half::{bf16, f16};
 pub use pool::{BufferPool, PoolStats};
 pub use storage::Buffer;

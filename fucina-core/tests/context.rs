@@ -616,3 +616,41 @@ fn the_fixture_does_not_panic_again_while_a_test_is_failing() {
     assert_eq!(panic_message(r.unwrap_err()), "the test's own failure");
     drop(kept);
 }
+
+/// `par_zip_chunks_mut` hands chunk c elements c·len.. of every buffer (of
+/// different element types), clips the last, leaves an absent buffer absent,
+/// and gives the same result on one thread as on four.
+#[test]
+fn par_zip_chunks_mut_cuts_every_buffer_alike() {
+    let run = |threads: usize, with_c: bool| {
+        let ctx = TestCtx::with_threads(threads).unwrap();
+        let n = 1000;
+        let (mut a, mut b, mut c) = (vec![0u32; n], vec![0.0f64; n], vec![0u8; n]);
+        let c_opt = if with_c { Some(&mut c[..]) } else { None };
+        ctx.par_zip_chunks_mut(
+            (&mut a[..], &mut b[..], c_opt),
+            64,
+            n.div_ceil(64),
+            true,
+            |k, (a, b, c)| {
+                assert_eq!(a.len(), b.len());
+                assert_eq!(a.len(), if k == n / 64 { n % 64 } else { 64 });
+                for (i, (x, y)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
+                    *x = (k * 64 + i) as u32;
+                    *y = k as f64;
+                }
+                if let Some(c) = c {
+                    assert_eq!(c.len(), a.len());
+                    c.fill(k as u8);
+                }
+            },
+        );
+        (a, b, c)
+    };
+    let (a, b, c) = run(1, true);
+    assert_eq!(a, (0..1000u32).collect::<Vec<_>>());
+    assert!(b.iter().enumerate().all(|(i, &v)| v == (i / 64) as f64));
+    assert!(c.iter().enumerate().all(|(i, &v)| v == (i / 64) as u8));
+    assert_eq!(run(4, true), (a, b, c));
+    assert!(run(4, false).2.iter().all(|&v| v == 0));
+}

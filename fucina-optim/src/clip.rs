@@ -9,23 +9,21 @@ use fucina_autograd::Tensor;
 use fucina_core::{Element, ExecContext, Float, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::kernel::{Disjoint, CHUNK};
+use crate::kernel::CHUNK;
 
 /// Σ x² of a contiguous slice in f64: per-chunk partials summed in chunk order.
 fn sum_squares<T: Float>(ctx: &ExecContext, x: &[T]) -> f64 {
     let n_chunks = x.len().div_ceil(CHUNK);
     let mut partial = vec![0.0f64; n_chunks];
-    let pd = Disjoint::new(&mut partial);
-    ctx.for_chunks(n_chunks, x.len() > CHUNK, |c| {
-        let s: f64 = x[c * CHUNK..((c + 1) * CHUNK).min(x.len())]
+    // Chunk c owns partial[c].
+    ctx.par_chunks_mut(&mut partial, 1, x.len() > CHUNK, |c, slot| {
+        slot[0] = x[c * CHUNK..((c + 1) * CHUNK).min(x.len())]
             .iter()
             .map(|&v| {
                 let v = v.to_f64();
                 v * v
             })
             .sum();
-        // SAFETY: chunk c writes only partial[c].
-        unsafe { pd.range(c..c + 1)[0] = s };
     });
     partial.iter().sum()
 }
@@ -79,11 +77,9 @@ fn map_grad(p: &Tensor, f: impl Fn(f64) -> f64 + Sync + Send + Copy) -> Result<(
     }
     let r = fucina_core::dispatch_float!(g.dtype(), "clip_grad", T => {
         let s = g.as_mut_slice::<T>()?;
-        let d = Disjoint::new(s);
         let n = s.len();
-        crate::kernel::for_each_chunk(&ctx, n, |r| {
-            // SAFETY: each chunk owns the disjoint range `r`.
-            for v in unsafe { d.range(r) } {
+        ctx.par_chunks_mut(s, CHUNK, n > CHUNK, |_, d| {
+            for v in d {
                 *v = T::from_f64(f(v.to_f64()));
             }
         });

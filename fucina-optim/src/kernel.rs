@@ -1,5 +1,7 @@
 //! Shared machinery of the fused update loops: fixed-size chunking over the
-//! context's threads, disjoint mutable slices, and moment storage types.
+//! context's threads (each chunk gets its own disjoint `&mut` part of the
+//! parameter and moment buffers, cut safely by core's
+//! `ExecContext::par_zip_chunks_mut`), and moment storage types.
 //!
 //! Chunk boundaries depend only on the element count ([`CHUNK`]), never on the
 //! thread count, and every element's update reads and writes only that
@@ -7,99 +9,65 @@
 
 use std::ops::Range;
 
-use fucina_core::{bf16, DType, Element, ExecContext, Float, RawTensor};
+use fucina_core::{bf16, DType, Element, ExecContext, Float, RawTensor, ZipMut};
 
 /// Elements per parallel chunk of an update (fixed: results never depend on threads).
 pub const CHUNK: usize = 1 << 14;
 
-/// The body of a fused update over a range of elements. Implementations mark
+/// The body of a fused update over a range of elements. `Z` is the chunk's
+/// part of the update's mutable buffers (the parameter and its moments, as a
+/// tuple of slices cut by [`ExecContext::par_zip_chunks_mut`]); read-only
+/// inputs (the gradient) are indexed with the range. Implementations mark
 /// `run` `#[inline(always)]`, so it is compiled into each vector-ISA variant
 /// of [`run_chunks`] (AVX-512 or AVX2 + FMA on x86-64, where `mul_add` is one
 /// instruction and the loop vectorises); results are identical on every path
 /// (FMA is exactly rounded everywhere).
-pub(crate) trait ChunkKernel: Sync {
-    /// Updates elements `r`. Callers give each range to one chunk only.
-    fn run(&self, r: Range<usize>);
+pub(crate) trait ChunkKernel<Z>: Sync {
+    /// Updates elements `r`, whose part of every mutable buffer is `z`.
+    fn run(&self, r: Range<usize>, z: Z);
 }
 
-/// Runs `k` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`.
-pub(crate) fn run_chunks<K: ChunkKernel>(ctx: &ExecContext, n: usize, k: &K) {
-    let n_chunks = n.div_ceil(CHUNK);
-    ctx.for_chunks(n_chunks, n > CHUNK, |c| {
+/// Runs `k` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`;
+/// chunk `c` gets elements `c·CHUNK ..` of every buffer of `bufs` (each of length `n`)
+/// as disjoint `&mut` slices.
+pub(crate) fn run_chunks<Z: ZipMut, K: ChunkKernel<Z>>(
+    ctx: &ExecContext,
+    n: usize,
+    bufs: Z,
+    k: &K,
+) {
+    ctx.par_zip_chunks_mut(bufs, CHUNK, n.div_ceil(CHUNK), n > CHUNK, |c, z| {
         let lo = c * CHUNK;
-        dispatch(k, lo..(lo + CHUNK).min(n))
+        dispatch(k, lo..(lo + CHUNK).min(n), z)
     });
 }
 
 #[inline]
-fn dispatch<K: ChunkKernel>(k: &K, r: Range<usize>) {
+fn dispatch<Z, K: ChunkKernel<Z>>(k: &K, r: Range<usize>, z: Z) {
     #[cfg(target_arch = "x86_64")]
     {
         /// # Safety
         /// The CPU has AVX-512F/VL, AVX2 and FMA.
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-        unsafe fn avx512<K: ChunkKernel>(k: &K, r: Range<usize>) {
-            k.run(r)
+        unsafe fn avx512<Z, K: ChunkKernel<Z>>(k: &K, r: Range<usize>, z: Z) {
+            k.run(r, z)
         }
         /// # Safety
         /// The CPU has AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2<K: ChunkKernel>(k: &K, r: Range<usize>) {
-            k.run(r)
+        unsafe fn avx2<Z, K: ChunkKernel<Z>>(k: &K, r: Range<usize>, z: Z) {
+            k.run(r, z)
         }
         use fucina_core::kernels::simd::{update_isa, UpdateIsa};
         match update_isa() {
             // SAFETY: core detected AVX-512F/VL, AVX2 and FMA on this CPU.
-            UpdateIsa::Avx512 => return unsafe { avx512(k, r) },
+            UpdateIsa::Avx512 => return unsafe { avx512(k, r, z) },
             // SAFETY: core detected AVX2 and FMA on this CPU.
-            UpdateIsa::Avx2Fma => return unsafe { avx2(k, r) },
+            UpdateIsa::Avx2Fma => return unsafe { avx2(k, r, z) },
             UpdateIsa::Base => {}
         }
     }
-    k.run(r)
-}
-
-/// Runs `f` over `0..n` in fixed chunks of [`CHUNK`], in parallel when `n > CHUNK`
-/// (for loops without multiply-adds; fused updates use [`run_chunks`]).
-pub(crate) fn for_each_chunk(ctx: &ExecContext, n: usize, f: impl Fn(Range<usize>) + Send + Sync) {
-    let n_chunks = n.div_ceil(CHUNK);
-    ctx.for_chunks(n_chunks, n > CHUNK, |c| {
-        let lo = c * CHUNK;
-        f(lo..(lo + CHUNK).min(n))
-    });
-}
-
-/// A mutable slice whose disjoint ranges may be handed to different chunks.
-#[derive(Clone, Copy)]
-pub(crate) struct Disjoint<T> {
-    ptr: *mut T,
-    len: usize,
-}
-
-// SAFETY: a `Disjoint` is only dereferenced through `range`, whose contract hands each range
-// to one chunk only, so threads never share an element; `T: Send` lets the elements move.
-unsafe impl<T: Send> Send for Disjoint<T> {}
-// SAFETY: as above (sharing the handle shares no element: ranges are disjoint).
-unsafe impl<T: Send> Sync for Disjoint<T> {}
-
-impl<T> Disjoint<T> {
-    pub(crate) fn new(s: &mut [T]) -> Self {
-        Disjoint {
-            ptr: s.as_mut_ptr(),
-            len: s.len(),
-        }
-    }
-
-    /// The elements `r` of the slice.
-    ///
-    /// # Safety
-    /// Callers hand each range to one chunk only (ranges never overlap while borrowed).
-    pub(crate) unsafe fn range<'a>(self, r: Range<usize>) -> &'a mut [T] {
-        debug_assert!(r.start <= r.end && r.end <= self.len);
-        // SAFETY: in bounds (asserted above; ranges come from `for_each_chunk`
-        // over this slice's length) and disjoint by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.start), r.end - r.start) }
-    }
+    k.run(r, z)
 }
 
 /// How a moment buffer of a parameter of compute type `T` is stored.
@@ -301,7 +269,11 @@ impl BufElem for f64 {}
 impl BufElem for bf16 {}
 
 /// The typed elements of `b`, or a state-mismatch error naming `what`.
-pub(crate) fn typed<M: BufElem>(b: &mut Buf, what: &str, n: usize) -> crate::Result<Disjoint<M>> {
+pub(crate) fn typed<'b, M: BufElem>(
+    b: &'b mut Buf,
+    what: &str,
+    n: usize,
+) -> crate::Result<&'b mut [M]> {
     let dt = b.dtype();
     let s = M::slice(b)?.ok_or_else(|| {
         crate::Error::StateMismatch(format!("{what}: stored as {dt}, expected {}", M::DTYPE))
@@ -312,7 +284,7 @@ pub(crate) fn typed<M: BufElem>(b: &mut Buf, what: &str, n: usize) -> crate::Res
             s.len()
         )));
     }
-    Ok(Disjoint::new(s))
+    Ok(s)
 }
 
 /// PyTorch's `lerp(start, end, w)` as its CPU kernel rounds it: one fused

@@ -14,7 +14,7 @@ use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Disjoint, Moment,
+    Moment,
 };
 use crate::optimizer::Optim;
 
@@ -187,9 +187,6 @@ where
     let v = typed::<M2>(v, "adam exp_avg_sq", n)?;
     let c = |x: f64| T::from_f64(x);
     let k = AdamChunk {
-        p: Disjoint::new(param),
-        m,
-        v,
         g: grad,
         decay: s.decay.map(c),
         l2: s.l2.map(c),
@@ -201,14 +198,11 @@ where
         eps: c(s.eps),
         nss: c(s.neg_step_size),
     };
-    run_chunks(ctx, n, &k);
+    run_chunks(ctx, n, (param, m, v), &k);
     Ok(())
 }
 
-struct AdamChunk<'a, T, M1, M2> {
-    p: Disjoint<T>,
-    m: Disjoint<M1>,
-    v: Disjoint<M2>,
+struct AdamChunk<'a, T> {
     g: &'a [T],
     decay: Option<T>,
     l2: Option<T>,
@@ -221,17 +215,11 @@ struct AdamChunk<'a, T, M1, M2> {
     nss: T,
 }
 
-impl<T: Float, M1: Moment<T>, M2: Moment<T>> ChunkKernel for AdamChunk<'_, T, M1, M2> {
+impl<'s, T: Float, M1: Moment<T>, M2: Moment<T>>
+    ChunkKernel<(&'s mut [T], &'s mut [M1], &'s mut [M2])> for AdamChunk<'_, T>
+{
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r` of every buffer.
-        let (p, m, v) = unsafe {
-            (
-                self.p.range(r.clone()),
-                self.m.range(r.clone()),
-                self.v.range(r.clone()),
-            )
-        };
+    fn run(&self, r: std::ops::Range<usize>, (p, m, v): (&'s mut [T], &'s mut [M1], &'s mut [M2])) {
         let n = p.len();
         let (m, v, g) = (&mut m[..n], &mut v[..n], &self.g[r][..n]);
         for i in 0..n {

@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
-    Moment,
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -114,8 +113,6 @@ fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
     let f = |x: f64| T::from_f64(x);
     let (b1, b2) = c.betas;
     let k = LionChunk {
-        p: Disjoint::new(param),
-        m,
         g: grad,
         b1: f(b1),
         omb1: f(1.0 - b1),
@@ -124,13 +121,11 @@ fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
         decay: (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay)),
         neg_lr: f(-lr),
     };
-    run_chunks(ctx, n, &k);
+    run_chunks(ctx, n, (param, m), &k);
     Ok(())
 }
 
-struct LionChunk<'a, T, M> {
-    p: Disjoint<T>,
-    m: Disjoint<M>,
+struct LionChunk<'a, T> {
     g: &'a [T],
     b1: T,
     omb1: T,
@@ -140,11 +135,9 @@ struct LionChunk<'a, T, M> {
     neg_lr: T,
 }
 
-impl<T: Float, M: Moment<T>> ChunkKernel for LionChunk<'_, T, M> {
+impl<'s, T: Float, M: Moment<T>> ChunkKernel<(&'s mut [T], &'s mut [M])> for LionChunk<'_, T> {
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let (p, m) = unsafe { (self.p.range(r.clone()), self.m.range(r.clone())) };
+    fn run(&self, r: std::ops::Range<usize>, (p, m): (&'s mut [T], &'s mut [M])) {
         let n = p.len();
         let (m, g) = (&mut m[..n], &self.g[r][..n]);
         for i in 0..n {

@@ -17,7 +17,7 @@ use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Disjoint, Moment,
+    Moment,
 };
 use crate::optimizer::Optim;
 
@@ -177,15 +177,13 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     let f = |x: f64| T::from_f64(x);
     // 1. momentum and the (Nesterov) update direction
     let mut u = vec![T::ZERO; n];
-    let ud = Disjoint::new(&mut u);
     let (w, wm1) = (f(1.0 - c.momentum), f(1.0 - c.momentum) - T::ONE);
     let (mu, mum1) = (f(c.momentum), f(c.momentum) - T::ONE);
     run_chunks(
         ctx,
         n,
+        (b, &mut u[..]),
         &MomentumChunk {
-            b,
-            u: ud,
             g: grad,
             w,
             wm1,
@@ -207,16 +205,7 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     };
     let decay = (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay));
     let neg = f(-(lr * ratio));
-    run_chunks(
-        ctx,
-        n,
-        &ApplyChunk {
-            p: Disjoint::new(param),
-            x: &x,
-            decay,
-            neg,
-        },
-    );
+    run_chunks(ctx, n, param, &ApplyChunk { x: &x, decay, neg });
     Ok(())
 }
 
@@ -262,30 +251,32 @@ fn transpose<T: Float>(a: &[T], m: usize, n: usize) -> Vec<T> {
 fn matmul<T: Float>(ctx: &ExecContext, a: &[T], b: &[T], m: usize, k: usize, n: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; m * n];
     let rows_per_chunk = (crate::kernel::CHUNK / n.max(1)).clamp(1, 64);
-    let o = Disjoint::new(&mut out);
-    ctx.for_chunks(m.div_ceil(rows_per_chunk), m * n * k >= 1 << 16, |ch| {
-        let r0 = ch * rows_per_chunk;
-        let r1 = (r0 + rows_per_chunk).min(m);
-        // SAFETY: each chunk owns rows r0..r1 of the output.
-        let o = unsafe { o.range(r0 * n..r1 * n) };
-        for (ri, i) in (r0..r1).enumerate() {
-            let orow = &mut o[ri * n..(ri + 1) * n];
-            for p in 0..k {
-                let av = a[i * k + p];
-                let brow = &b[p * n..(p + 1) * n];
-                for (ov, &bv) in orow.iter_mut().zip(brow) {
-                    *ov += av * bv;
+    // Chunk ch owns rows r0..r1 of the output.
+    ctx.par_chunks_mut_n(
+        [&mut out[..]],
+        [rows_per_chunk * n],
+        m.div_ceil(rows_per_chunk),
+        m * n * k >= 1 << 16,
+        |ch, [o]| {
+            let r0 = ch * rows_per_chunk;
+            let r1 = (r0 + rows_per_chunk).min(m);
+            for (ri, i) in (r0..r1).enumerate() {
+                let orow = &mut o[ri * n..(ri + 1) * n];
+                for p in 0..k {
+                    let av = a[i * k + p];
+                    let brow = &b[p * n..(p + 1) * n];
+                    for (ov, &bv) in orow.iter_mut().zip(brow) {
+                        *ov += av * bv;
+                    }
                 }
             }
-        }
-    });
+        },
+    );
     out
 }
 
 /// `b ← lerp(b, g, 1 − μ)`; `u ← lerp(g, b, μ)` (Nesterov) or `b`.
-struct MomentumChunk<'a, T, M> {
-    b: Disjoint<M>,
-    u: Disjoint<T>,
+struct MomentumChunk<'a, T> {
     g: &'a [T],
     w: T,
     wm1: T,
@@ -294,11 +285,9 @@ struct MomentumChunk<'a, T, M> {
     nesterov: bool,
 }
 
-impl<T: Float, M: Moment<T>> ChunkKernel for MomentumChunk<'_, T, M> {
+impl<'s, T: Float, M: Moment<T>> ChunkKernel<(&'s mut [M], &'s mut [T])> for MomentumChunk<'_, T> {
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let (b, u) = unsafe { (self.b.range(r.clone()), self.u.range(r.clone())) };
+    fn run(&self, r: std::ops::Range<usize>, (b, u): (&'s mut [M], &'s mut [T])) {
         let g = &self.g[r];
         for i in 0..b.len() {
             let bi = lerp(b[i].load(), g[i], self.w, self.wm1);
@@ -314,17 +303,14 @@ impl<T: Float, M: Moment<T>> ChunkKernel for MomentumChunk<'_, T, M> {
 
 /// `p ← p·(1 − lr·wd)`; `p ← p − adjusted_lr·X` (one FMA, as `add_` with alpha).
 struct ApplyChunk<'a, T> {
-    p: Disjoint<T>,
     x: &'a [T],
     decay: Option<T>,
     neg: T,
 }
 
-impl<T: Float> ChunkKernel for ApplyChunk<'_, T> {
+impl<'s, T: Float> ChunkKernel<&'s mut [T]> for ApplyChunk<'_, T> {
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let p = unsafe { self.p.range(r.clone()) };
+    fn run(&self, r: std::ops::Range<usize>, p: &'s mut [T]) {
         let x = &self.x[r];
         for i in 0..p.len() {
             let mut pi = p[i];

@@ -11,7 +11,7 @@ use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
     lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Disjoint, Moment,
+    Moment,
 };
 use crate::optimizer::Optim;
 
@@ -136,10 +136,6 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
     };
     let f = |x: f64| T::from_f64(x);
     let k = RmsPropChunk {
-        p: Disjoint::new(param),
-        sq,
-        mb,
-        ga,
         g: grad,
         wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
         alpha: f(c.alpha),
@@ -149,15 +145,11 @@ fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
         mu: f(c.momentum),
         neg_lr: f(-lr),
     };
-    run_chunks(ctx, n, &k);
+    run_chunks(ctx, n, (param, sq, mb, ga), &k);
     Ok(())
 }
 
-struct RmsPropChunk<'a, T, M> {
-    p: Disjoint<T>,
-    sq: Disjoint<M>,
-    mb: Option<Disjoint<M>>,
-    ga: Option<Disjoint<M>>,
+struct RmsPropChunk<'a, T> {
     g: &'a [T],
     wd: Option<T>,
     alpha: T,
@@ -168,15 +160,17 @@ struct RmsPropChunk<'a, T, M> {
     neg_lr: T,
 }
 
-impl<T: Float, M: Moment<T>> ChunkKernel for RmsPropChunk<'_, T, M> {
+/// The chunk's part of the parameter, square average, momentum and grad average.
+type RmsPropBufs<'s, T, M> = (
+    &'s mut [T],
+    &'s mut [M],
+    Option<&'s mut [M]>,
+    Option<&'s mut [M]>,
+);
+
+impl<'s, T: Float, M: Moment<T>> ChunkKernel<RmsPropBufs<'s, T, M>> for RmsPropChunk<'_, T> {
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r` of every buffer.
-        let (p, sq) = unsafe { (self.p.range(r.clone()), self.sq.range(r.clone())) };
-        // SAFETY: as above.
-        let mut mb = self.mb.map(|b| unsafe { b.range(r.clone()) });
-        // SAFETY: as above.
-        let mut ga = self.ga.map(|b| unsafe { b.range(r.clone()) });
+    fn run(&self, r: std::ops::Range<usize>, (p, sq, mut mb, mut ga): RmsPropBufs<'s, T, M>) {
         let g = &self.g[r];
         for i in 0..p.len() {
             let mut gi = g[i];

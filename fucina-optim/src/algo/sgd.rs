@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Disjoint,
-    Moment,
+    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -142,8 +141,6 @@ fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
     };
     let f = |x: f64| T::from_f64(x);
     let k = SgdChunk {
-        p: Disjoint::new(param),
-        b,
         g: grad,
         wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
         mu: f(c.momentum),
@@ -152,13 +149,11 @@ fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
         first: step == 1,
         nesterov: c.nesterov,
     };
-    run_chunks(ctx, n, &k);
+    run_chunks(ctx, n, (param, b), &k);
     Ok(())
 }
 
-struct SgdChunk<'a, T, M> {
-    p: Disjoint<T>,
-    b: Option<Disjoint<M>>,
+struct SgdChunk<'a, T> {
     g: &'a [T],
     wd: Option<T>,
     mu: T,
@@ -168,14 +163,14 @@ struct SgdChunk<'a, T, M> {
     nesterov: bool,
 }
 
-impl<T: Float, M: Moment<T>> ChunkKernel for SgdChunk<'_, T, M> {
+impl<'s, T: Float, M: Moment<T>> ChunkKernel<(&'s mut [T], Option<&'s mut [M]>)>
+    for SgdChunk<'_, T>
+{
     #[inline(always)]
-    fn run(&self, r: std::ops::Range<usize>) {
-        // SAFETY: each chunk owns the disjoint range `r`.
-        let p = unsafe { self.p.range(r.clone()) };
+    fn run(&self, r: std::ops::Range<usize>, (p, b): (&'s mut [T], Option<&'s mut [M]>)) {
         let n = p.len();
-        let g = &self.g[r.clone()][..n];
-        match self.b {
+        let g = &self.g[r][..n];
+        match b {
             None => {
                 for i in 0..n {
                     let mut gi = g[i];
@@ -186,8 +181,7 @@ impl<T: Float, M: Moment<T>> ChunkKernel for SgdChunk<'_, T, M> {
                 }
             }
             Some(b) => {
-                // SAFETY: as above.
-                let b = unsafe { &mut b.range(r)[..n] };
+                let b = &mut b[..n];
                 for i in 0..n {
                     let mut gi = g[i];
                     if let Some(wd) = self.wd {
