@@ -5,7 +5,7 @@
 //! Each file mirrors the core file of the same name in
 //! `fucina-core/src/kernels/fused/`, which holds the forward kernel, the
 //! backward kernel and the scalar reference. The list below declares the
-//! modules and gathers their rows into [`cases`], which the suite
+//! modules and gathers their rows into `cases`, which the suite
 //! (`suite::cases`), the torch parity test and the `op_table` export (read
 //! by `tools/gen_op_goldens.py`) all read: no fused row is listed anywhere
 //! else. Order matters for the goldens only: the generator draws the fused
