@@ -5,6 +5,8 @@
 //! drives the gradcheck test, the PyTorch golden parity test (the case names
 //! match `tools/gen_op_goldens.py`) and the `gradcheck_all` example. Domains
 //! keep inputs away from kinks; the kink conventions are tested separately.
+//! The fused ops' rows live in their own files (`ops/fused/<op>.rs`, with
+//! their torch lambdas) and come in through `ops::fused`'s registration list.
 
 use fucina_core::kernels::elementwise::Domain;
 use fucina_core::rng::SplitMix64;
