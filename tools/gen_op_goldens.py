@@ -4,7 +4,10 @@ for every row of fucina's op suite (fucina-autograd/src/suite.rs).
 
 The rows (names, input shapes, domains) come from the project itself:
 `cargo run --release -q -p fucina-autograd --example op_table` prints them as
-JSON. This script holds only the torch side, the TORCH lambdas.
+JSON, and for the fused ops also their torch side ("torch": "lambda x: ...",
+written next to each op in fucina-autograd/src/ops/fused/<op>.rs). This
+script holds the rest of the torch side: the TORCH lambdas and the helpers
+the project's lambdas call (causal_mask, sdpa).
 
 For each case NAME and dtype D in {f64, f32} the file holds
     D/NAME/in{i}    the inputs (float, int64 indices or uint8 masks)
@@ -54,16 +57,6 @@ def causal_mask(t, s):
     return j > i + (s - t)
 
 
-def softmax_causal(x):
-    m = causal_mask(x.shape[-2], x.shape[-1])
-    return x.masked_fill(m, float("-inf")).softmax(-1)
-
-
-def log_softmax_causal(x):
-    m = causal_mask(x.shape[-2], x.shape[-1])
-    return x.masked_fill(m, float("-inf")).log_softmax(-1)
-
-
 def sdpa(q, k, v, bias=None, causal=False, scale=None):
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     s = q @ k.transpose(-2, -1) * scale
@@ -74,14 +67,16 @@ def sdpa(q, k, v, bias=None, causal=False, scale=None):
     return s.softmax(-1) @ v
 
 
-def pad_bias(dtype):
-    vals = [0.0 if (i % 5 < 3 or i < 5) else -1e4 for i in range(10)]
-    return torch.tensor(vals, dtype=dtype).reshape(2, 1, 1, 5)
+# The rows whose torch side the project writes next to the op: the fused
+# ops (fucina-autograd/src/ops/fused/<op>.rs), whose op_table rows carry
+# "torch": "lambda x: ..." (evaluated here with torch, F, math and the helpers
+# above in scope). They are drawn where this key sits in TORCH, in the
+# project's registration order.
+FUSED_ROWS = "<fused rows: lambdas from the project>"
 
-
-# The torch side of every row of the suite, by case name. The order is the
-# order inputs are drawn in (one generator per dtype): append new rows at the
-# end so that existing goldens keep their values.
+# The torch side of every other row of the suite, by case name. The order is
+# the order inputs are drawn in (one generator per dtype): append new rows at
+# the end so that existing goldens keep their values.
 TORCH = {
     "add": lambda x: x[0] + x[1],
     "sub": lambda x: x[0] - x[1],
@@ -162,24 +157,7 @@ TORCH = {
     "gather": lambda x: x[0].gather(1, x[1]),
     "take_along_axis": lambda x: x[0].gather(0, x[1]),
     "scatter_add": lambda x: x[0].scatter_add(1, x[1], x[2]),
-    "softmax": lambda x: x[0].softmax(1),
-    "softmax_axis0": lambda x: x[0].softmax(0),
-    "log_softmax": lambda x: x[0].log_softmax(-1),
-    "softmax_causal": lambda x: softmax_causal(x[0]),
-    "log_softmax_causal": lambda x: log_softmax_causal(x[0]),
-    "layer_norm": lambda x: F.layer_norm(x[0], (6,), x[1], x[2], 1e-5),
-    "layer_norm_plain": lambda x: F.layer_norm(x[0], (6,), None, None, 1e-5),
-    "rms_norm": lambda x: x[0] * torch.rsqrt(x[0].square().mean(-1, keepdim=True) + 1e-6) * x[1],
-    "cross_entropy": lambda x: F.cross_entropy(x[0], x[1]),
-    "cross_entropy_smooth_sum": lambda x: F.cross_entropy(x[0], x[1], label_smoothing=0.1, reduction="sum"),
-    "cross_entropy_ignore_none": lambda x: F.cross_entropy(x[0], x[1], ignore_index=2, reduction="none"),
-    "nll_loss": lambda x: F.nll_loss(x[0].log_softmax(1), x[1], ignore_index=1),
-    "mse_loss": lambda x: F.mse_loss(x[0], x[1]),
-    "bce_with_logits": lambda x: F.binary_cross_entropy_with_logits(x[0], x[1]),
-    "huber_loss": lambda x: F.huber_loss(x[0], x[1], delta=0.5, reduction="sum"),
-    "scaled_dot_product_attention": lambda x: sdpa(x[0], x[1], x[2]),
-    "sdpa_causal": lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7),
-    "sdpa_padding_mask": lambda x: sdpa(x[0], x[1], x[2], bias=pad_bias(x[0].dtype)),
+    FUSED_ROWS: None,
     "sign": lambda x: x[0].sign(),
     "mish": lambda x: F.mish(x[0]),
     "hardswish": lambda x: F.hardswish(x[0]),
@@ -227,19 +205,40 @@ def make_input(shape, kind, dtype, g):
     return (torch.rand(shape, generator=g) < 0.5).to(torch.uint8)
 
 
+def project_lambda(row):
+    """The row's torch side when the project writes it as `lambda x: ...`."""
+    src = row["torch"] or ""
+    if not src.startswith("lambda x: "):
+        return None
+    return eval(src, {"torch": torch, "F": F, "math": math, "causal_mask": causal_mask, "sdpa": sdpa})
+
+
+def lambdas(table):
+    """(name, torch lambda) for every row, in the order inputs are drawn."""
+    fused = [(name, fn) for name, fn in ((n, project_lambda(r)) for n, r in table.items()) if fn]
+    both = sorted(name for name, _ in fused if name in TORCH)
+    assert not both, f"rows with a lambda both in the project and in TORCH: {both}"
+    order = []
+    for name, fn in TORCH.items():
+        order.extend(fused if name == FUSED_ROWS else [(name, fn)])
+    return order
+
+
 def main():
     table = op_table()
-    missing = sorted(set(table) - set(TORCH))
-    stale = sorted(set(TORCH) - set(table))
-    assert not missing, f"suite rows without a torch lambda in TORCH: {missing}"
+    order = lambdas(table)
+    names = {name for name, _ in order}
+    missing = sorted(set(table) - names)
+    stale = sorted(names - set(table))
+    assert not missing, f"suite rows without a torch lambda (TORCH or the project): {missing}"
     assert not stale, f"TORCH lambdas for rows the suite no longer has: {stale}"
     for row in table.values():
-        if row["torch"]:
+        if row["torch"] and not project_lambda(row):
             resolve(row["torch"])
     out = {}
     for dname, dtype in (("f64", torch.float64), ("f32", torch.float32)):
         g = torch.Generator().manual_seed(1234)
-        for name, fn in TORCH.items():
+        for name, fn in order:
             specs = [(i["shape"], i["kind"]) for i in table[name]["inputs"]]
             xs = [make_input(s, k, dtype, g) for s, k in specs]
             leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
@@ -259,7 +258,7 @@ def main():
             out[f"{key}/gy"] = gy.clone().contiguous()
     path = os.path.join(os.path.dirname(__file__), "..", "fucina-autograd", "tests", "goldens", "ops.safetensors")
     save_file(out, path, metadata={"generator": "tools/gen_op_goldens.py", "torch": torch.__version__})
-    print(f"wrote {len(out)} tensors for {len(TORCH)} cases to {os.path.normpath(path)}")
+    print(f"wrote {len(out)} tensors for {len(order)} cases to {os.path.normpath(path)}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 //! Prints the op suite (`fucina_autograd::suite::cases`) as JSON on stdout:
-//! for each row its name, its inputs (shape and how they are drawn) and, for
-//! rows generated from the unary and binary op tables, the PyTorch function
-//! it matches.
-//! `tools/gen_op_goldens.py` reads this instead of repeating the shapes and
-//! domains; it keeps only the torch lambdas.
+//! for each row its name, its inputs (shape and how they are drawn) and,
+//! where the project writes it, its torch side: the PyTorch function of a
+//! unary- or binary-table row, or the `lambda x: ...` of a fused op's row
+//! (`fucina-autograd/src/ops/fused/<op>.rs`). `tools/gen_op_goldens.py` reads
+//! this instead of repeating the shapes and domains, and evaluates the fused
+//! rows' lambdas; it keeps only the other rows' torch lambdas.
 //!
 //! Run: `cargo run --release -q -p fucina-autograd --example op_table`
 

@@ -5,91 +5,27 @@
 //! drives the gradcheck test, the PyTorch golden parity test (the case names
 //! match `tools/gen_op_goldens.py`) and the `gradcheck_all` example. Domains
 //! keep inputs away from kinks; the kink conventions are tested separately.
+//! The fused ops' rows live in their own files (`ops/fused/<op>.rs`, with
+//! their torch lambdas) and come in through `ops::fused`'s registration list.
 
 use fucina_core::kernels::elementwise::Domain;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 
 use crate::error::Result;
-use crate::ops::attention::AttentionOpts;
 use crate::tape::tensor::Tensor;
-use crate::{CrossEntropyOpts, Reduction};
 
-/// How one input of a case is generated.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum InputKind {
-    /// A float variable, uniform in [lo, hi).
-    Float(f64, f64),
-    /// A float variable, uniform in ±[lo, hi) (away from 0).
-    NonZero(f64, f64),
-    /// An I64 constant, uniform in 0..n.
-    Index(i64),
-    /// A U8 constant mask, 1 with probability ½.
-    Mask,
-}
+pub(crate) mod case;
 
-/// One input: shape and kind.
-#[derive(Clone, Debug, PartialEq)]
-pub struct InputSpec {
-    /// The input's shape.
-    pub shape: Vec<usize>,
-    /// How it is generated.
-    pub kind: InputKind,
-}
+use case::{f, fr, idx, mask, nz};
+pub use case::{CaseFn, InputKind, InputSpec, OpCase};
 
-/// The op under test: inputs in, one tensor out.
-pub type CaseFn = fn(&[Tensor]) -> Result<Tensor>;
-
-/// A row of the suite.
-#[derive(Clone, Debug)]
-pub struct OpCase {
-    /// The op's name (a `Tensor` method, or a variant `method_suffix`).
-    pub name: &'static str,
-    /// Its inputs.
-    pub inputs: Vec<InputSpec>,
-    /// The computation.
-    pub f: CaseFn,
-    /// The PyTorch function it matches, for rows generated from the unary and
-    /// binary op tables (the golden generator's lambdas cover every row).
-    pub torch: Option<&'static str>,
-}
-
-fn f(shape: &[usize]) -> InputSpec {
-    InputSpec {
-        shape: shape.to_vec(),
-        kind: InputKind::Float(-1.5, 1.5),
-    }
-}
-fn fr(shape: &[usize], lo: f64, hi: f64) -> InputSpec {
-    InputSpec {
-        shape: shape.to_vec(),
-        kind: InputKind::Float(lo, hi),
-    }
-}
-fn nz(shape: &[usize]) -> InputSpec {
-    InputSpec {
-        shape: shape.to_vec(),
-        kind: InputKind::NonZero(0.1, 1.5),
-    }
-}
 /// An input of an op-table row: `shape`, drawn from the domain `d`.
 fn from_domain(d: Domain, shape: &[usize]) -> InputSpec {
     match d {
         Domain::Float => f(shape),
         Domain::NonZero => nz(shape),
         Domain::Range(lo, hi) => fr(shape, lo, hi),
-    }
-}
-fn idx(shape: &[usize], n: i64) -> InputSpec {
-    InputSpec {
-        shape: shape.to_vec(),
-        kind: InputKind::Index(n),
-    }
-}
-fn mask(shape: &[usize]) -> InputSpec {
-    InputSpec {
-        shape: shape.to_vec(),
-        kind: InputKind::Mask,
     }
 }
 
@@ -200,125 +136,10 @@ pub fn cases() -> Vec<OpCase> {
             [f(&[3, 5]), idx(&[3, 4], 5), f(&[3, 4])],
             |x| x[0].scatter_add(1, &x[1], &x[2])
         ),
-        // ---- softmax and normalisation
-        case!("softmax", [f(&[3, 5])], |x| x[0].softmax(1)),
-        case!("softmax_axis0", [f(&[3, 5])], |x| x[0].softmax(0)),
-        case!("log_softmax", [f(&[3, 5])], |x| x[0].log_softmax(-1)),
-        case!("softmax_causal", [f(&[2, 4, 4])], |x| x[0].softmax_causal()),
-        case!("log_softmax_causal", [f(&[2, 3, 4])], |x| x[0]
-            .log_softmax_causal()),
-        case!("layer_norm", [f(&[3, 6]), f(&[6]), f(&[6])], |x| x[0]
-            .layer_norm(Some(&x[1]), Some(&x[2]), 1e-5)),
-        case!("layer_norm_plain", [f(&[2, 3, 6])], |x| x[0]
-            .layer_norm(None, None, 1e-5)),
-        case!("rms_norm", [f(&[3, 6]), f(&[6])], |x| x[0]
-            .rms_norm(Some(&x[1]), 1e-6)),
-        // ---- losses
-        case!("cross_entropy", [f(&[5, 4]), idx(&[5], 4)], |x| x[0]
-            .cross_entropy(&x[1], CrossEntropyOpts::default())),
-        case!(
-            "cross_entropy_smooth_sum",
-            [f(&[5, 4]), idx(&[5], 4)],
-            |x| {
-                x[0].cross_entropy(
-                    &x[1],
-                    CrossEntropyOpts {
-                        label_smoothing: 0.1,
-                        reduction: Reduction::Sum,
-                        ..Default::default()
-                    },
-                )
-            }
-        ),
-        case!(
-            "cross_entropy_ignore_none",
-            [f(&[5, 4]), idx(&[5], 4)],
-            |x| {
-                x[0].cross_entropy(
-                    &x[1],
-                    CrossEntropyOpts {
-                        ignore_index: Some(2),
-                        reduction: Reduction::None,
-                        ..Default::default()
-                    },
-                )
-            }
-        ),
-        case!("nll_loss", [f(&[5, 4]), idx(&[5], 4)], |x| x[0]
-            .log_softmax(1)?
-            .nll_loss(&x[1], Some(1), Reduction::Mean)),
-        case!("mse_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0]
-            .mse_loss(&x[1], Reduction::Mean)),
-        case!(
-            "bce_with_logits",
-            [f(&[3, 4]), fr(&[3, 4], 0.0, 1.0)],
-            |x| x[0].bce_with_logits(&x[1], Reduction::Mean)
-        ),
-        case!("huber_loss", [f(&[3, 4]), f(&[3, 4])], |x| x[0].huber_loss(
-            &x[1],
-            0.5,
-            Reduction::Sum
-        )),
-        // ---- attention
-        case!(
-            "scaled_dot_product_attention",
-            [f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: false,
-                        scale: None,
-                    },
-                )
-            }
-        ),
-        case!(
-            "sdpa_causal",
-            [f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: true,
-                        scale: Some(0.7),
-                    },
-                )
-            }
-        ),
-        case!(
-            "sdpa_padding_mask",
-            [f(&[2, 2, 3, 4]), f(&[2, 2, 5, 4]), f(&[2, 2, 5, 4])],
-            |x| {
-                let ctx = x[0].ctx();
-                // Batch 0 keeps 5 keys, batch 1 keeps the first 3: an additive bias [B,1,1,S].
-                let bias: Vec<f64> = (0..10)
-                    .map(|i| if i % 5 < 3 || i < 5 { 0.0 } else { -1e4 })
-                    .collect();
-                let m = Tensor::from_raw(
-                    ctx,
-                    ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?,
-                    false,
-                );
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    Some(&m),
-                    AttentionOpts {
-                        causal: false,
-                        scale: None,
-                    },
-                )
-            }
-        ),
     ]);
+    // ---- fused ops (softmax, norms, losses, attention): their rows live in
+    // their files, `ops/fused/<op>.rs`, registered once in `ops/fused/mod.rs`
+    cases.extend(crate::ops::fused::cases());
     cases
 }
 

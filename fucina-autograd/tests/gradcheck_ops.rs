@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use fucina_autograd::ops::fused::FAMILIES;
 use fucina_autograd::suite::{cases, make_inputs, NOT_DIFFERENTIABLE};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{gradcheck, BinaryOp, GradcheckOpts, Tensor, UnaryOp};
@@ -29,14 +30,28 @@ fn every_differentiable_op_passes_gradcheck_in_f64() {
     );
 }
 
-/// Every `pub fn` in `src/ops/*.rs` must have a row (or be listed as not differentiable).
-#[test]
-fn every_op_has_a_gradcheck_row() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ops");
-    let rows: BTreeSet<&str> = cases().iter().map(|c| c.name).collect();
-    let mut missing = Vec::new();
+/// The `.rs` files under `dir`, recursively.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every `pub fn` in `src/ops/**/*.rs` (the fused ops' files included) must
+/// have a row (or be listed as not differentiable).
+#[test]
+fn every_op_has_a_gradcheck_row() {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/ops"));
+    let rows: BTreeSet<&str> = cases().iter().map(|c| c.name).collect();
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let mut missing = Vec::new();
+    for path in files {
         let src = std::fs::read_to_string(&path).unwrap();
         for line in src.lines() {
             let line = line.trim_start();
@@ -75,6 +90,34 @@ fn every_op_has_a_gradcheck_row() {
         missing.is_empty(),
         "ops without a gradcheck row: {missing:?}"
     );
+}
+
+/// Every file of `src/ops/fused/` is a registered family (a file left out of
+/// `fused_ops!` would not even be compiled), and every torch side the
+/// project writes is a dotted function name or a `lambda x: ...`.
+#[test]
+fn every_fused_file_is_registered() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ops/fused");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|s| s != "mod")
+        .collect();
+    files.sort();
+    let mut families: Vec<String> = FAMILIES.iter().map(|s| s.to_string()).collect();
+    families.sort();
+    assert_eq!(files, families, "ops/fused/*.rs vs the fused_ops! list");
+    for case in cases() {
+        if let Some(t) = case.torch {
+            assert!(
+                t.starts_with("lambda x: ") || !t.contains(' '),
+                "{}: torch side is neither a dotted name nor `lambda x: ...`: {t}",
+                case.name
+            );
+        }
+    }
 }
 
 fn grad_at(f: impl Fn(&Tensor) -> fucina_autograd::Result<Tensor>, x: f64) -> f64 {

@@ -1,19 +1,21 @@
-//! Differentiable ops, one file per domain (mirroring `fucina-core/src/kernels`).
+//! Differentiable ops, one file per domain (mirroring `fucina-core/src/kernels`);
+//! fused ops (a kernel with its own backward) one file per op family in
+//! [`fused`], each with its gradcheck rows.
 //!
 //! Each op: validate, run the kernel, and `graph::record` a backward
 //! node that holds `clone_view`s of exactly what its formula needs. The math
 //! of each backward is written next to it.
 
-pub mod attention;
 pub mod concat;
 pub mod elementwise;
+pub mod fused;
 pub mod index;
-pub mod loss;
 pub mod matmul;
-pub mod norm;
 pub mod reduce;
 pub mod shape;
-pub mod softmax;
+
+/// The fused ops at their historical paths (`ops::attention::AttentionOpts`, ...).
+pub use fused::{attention, loss, norm, softmax};
 
 use fucina_core::shape::normalize_axis;
 

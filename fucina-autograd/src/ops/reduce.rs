@@ -1,4 +1,5 @@
-//! Reductions: sum and mean over any axes (keepdim like PyTorch).
+//! Reductions: sum and mean over any axes (keepdim like PyTorch), max/min,
+//! variance, the L2 norm, cumsum, and logsumexp (over the softmax row kernels).
 
 use fucina_core::kernels::elementwise::UnaryOp;
 use fucina_core::kernels::reduce::ReduceOp;
@@ -6,7 +7,7 @@ use fucina_core::shape::Dims;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
-use crate::ops::axes_of;
+use crate::ops::{axes_of, axis_of};
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
@@ -43,6 +44,31 @@ impl Backward for SumBackward {
         };
         // A stride-0 view: no copy; consumers read it through strides.
         Ok(smallvec::smallvec![Some(g.broadcast_to(&self.in_shape)?)])
+    }
+}
+
+/// lse = log Σ eˣ: gx = gy ⊙ exp(x − lse).
+struct LogsumexpBackward {
+    x: RawTensor,
+    lse_keepdim: RawTensor,
+}
+
+impl Backward for LogsumexpBackward {
+    fn name(&self) -> &'static str {
+        "logsumexp"
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
+        let p = ctx.unary(
+            &ctx.binary(&self.x, &self.lse_keepdim, BinaryOp::Sub)?,
+            UnaryOp::Exp,
+        )?;
+        let gy = ctx.reshape(gy, self.lse_keepdim.shape())?;
+        Ok(smallvec::smallvec![Some(ctx.binary(
+            &p,
+            &gy,
+            BinaryOp::Mul
+        )?)])
     }
 }
 
@@ -284,6 +310,23 @@ impl Tensor {
         let y = ctx.cumsum(&self.value()?, a)?;
         Ok(record(ctx, "cumsum", y, &[self], |_| {
             Box::new(CumsumBackward { axis: a })
+        }))
+    }
+
+    /// log Σ exp(x) along `axis`, computed stably.
+    pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        let a = axis_of("logsumexp", self, axis)?;
+        let ctx = self.ctx();
+        let x = self.raw()?;
+        let y = ctx.logsumexp(&x, a, keepdim)?;
+        Ok(record(ctx, "logsumexp", y, &[self], |y| {
+            let mut kd: Vec<usize> = x.shape().to_vec();
+            kd[a] = 1;
+            let lse_keepdim = match y.reshape(&kd) {
+                Ok(v) => v,
+                Err(_) => y.clone(),
+            };
+            Box::new(LogsumexpBackward { x, lse_keepdim })
         }))
     }
 }

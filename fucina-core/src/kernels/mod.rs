@@ -1,21 +1,23 @@
 //! The numeric kernels. Each kernel module has a validated entry point (a
 //! method on [`crate::ExecContext`]) that takes its output from the context's
 //! pool, an unchecked fast kernel behind it, and a plain scalar reference
-//! implementation that is its spec (`reference` submodules).
+//! implementation that is its spec (`reference` submodules). Fused ops (a
+//! kernel with its own backward kernel: norms, softmax, cross-entropy,
+//! attention) live in [`fused`], one file per op family.
 
-pub mod attention;
 pub mod concat;
 pub mod copy;
 pub mod elementwise;
+pub mod fused;
 pub mod index;
-pub mod loss;
 pub mod matmul;
-pub mod norm;
 pub mod random;
 pub mod reduce;
 pub mod rows;
 pub mod simd;
-pub mod softmax;
+
+/// The fused ops at their historical paths (`kernels::norm::reference`, ...).
+pub use fused::{attention, loss, norm, softmax};
 
 use crate::error::{Error, Result};
 use crate::tensor::RawTensor;

@@ -56,21 +56,66 @@ macro_rules! micro_kernel {
                     }
                 }
                 let mut acc = [[$zero(); NV]; MR];
-                let rows: [*const $t; MR] = std::array::from_fn(|i| a.add(i * ars));
-                let mut bp = b;
-                for p in 0..kc {
-                    let off = p * acs;
-                    let mut bv = [$zero(); NV];
-                    for (h, v) in bv.iter_mut().enumerate() {
-                        *v = $load(bp.add(h * $lanes));
-                    }
-                    for (i, row) in acc.iter_mut().enumerate() {
-                        let av = $bcast(&*rows[i].add(off));
-                        for (h, v) in row.iter_mut().enumerate() {
-                            *v = $fmadd(av, bv[h], *v);
+                // One K step: B's row at `bp`, A's element of row `i` at `arow(i)`. Every
+                // layout below runs exactly these FMAs in ascending `p`; they differ only in
+                // how addresses are formed (and in unrolling, which keeps the order).
+                macro_rules! step {
+                    ($bp:expr, $arow:expr) => {{
+                        let mut bv = [$zero(); NV];
+                        for (h, v) in bv.iter_mut().enumerate() {
+                            *v = $load($bp.add(h * $lanes));
                         }
+                        for (i, row) in acc.iter_mut().enumerate() {
+                            let av = $bcast(&*$arow(i));
+                            for (h, v) in row.iter_mut().enumerate() {
+                                *v = $fmadd(av, bv[h], *v);
+                            }
+                        }
+                    }};
+                }
+                const U: usize = 4;
+                let mut bp = b;
+                let mut p = 0;
+                if acs == 1 {
+                    // A read in place, row-major: each row is one contiguous run along K.
+                    let rows: [*const $t; MR] = std::array::from_fn(|i| a.add(i * ars));
+                    while p + U <= kc {
+                        for o in 0..U {
+                            step!(bp.add(o * $nr), |i: usize| rows[i].add(p + o));
+                        }
+                        bp = bp.add(U * $nr);
+                        p += U;
                     }
-                    bp = bp.add($nr);
+                    while p < kc {
+                        step!(bp, |i: usize| rows[i].add(p));
+                        bp = bp.add($nr);
+                        p += 1;
+                    }
+                } else if ars == 1 {
+                    // A packed (or column-major): one K step's MR elements are contiguous.
+                    let mut ap = a;
+                    while p + U <= kc {
+                        for o in 0..U {
+                            step!(bp.add(o * $nr), |i: usize| ap.add(o * acs + i));
+                        }
+                        ap = ap.add(U * acs);
+                        bp = bp.add(U * $nr);
+                        p += U;
+                    }
+                    while p < kc {
+                        step!(bp, |i: usize| ap.add(i));
+                        ap = ap.add(acs);
+                        bp = bp.add($nr);
+                        p += 1;
+                    }
+                } else {
+                    let rows: [*const $t; MR] = std::array::from_fn(|i| a.add(i * ars));
+                    while p < kc {
+                        let off = p * acs;
+                        step!(bp, |i: usize| rows[i].add(off));
+                        bp = bp.add($nr);
+                        p += 1;
+                    }
                 }
                 let alpha = $set1(t.alpha);
                 let beta = $set1(t.beta);

@@ -1,13 +1,13 @@
 //! The packed GEMM driver behind the AVX2 micro-kernels (Goto/BLIS blocking, own packing).
 //!
 //! For one `C[m×n] = alpha·A[m×k]·B[k×n] + beta·C` with arbitrary strides, C is cut into one
-//! job per thread (a run of columns when N is wide enough, else a run of rows), all started in
-//! a single parallel dispatch. A job walks its columns in `NC` blocks and K in `KC` steps; per
-//! step it packs its B block into `NR`-wide panels (thread-local scratch, reused from L1 by
-//! every row tile) and runs the micro-kernel over `MR × NR` tiles. A is read in place when it
-//! is row-major (a tile's rows are MR sequential streams); otherwise, and for a last partial
-//! row tile, its `MR × KC` panels are packed, zero-padded. The first K step applies
-//! `beta`; later steps accumulate.
+//! job per thread (a run of columns or of rows, whichever packs and reads fewer elements: see
+//! `grid`), all started in a single parallel dispatch. A job walks its columns in `NC` blocks
+//! and K in `KC` steps; per step it packs its B block into `NR`-wide panels (thread-local
+//! scratch, reused from L1 by every row tile) and runs the micro-kernel over `MR × NR` tiles.
+//! A is read in place when it is row-major (a tile's rows are MR sequential streams);
+//! otherwise, and for a last partial row tile, its `MR × KC` panels are packed, zero-padded.
+//! The first K step applies `beta`; later steps accumulate.
 //!
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
 //! steps added in ascending K, packed or not. The job grid (which depends on the thread count)
@@ -28,8 +28,6 @@ const KC: usize = 256;
 const MC: usize = 96;
 /// Columns per packed B block (`KC × NC` elements, in L2/L3 while a job sweeps its rows).
 const NC: usize = 512;
-/// Most jobs per thread in one GEMM.
-const JOBS_PER_THREAD: usize = 4;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
 
@@ -260,18 +258,33 @@ fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
     cuts
 }
 
-/// The job grid `(row cuts, column cuts)` for `threads` workers: up to [`JOBS_PER_THREAD`]
-/// runs of columns per thread when each run gets at least four B panels (no operand is then
-/// packed twice), else runs of rows of at least two A tiles, else one job. Several jobs per
-/// thread let a thread that finishes early take work from one that was held up.
-fn grid<T: PackedKernel>(m: usize, n: usize, threads: usize) -> (Vec<usize>, Vec<usize>) {
-    let most = threads * JOBS_PER_THREAD;
+/// The job grid `(row cuts, column cuts)` for `threads` workers: one job per thread, as a
+/// run of columns (each job then reads all of A and packs its own columns of B) or a run of
+/// rows (each job packs all of B and reads its own rows of A), whichever moves fewer
+/// elements: `jobs·m·wa + 2n` against `m·wa + jobs·2n` (times K), where B's weight 2 is its
+/// read plus its packed write and A's `wa` is 2 when A must be packed, 1 when it is read in
+/// place. A run gets at least four B panels or two A tiles; with neither, one job.
+///
+/// One job per thread, not several: on the gpt workload (AVX2 EPYC, 2 threads) four jobs
+/// per thread spent ~12 % more CPU time in the GEMM (each job re-packing A), which cost
+/// more than the load balance they bought.
+fn grid<T: PackedKernel>(
+    m: usize,
+    n: usize,
+    a_packed: bool,
+    threads: usize,
+) -> (Vec<usize>, Vec<usize>) {
     let by_cols = n / (4 * T::NR);
     let by_rows = m / (2 * MR);
-    if threads > 1 && by_cols >= threads {
-        (vec![0, m], split(n, most.min(by_cols), T::NR))
-    } else if threads > 1 && by_rows >= threads {
-        (split(m, most.min(by_rows), MR), vec![0, n])
+    let col_ok = threads > 1 && by_cols >= threads;
+    let row_ok = threads > 1 && by_rows >= threads;
+    let wa = if a_packed { 2 } else { 1 };
+    let col_cost = threads * m * wa + 2 * n;
+    let row_cost = m * wa + threads * 2 * n;
+    if row_ok && (!col_ok || row_cost < col_cost) {
+        (split(m, threads, MR), vec![0, n])
+    } else if col_ok {
+        (vec![0, m], split(n, threads, T::NR))
     } else {
         (vec![0, m], vec![0, n])
     }
@@ -415,7 +428,7 @@ pub unsafe fn gemm<T: PackedKernel>(
         return;
     }
     let threads = if parallel { ctx.num_threads() } else { 1 };
-    let (rcuts, ccuts) = grid::<T>(m, n, threads);
+    let (rcuts, ccuts) = grid::<T>(m, n, a.cs != 1, threads);
     let gn = ccuts.len() - 1;
     let tiles = c.split_grid(&rcuts, &ccuts);
     let jobs = tiles.len();

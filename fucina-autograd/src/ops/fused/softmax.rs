@@ -1,9 +1,15 @@
-//! Softmax family along an axis (optionally causal), and logsumexp.
+//! Softmax and log-softmax along an axis, and their causal variants over the
+//! last axis: the methods, the backward node and the gradcheck rows. The
+//! kernels (forward, backward, reference) are
+//! `fucina-core/src/kernels/fused/softmax.rs`; `logsumexp`, a reduction over
+//! the same row kernels, is in `ops/reduce.rs`.
 
 use fucina_core::{ExecContext, RawTensor};
 
+use super::row;
 use crate::error::Result;
 use crate::ops::axis_of;
+use crate::suite::case::{f, OpCase};
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
@@ -33,31 +39,6 @@ impl Backward for SoftmaxBackward {
             (false, _) => ctx.softmax_backward(&self.y, gy, self.axis)?,
         };
         Ok(smallvec::smallvec![Some(g)])
-    }
-}
-
-/// lse = log Σ eˣ: gx = gy ⊙ exp(x − lse).
-struct LogsumexpBackward {
-    x: RawTensor,
-    lse_keepdim: RawTensor,
-}
-
-impl Backward for LogsumexpBackward {
-    fn name(&self) -> &'static str {
-        "logsumexp"
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
-        let p = ctx.unary(
-            &ctx.binary(&self.x, &self.lse_keepdim, BinaryOp::Sub)?,
-            UnaryOp::Exp,
-        )?;
-        let gy = ctx.reshape(gy, self.lse_keepdim.shape())?;
-        Ok(smallvec::smallvec![Some(ctx.binary(
-            &p,
-            &gy,
-            BinaryOp::Mul
-        )?)])
     }
 }
 
@@ -115,21 +96,40 @@ impl Tensor {
     pub fn log_softmax_causal(&self) -> Result<Tensor> {
         self.softmax_impl(-1, true, true)
     }
+}
 
-    /// log Σ exp(x) along `axis`, computed stably.
-    pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
-        let a = axis_of("logsumexp", self, axis)?;
-        let ctx = self.ctx();
-        let x = self.raw()?;
-        let y = ctx.logsumexp(&x, a, keepdim)?;
-        Ok(record(ctx, "logsumexp", y, &[self], |y| {
-            let mut kd: Vec<usize> = x.shape().to_vec();
-            kd[a] = 1;
-            let lse_keepdim = match y.reshape(&kd) {
-                Ok(v) => v,
-                Err(_) => y.clone(),
-            };
-            Box::new(LogsumexpBackward { x, lse_keepdim })
-        }))
-    }
+/// The gradcheck rows: along the last axis and a leading one, log, causal.
+pub(crate) fn cases() -> Vec<OpCase> {
+    vec![
+        row(
+            "softmax",
+            "lambda x: x[0].softmax(1)",
+            vec![f(&[3, 5])],
+            |x| x[0].softmax(1),
+        ),
+        row(
+            "softmax_axis0",
+            "lambda x: x[0].softmax(0)",
+            vec![f(&[3, 5])],
+            |x| x[0].softmax(0),
+        ),
+        row(
+            "log_softmax",
+            "lambda x: x[0].log_softmax(-1)",
+            vec![f(&[3, 5])],
+            |x| x[0].log_softmax(-1),
+        ),
+        row(
+            "softmax_causal",
+            "lambda x: x[0].masked_fill(causal_mask(*x[0].shape[-2:]), float('-inf')).softmax(-1)",
+            vec![f(&[2, 4, 4])],
+            |x| x[0].softmax_causal(),
+        ),
+        row(
+            "log_softmax_causal",
+            "lambda x: x[0].masked_fill(causal_mask(*x[0].shape[-2:]), float('-inf')).log_softmax(-1)",
+            vec![f(&[2, 3, 4])],
+            |x| x[0].log_softmax_causal(),
+        ),
+    ]
 }

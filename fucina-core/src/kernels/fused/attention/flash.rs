@@ -19,8 +19,8 @@ use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::exec::ExecContext;
+use crate::kernels::fused::softmax::causal_allowed;
 use crate::kernels::simd::{dot, max, simd_dispatch, sum, RowFloat};
-use crate::kernels::softmax::causal_allowed;
 use crate::tensor::RawTensor;
 
 /// Query rows per block (one forward chunk; the inner loop of the backward).
@@ -527,7 +527,7 @@ pub(super) fn backward<T: RowFloat>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::attention::{prepare_mask, AttentionOpts};
+    use crate::kernels::fused::attention::{prepare_mask, AttentionOpts};
 
     /// The runtime-dispatched (AVX2/AVX-512) tile kernels give the same bits as the
     /// baseline build of the same code.

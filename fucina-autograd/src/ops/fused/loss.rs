@@ -1,11 +1,16 @@
-//! Losses: cross-entropy from logits (ignore_index, label smoothing, mean /
-//! sum / none). The backward reuses the forward's per-row max and sum.
+//! Losses: the fused cross-entropy from logits (ignore_index, label
+//! smoothing, mean / sum / none; kernels in
+//! `fucina-core/src/kernels/fused/loss.rs`, whose backward reuses the
+//! forward's per-row max and sum), and the losses composed from other ops
+//! (nll, mse, bce with logits, huber), each with its gradcheck rows.
 
-use fucina_core::kernels::loss::{CrossEntropyOpts, CrossEntropySaved, Reduction};
+use fucina_core::kernels::fused::loss::{CrossEntropyOpts, CrossEntropySaved, Reduction};
 use fucina_core::{DType, ExecContext, RawTensor};
 
+use super::row;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::not_differentiable;
+use crate::suite::case::{f, fr, idx, OpCase};
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
@@ -196,4 +201,74 @@ impl Tensor {
         let lin = ad.sub_scalar(0.5 * delta)?.mul_scalar(delta)?;
         quad.where_cond(&small, &lin)?.reduce_loss(reduction)
     }
+}
+
+/// The gradcheck rows: cross-entropy plain, smoothed with a sum, with an
+/// ignored class and no reduction; then the composed losses.
+pub(crate) fn cases() -> Vec<OpCase> {
+    vec![
+        row(
+            "cross_entropy",
+            "lambda x: F.cross_entropy(x[0], x[1])",
+            vec![f(&[5, 4]), idx(&[5], 4)],
+            |x| x[0].cross_entropy(&x[1], CrossEntropyOpts::default()),
+        ),
+        row(
+            "cross_entropy_smooth_sum",
+            "lambda x: F.cross_entropy(x[0], x[1], label_smoothing=0.1, reduction='sum')",
+            vec![f(&[5, 4]), idx(&[5], 4)],
+            |x| {
+                x[0].cross_entropy(
+                    &x[1],
+                    CrossEntropyOpts {
+                        label_smoothing: 0.1,
+                        reduction: Reduction::Sum,
+                        ..Default::default()
+                    },
+                )
+            },
+        ),
+        row(
+            "cross_entropy_ignore_none",
+            "lambda x: F.cross_entropy(x[0], x[1], ignore_index=2, reduction='none')",
+            vec![f(&[5, 4]), idx(&[5], 4)],
+            |x| {
+                x[0].cross_entropy(
+                    &x[1],
+                    CrossEntropyOpts {
+                        ignore_index: Some(2),
+                        reduction: Reduction::None,
+                        ..Default::default()
+                    },
+                )
+            },
+        ),
+        row(
+            "nll_loss",
+            "lambda x: F.nll_loss(x[0].log_softmax(1), x[1], ignore_index=1)",
+            vec![f(&[5, 4]), idx(&[5], 4)],
+            |x| {
+                x[0].log_softmax(1)?
+                    .nll_loss(&x[1], Some(1), Reduction::Mean)
+            },
+        ),
+        row(
+            "mse_loss",
+            "lambda x: F.mse_loss(x[0], x[1])",
+            vec![f(&[3, 4]), f(&[3, 4])],
+            |x| x[0].mse_loss(&x[1], Reduction::Mean),
+        ),
+        row(
+            "bce_with_logits",
+            "lambda x: F.binary_cross_entropy_with_logits(x[0], x[1])",
+            vec![f(&[3, 4]), fr(&[3, 4], 0.0, 1.0)],
+            |x| x[0].bce_with_logits(&x[1], Reduction::Mean),
+        ),
+        row(
+            "huber_loss",
+            "lambda x: F.huber_loss(x[0], x[1], delta=0.5, reduction='sum')",
+            vec![f(&[3, 4]), f(&[3, 4])],
+            |x| x[0].huber_loss(&x[1], 0.5, Reduction::Sum),
+        ),
+    ]
 }

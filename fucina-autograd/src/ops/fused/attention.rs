@@ -1,12 +1,15 @@
-//! Scaled dot-product attention with causal and padding masks, streamed over key blocks.
+//! Scaled dot-product attention with causal and padding masks, streamed over key blocks
+//! (kernels in `fucina-core/src/kernels/fused/attention.rs`), and its gradcheck rows.
 //! The node keeps q, k, v, the mask, the output and each row's logsumexp (`[B, H, T]`):
 //! no `[T, S]` probability block is saved, the backward recomputes it tile by tile.
 
-pub use fucina_core::kernels::attention::AttentionOpts;
+pub use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::{ExecContext, RawTensor};
 
+use super::row;
 use crate::error::Result;
 use crate::ops::elementwise::not_differentiable;
+use crate::suite::case::{f, OpCase};
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
@@ -97,4 +100,73 @@ impl Tensor {
             },
         ))
     }
+}
+
+/// The gradcheck rows: plain, causal with a scale, and a key-padding bias
+/// (the torch side's `sdpa` is the generator's reference attention).
+pub(crate) fn cases() -> Vec<OpCase> {
+    vec![
+        row(
+            "scaled_dot_product_attention",
+            "lambda x: sdpa(x[0], x[1], x[2])",
+            vec![f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: false,
+                        scale: None,
+                    },
+                )
+            },
+        ),
+        row(
+            "sdpa_causal",
+            "lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7)",
+            vec![f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: true,
+                        scale: Some(0.7),
+                    },
+                )
+            },
+        ),
+        row(
+            "sdpa_padding_mask",
+            "lambda x: sdpa(x[0], x[1], x[2], bias=torch.tensor([0.0 if (i % 5 < 3 or i < 5) \
+             else -1e4 for i in range(10)], dtype=x[0].dtype).reshape(2, 1, 1, 5))",
+            vec![f(&[2, 2, 3, 4]), f(&[2, 2, 5, 4]), f(&[2, 2, 5, 4])],
+            |x| {
+                let ctx = x[0].ctx();
+                // Batch 0 keeps 5 keys, batch 1 keeps the first 3: an additive bias [B,1,1,S].
+                let bias: Vec<f64> = (0..10)
+                    .map(|i| if i % 5 < 3 || i < 5 { 0.0 } else { -1e4 })
+                    .collect();
+                let m = Tensor::from_raw(
+                    ctx,
+                    ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?,
+                    false,
+                );
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    Some(&m),
+                    AttentionOpts {
+                        causal: false,
+                        scale: None,
+                    },
+                )
+            },
+        ),
+    ]
 }

@@ -1,9 +1,12 @@
-//! Normalisation over the last axis: layer_norm (affine) and rms_norm.
-//! Statistics (mean, rstd) are saved by the forward kernel.
+//! Normalisation over the last axis: layer_norm (affine) and rms_norm, their
+//! backward nodes and their gradcheck rows. Statistics (mean, rstd) are saved
+//! by the forward kernel (`fucina-core/src/kernels/fused/norm.rs`).
 
 use fucina_core::{ExecContext, RawTensor};
 
+use super::row;
 use crate::error::Result;
+use crate::suite::case::{f, OpCase};
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
@@ -122,4 +125,28 @@ impl Tensor {
             Box::new(RmsNormBackward { x, w, rstd })
         }))
     }
+}
+
+/// The gradcheck rows (with and without the affine parameters).
+pub(crate) fn cases() -> Vec<OpCase> {
+    vec![
+        row(
+            "layer_norm",
+            "lambda x: F.layer_norm(x[0], (6,), x[1], x[2], 1e-5)",
+            vec![f(&[3, 6]), f(&[6]), f(&[6])],
+            |x| x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-5),
+        ),
+        row(
+            "layer_norm_plain",
+            "lambda x: F.layer_norm(x[0], (6,), None, None, 1e-5)",
+            vec![f(&[2, 3, 6])],
+            |x| x[0].layer_norm(None, None, 1e-5),
+        ),
+        row(
+            "rms_norm",
+            "lambda x: x[0] * torch.rsqrt(x[0].square().mean(-1, keepdim=True) + 1e-6) * x[1]",
+            vec![f(&[3, 6]), f(&[6])],
+            |x| x[0].rms_norm(Some(&x[1]), 1e-6),
+        ),
+    ]
 }
