@@ -213,7 +213,7 @@ pub trait Float:
 }
 
 macro_rules! float_impl {
-    ($t:ident) => {
+    ($t:ident, $tanh:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -244,9 +244,10 @@ macro_rules! float_impl {
             fn sqrt(self) -> Self {
                 $t::sqrt(self)
             }
-            #[inline]
+            // Always inlined, so a pointwise loop over it vectorises (see `vmath`).
+            #[inline(always)]
             fn tanh(self) -> Self {
-                $t::tanh(self)
+                $tanh(self)
             }
             #[inline]
             fn sin(self) -> Self {
@@ -287,8 +288,9 @@ macro_rules! float_impl {
         }
     };
 }
-float_impl!(f32);
-float_impl!(f64);
+// f32 tanh: the branch-free port of the platform routine (same bits, vectorises).
+float_impl!(f32, crate::vmath::tanh_f32);
+float_impl!(f64, f64::tanh);
 
 /// erf(x) to full f64 precision (the `libm` port of FreeBSD's msun).
 pub fn erf_f64(x: f64) -> f64 {

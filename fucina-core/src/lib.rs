@@ -30,6 +30,7 @@ pub mod shape;
 pub mod storage;
 mod team;
 pub mod testing;
+pub mod vmath;
 
 /// The worker team, exposed only to the loom model check
 /// (`RUSTFLAGS="--cfg loom"`, `fucina-core/tests/loom_team.rs`).

@@ -24,7 +24,7 @@ use crate::exec::ExecContext;
 use crate::shape;
 use crate::tensor::RawTensor;
 
-use map::{expect_dtype, map1, map2, map2_to, map3, map4, Plan, CHUNK, PAR_THRESHOLD};
+use map::{expect_dtype, map1, map1_runs, map2, map2_to, map3, map4, Plan, CHUNK, PAR_THRESHOLD};
 use unary_ops::c;
 
 // ------------------------------------------------------------------ unary
@@ -160,7 +160,18 @@ struct Forward<'a> {
 impl<T: Float> UnaryVisitor<T> for Forward<'_> {
     type Out = Result<RawTensor>;
     fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
-        map1::<T, T>(self.ctx, self.x, move |v| k.f(v))
+        // The loop sits inside the run closure, where `k.f` is inlined: it vectorises for
+        // the branch-free ops (tanh through `vmath`), whatever their size.
+        map1_runs::<T, T>(
+            self.ctx,
+            self.x,
+            move |src, dst| {
+                for (o, &v) in dst.iter_mut().zip(src) {
+                    *o = k.f(v);
+                }
+            },
+            move |v| k.f(v),
+        )
     }
 }
 

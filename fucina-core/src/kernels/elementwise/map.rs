@@ -157,6 +157,28 @@ pub fn map1<A: Element, O: Element>(
     x: &RawTensor,
     f: impl Fn(A) -> O + Send + Sync,
 ) -> Result<RawTensor> {
+    map1_runs(
+        ctx,
+        x,
+        |src: &[A], dst: &mut [O]| {
+            for (o, &v) in dst.iter_mut().zip(src) {
+                *o = f(v);
+            }
+        },
+        &f,
+    )
+}
+
+/// [`map1`] with the contiguous runs handed to `run(src, dst)` whole (`dst.len() ==
+/// src.len()`), so a loop written inside `run` around an inlined `f` vectorises even when
+/// `f` is too large for the compiler to inline into a generic loop; strided runs use `f`
+/// per element. `run` must compute exactly `dst[i] = f(src[i])`.
+pub fn map1_runs<A: Element, O: Element>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    run: impl Fn(&[A], &mut [O]) + Send + Sync,
+    f: impl Fn(A) -> O + Send + Sync,
+) -> Result<RawTensor> {
     let mut out = ctx.empty(O::DTYPE, x.shape())?;
     let xs = x.storage::<A>()?;
     let plan = Plan::new(x.shape(), [(x.strides(), x.offset())]);
@@ -165,9 +187,7 @@ pub fn map1<A: Element, O: Element>(
         plan.for_rows(start, start + dst.len(), |[ox], pos, len| {
             let d = &mut dst[pos - start..pos - start + len];
             if si == 1 {
-                for (o, &v) in d.iter_mut().zip(&xs[ox..ox + len]) {
-                    *o = f(v);
-                }
+                run(&xs[ox..ox + len], d);
             } else {
                 for (j, o) in d.iter_mut().enumerate() {
                     *o = f(xs[ox + j * si]);
