@@ -1,0 +1,343 @@
+//! erf over a slice of f64, **bitwise identical to `libm::erf`** (the `libm` crate's port of
+//! FreeBSD msun's `s_erf.c`, which calls that crate's `exp`, msun's `e_exp.c`), four lanes
+//! at a time on AVX2; [`erf_in_place`] is the entry point, with plain `libm::erf` as the
+//! fallback on other CPUs.
+//!
+//! How the vector form keeps every bit (the tests in `fucina-core/tests/erf_simd.rs` compare
+//! it with `libm::erf` on strided sweeps of the f32 and f64 ranges, every region boundary and
+//! its neighbours, the specials and millions of random values):
+//! - msun picks a region by the high word of |x|; for `|x| ≥ 0` the order of the bit
+//!   patterns is the order of the values, so `ix < H` is exactly the float comparison
+//!   `|x| < f64::from_bits(H << 32)`, done per lane.
+//! - Each lane evaluates its own region's rational function: msun's four `P(v)/Q(v)` pairs
+//!   (v = x², |x| − 1 or 1/x²) are Horner chains of the same shape, so each lane's
+//!   coefficients are picked from a per-region table (one `vpermps` per coefficient) and the
+//!   shorter chains are padded at the top with zeros — `a + v·0 = a` exactly for finite v —
+//!   so every lane runs msun's own chain, operation for operation.
+//! - Separate IEEE multiplies and adds in msun's order (never an FMA: rustc does not contract
+//!   the scalar `libm` code, so a fused multiply-add would change bits).
+//! - |x| < 0.84375 and the tiny region compute `x + x·y` and `0.125(8x + 1.027x)` on |x| and
+//!   put the sign back: round-to-nearest is symmetric, so this is msun's signed computation.
+//! - `exp` is msun's `e_exp.c`: the same `k` per branch (0, ±1 or `trunc(x/ln2 ± 0.5)`), the
+//!   `ln2` hi/lo reduction, the rational `c(r)` form and `scalbn` as one multiply by `2^k`
+//!   (exact: erf's arguments keep `exp` far from overflow and subnormal results).
+//! - `z` = |x| with the low 32 bits cleared, by a bit mask, as msun's `SET_LOW_WORD`.
+//!
+//! Lanes compute garbage in the regions they do not belong to (never trapping: SIMD float
+//! exceptions are masked); the final blends keep only each lane's own region.
+
+/// erf of every element of `x`, in place, each bit-for-bit `libm::erf(x)`: four lanes at a
+/// time on AVX2, else the scalar `libm::erf`.
+pub fn erf_in_place(x: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: the CPU has AVX2 (detected once, in `kernels::simd`).
+        unsafe { avx2::erf_slice(x) };
+        return;
+    }
+    for v in x {
+        *v = libm::erf(*v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    // msun's constants, copied from libm's `erf.rs` and `exp.rs` (same bits).
+    const ERX: f64 = 8.45062911510467529297e-01;
+    const EFX8: f64 = 1.02703333676410069053e+00;
+    const LN2HI: f64 = 6.93147180369123816490e-01;
+    const LN2LO: f64 = 1.90821492927058770002e-10;
+    const INVLN2: f64 = 1.44269504088896338700e+00;
+    const EP1: f64 = 1.66666666666666019037e-01;
+    const EP2: f64 = -2.77777777770155933842e-03;
+    const EP3: f64 = 6.61375632143793436117e-05;
+    const EP4: f64 = -1.65339022054652515390e-06;
+    const EP5: f64 = 4.13813679705723846039e-08;
+
+    /// Numerator coefficients `a0..a7` of `a0 + v(a1 + v(… + v·a7))`, each as the four
+    /// regions' values in lane order `[≥ 1/0.35, ≥ 1.25, ≥ 0.84375, < 0.84375]` (the lane
+    /// index is how many of the three thresholds |x| is below). Missing top terms are 0.
+    const NUM: [[f64; 4]; 8] = [
+        // RB0, RA0, PA0, PP0
+        [
+            -9.86494292470009928597e-03,
+            -9.86494403484714822705e-03,
+            -2.36211856075265944077e-03,
+            1.28379167095512558561e-01,
+        ],
+        [
+            -7.99283237680523006574e-01,
+            -6.93858572707181764372e-01,
+            4.14856118683748331666e-01,
+            -3.25042107247001499370e-01,
+        ],
+        [
+            -1.77579549177547519889e+01,
+            -1.05586262253232909814e+01,
+            -3.72207876035701323847e-01,
+            -2.84817495755985104766e-02,
+        ],
+        [
+            -1.60636384855821916062e+02,
+            -6.23753324503260060396e+01,
+            3.18346619901161753674e-01,
+            -5.77027029648944159157e-03,
+        ],
+        [
+            -6.37566443368389627722e+02,
+            -1.62396669462573470355e+02,
+            -1.10894694282396677476e-01,
+            -2.37630166566501626084e-05,
+        ],
+        [
+            -1.02509513161107724954e+03,
+            -1.84605092906711035994e+02,
+            3.54783043256182359371e-02,
+            0.0,
+        ],
+        [
+            -4.83519191608651397019e+02,
+            -8.12874355063065934246e+01,
+            -2.16637559486879084300e-03,
+            0.0,
+        ],
+        [0.0, -9.81432934416914548592e+00, 0.0, 0.0],
+    ];
+
+    /// Denominator coefficients `b1..b8` of `1 + v(b1 + v(… + v·b8))`, lanes as [`NUM`].
+    const DEN: [[f64; 4]; 8] = [
+        // SB1, SA1, QA1, QQ1
+        [
+            3.03380607434824582924e+01,
+            1.96512716674392571292e+01,
+            1.06420880400844228286e-01,
+            3.97917223959155352819e-01,
+        ],
+        [
+            3.25792512996573918826e+02,
+            1.37657754143519042600e+02,
+            5.40397917702171048937e-01,
+            6.50222499887672944485e-02,
+        ],
+        [
+            1.53672958608443695994e+03,
+            4.34565877475229228821e+02,
+            7.18286544141962662868e-02,
+            5.08130628187576562776e-03,
+        ],
+        [
+            3.19985821950859553908e+03,
+            6.45387271733267880336e+02,
+            1.26171219808761642112e-01,
+            1.32494738004321644526e-04,
+        ],
+        [
+            2.55305040643316442583e+03,
+            4.29008140027567833386e+02,
+            1.36370839120290507362e-02,
+            -3.96022827877536812320e-06,
+        ],
+        [
+            4.74528541206955367215e+02,
+            1.08635005541779435134e+02,
+            1.19844998467991074170e-02,
+            0.0,
+        ],
+        [
+            -2.24409524465858183362e+01,
+            6.57024977031928170135e+00,
+            0.0,
+            0.0,
+        ],
+        [0.0, -6.04244152148580987438e-02, 0.0, 0.0],
+    ];
+
+    /// `f64::from_bits(hi << 32)`: the threshold that msun's high-word test `ix < hi` is.
+    const fn hw(hi: u64) -> f64 {
+        f64::from_bits(hi << 32)
+    }
+
+    /// erf of each element in place (see the module docs).
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn erf_slice(x: &mut [f64]) {
+        let mut chunks = x.chunks_exact_mut(4);
+        for c in &mut chunks {
+            // SAFETY: `c` holds exactly four f64s, read and then written; AVX2 is present
+            // (this function's contract).
+            unsafe { erf4(c.as_mut_ptr()) };
+        }
+        let rem = chunks.into_remainder();
+        if !rem.is_empty() {
+            let mut buf = [0.0f64; 4];
+            buf[..rem.len()].copy_from_slice(rem);
+            // SAFETY: `buf` holds four f64s; AVX2 is present.
+            unsafe { erf4(buf.as_mut_ptr()) };
+            rem.copy_from_slice(&buf[..rem.len()]);
+        }
+    }
+
+    /// msun's `exp` of each lane, for the arguments erf hands it (|a| < 708 and a normal
+    /// result, so `scalbn(y, k)` is the exact product `y·2^k`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    #[allow(unused_unsafe)] // the intrinsics are safe here from Rust 1.87 on, not on the MSRV
+    unsafe fn exp4(a: __m256d) -> __m256d {
+        // SAFETY: value-only AVX/AVX2 intrinsics; the CPU has AVX2 (this fn's contract).
+        unsafe {
+            let signbit = _mm256_set1_pd(-0.0);
+            let sign = _mm256_and_pd(a, signbit);
+            let aa = _mm256_andnot_pd(signbit, a);
+            // (Macros, not closures: a closure would not inherit the AVX2 target feature.)
+            macro_rules! ge {
+                ($t:expr) => {
+                    _mm256_cmp_pd::<_CMP_GE_OQ>(aa, _mm256_set1_pd($t))
+                };
+            }
+            // hx > 0x3fd62e42 (|a| > ln2/2), hx >= 0x3ff0a2b2 (|a| >= 1.5 ln2), hx > 0x3e300000.
+            let reduce = ge!(hw(0x3fd6_2e43));
+            let far = ge!(hw(0x3ff0_a2b2));
+            let not_tiny = ge!(hw(0x3e30_0001));
+            // k = (INVLN2·a + HALF[sign]) as i32 where far, 1 − 2·sign between, 0 below.
+            let half = _mm256_or_pd(_mm256_set1_pd(0.5), sign);
+            let kt = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(INVLN2), a), half);
+            let k_far = _mm256_cvtepi32_pd(_mm256_cvttpd_epi32(kt));
+            let k_mid = _mm256_or_pd(_mm256_set1_pd(1.0), sign);
+            let kf = _mm256_and_pd(reduce, _mm256_blendv_pd(k_mid, k_far, far));
+            let hi = _mm256_sub_pd(a, _mm256_mul_pd(kf, _mm256_set1_pd(LN2HI)));
+            let lo = _mm256_mul_pd(kf, _mm256_set1_pd(LN2LO));
+            let r = _mm256_sub_pd(hi, lo);
+            let xx = _mm256_mul_pd(r, r);
+            let mut p = _mm256_set1_pd(EP5);
+            for c in [EP4, EP3, EP2, EP1] {
+                p = _mm256_add_pd(_mm256_set1_pd(c), _mm256_mul_pd(xx, p));
+            }
+            let c = _mm256_sub_pd(r, _mm256_mul_pd(xx, p));
+            let q = _mm256_div_pd(_mm256_mul_pd(r, c), _mm256_sub_pd(_mm256_set1_pd(2.0), c));
+            let y = _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_add_pd(_mm256_sub_pd(q, lo), hi));
+            // scalbn(y, k) = y·2^k (exact for normal results; k = 0 multiplies by 1).
+            let k = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(kf));
+            let scale = _mm256_slli_epi64::<52>(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)));
+            let y = _mm256_mul_pd(y, _mm256_castsi256_pd(scale));
+            // |a| <= 2^-28: 1 + a.
+            _mm256_blendv_pd(_mm256_add_pd(_mm256_set1_pd(1.0), a), y, not_tiny)
+        }
+    }
+
+    /// erf of the four f64s at `p`, written back in place.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `p` addresses four readable and writable f64s.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn erf4(p: *mut f64) {
+        // SAFETY: `p` addresses four f64s (the caller's contract); the other intrinsics are
+        // value-only and the CPU has AVX2.
+        unsafe {
+            let x = _mm256_loadu_pd(p);
+            let signbit = _mm256_set1_pd(-0.0);
+            let sign = _mm256_and_pd(x, signbit);
+            let ax = _mm256_andnot_pd(signbit, x);
+            macro_rules! lt {
+                ($t:expr) => {
+                    _mm256_cmp_pd::<_CMP_LT_OQ>(ax, _mm256_set1_pd($t))
+                };
+            }
+            // msun's regions by the high word ix of |x| (NaN is in none of them).
+            let m_tiny = lt!(hw(0x3e30_0000)); // |x| < 2^-28
+            let m1 = lt!(hw(0x3feb_0000)); // |x| < 0.84375
+            let m2 = lt!(hw(0x3ff4_0000)); // |x| < 1.25
+            let m3 = lt!(hw(0x4006_db6d)); // |x| < 1/0.35
+            let m4 = lt!(hw(0x4018_0000)); // |x| < 6
+            let finite = lt!(f64::INFINITY);
+            // Lanes of 1.25 <= |x| < 6 need exp (and v = 1/x²); the other regions skip them.
+            let m34 = _mm256_andnot_pd(m2, m4);
+            let need_exp = _mm256_movemask_pd(m34) != 0;
+            let one = _mm256_set1_pd(1.0);
+            let x2 = _mm256_mul_pd(ax, ax);
+            // v: x² below 0.84375, |x| − 1 below 1.25, 1/x² above.
+            let mut v = _mm256_blendv_pd(_mm256_sub_pd(ax, one), x2, m1);
+            if need_exp {
+                v = _mm256_blendv_pd(_mm256_div_pd(one, x2), v, m2);
+            }
+            // Per-lane table index: how many of the thresholds 0.84375, 1.25, 1/0.35 |x| is
+            // below (0..=3), as the f32-pair indices (2i, 2i + 1) of `vpermps`.
+            let below = _mm256_sub_epi64(
+                _mm256_setzero_si256(),
+                _mm256_add_epi64(
+                    _mm256_castpd_si256(m1),
+                    _mm256_add_epi64(_mm256_castpd_si256(m2), _mm256_castpd_si256(m3)),
+                ),
+            );
+            let i2 = _mm256_slli_epi64::<1>(below);
+            let idx = _mm256_or_si256(
+                i2,
+                _mm256_add_epi64(_mm256_slli_epi64::<32>(i2), _mm256_set1_epi64x(1 << 32)),
+            );
+            macro_rules! pick {
+                ($t:expr) => {
+                    _mm256_castps_pd(_mm256_permutevar8x32_ps(
+                        _mm256_castpd_ps(_mm256_loadu_pd($t.as_ptr())),
+                        idx,
+                    ))
+                };
+            }
+            let mut num = pick!(NUM[7]);
+            for t in NUM[..7].iter().rev() {
+                num = _mm256_add_pd(pick!(t), _mm256_mul_pd(v, num));
+            }
+            let mut den = pick!(DEN[7]);
+            for t in DEN[..7].iter().rev() {
+                den = _mm256_add_pd(pick!(t), _mm256_mul_pd(v, den));
+            }
+            den = _mm256_add_pd(one, _mm256_mul_pd(v, den));
+            let rq = _mm256_div_pd(num, den);
+            // |x| >= 6: 1 − 2^-1022 (rounds to 1).
+            let mut y = _mm256_set1_pd(1.0 - f64::from_bits(0x0010_0000_0000_0000));
+            if need_exp {
+                // erfc = exp(−z² − 0.5625)·exp((z − x)(z + x) + R/S)/x, z = x with the low
+                // word cleared; erf = 1 − erfc.
+                let z = _mm256_castsi256_pd(_mm256_and_si256(
+                    _mm256_castpd_si256(ax),
+                    _mm256_set1_epi64x(-1 << 32),
+                ));
+                let e1 = exp4(_mm256_sub_pd(
+                    _mm256_mul_pd(_mm256_xor_pd(z, signbit), z),
+                    _mm256_set1_pd(0.5625),
+                ));
+                let e2 = exp4(_mm256_add_pd(
+                    _mm256_mul_pd(_mm256_sub_pd(z, ax), _mm256_add_pd(z, ax)),
+                    rq,
+                ));
+                let erfc = _mm256_div_pd(_mm256_mul_pd(e1, e2), ax);
+                y = _mm256_blendv_pd(y, _mm256_sub_pd(one, erfc), m4);
+            }
+            // 0.84375 <= |x| < 1.25: erfc = (1 − erx) − P/Q, erf = 1 − erfc.
+            let erfc1 = _mm256_sub_pd(_mm256_sub_pd(one, _mm256_set1_pd(ERX)), rq);
+            y = _mm256_blendv_pd(y, _mm256_sub_pd(one, erfc1), m2);
+            // |x| < 0.84375: x + x·(P/Q).
+            y = _mm256_blendv_pd(y, _mm256_add_pd(ax, _mm256_mul_pd(ax, rq)), m1);
+            // |x| < 2^-28: 0.125·(8x + efx8·x).
+            let tiny = _mm256_mul_pd(
+                _mm256_set1_pd(0.125),
+                _mm256_add_pd(
+                    _mm256_mul_pd(_mm256_set1_pd(8.0), ax),
+                    _mm256_mul_pd(_mm256_set1_pd(EFX8), ax),
+                ),
+            );
+            y = _mm256_blendv_pd(y, tiny, m_tiny);
+            y = _mm256_xor_pd(y, sign);
+            // NaN and ±inf: 1 − 2·sign + 1/x (±1, or NaN from 1/x).
+            let special = _mm256_add_pd(_mm256_or_pd(one, sign), _mm256_div_pd(one, x));
+            y = _mm256_blendv_pd(special, y, finite);
+            _mm256_storeu_pd(p, y);
+        }
+    }
+}
