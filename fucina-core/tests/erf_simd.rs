@@ -4,8 +4,16 @@
 //! boundaries and their neighbours, the specials, and millions of random values. An
 //! `#[ignore]`d test runs all 2^32 f32 inputs (`cargo test --release -p fucina-core --test
 //! erf_simd -- --ignored`).
+//!
+//! The `gelu_erf` kernels that use it (forward and backward, f32 and f64, 1 and 2 threads,
+//! contiguous and strided inputs) against the formula they had before, written out here
+//! with the scalar `libm::erf` and the std `exp`, and against the table's per-element
+//! `GeluErf.f` / `df`: every output bit equal.
 
+use fucina_core::kernels::elementwise::{GeluErf, Pointwise, UnaryOp};
 use fucina_core::kernels::simd::erf_in_place;
+use fucina_core::testing::TestCtx;
+use fucina_core::{Element, Float};
 
 /// Runs `erf_in_place` on `xs` (in slices of odd lengths too, so the 1–3-lane tail is
 /// covered) and counts the values whose bits differ from `libm::erf`; panics naming the
@@ -190,4 +198,147 @@ fn exhaustive_f32_matches_libm_bitwise() {
     }
     assert_eq!(total, 1usize << 32);
     println!("erf: all {total} f32 values bitwise equal to libm::erf");
+}
+
+/// The gelu_erf forward and derivative as written before the vectorised erf (scalar
+/// `libm::erf` on the argument widened to f64, std `exp`), for f32 and f64.
+trait OldGelu: Float {
+    fn old_f(self) -> Self;
+    fn old_df(self) -> Self;
+}
+macro_rules! old_gelu {
+    ($t:ty) => {
+        impl OldGelu for $t {
+            fn old_f(self) -> $t {
+                let x = self;
+                let u = x * (std::f64::consts::FRAC_1_SQRT_2 as $t);
+                0.5 * x * (1.0 + libm::erf(u as f64) as $t)
+            }
+            fn old_df(self) -> $t {
+                let x = self;
+                let u = x * (std::f64::consts::FRAC_1_SQRT_2 as $t);
+                let cdf = 0.5 * (1.0 + libm::erf(u as f64) as $t);
+                let pdf = (0.398_942_280_401_432_7f64 as $t) * (-0.5 * x * x).exp();
+                cdf + x * pdf
+            }
+        }
+    };
+}
+old_gelu!(f32);
+old_gelu!(f64);
+
+/// An FNV-1a-style hash over the outputs' bits (printed so runs on different builds can be compared).
+fn hash<T: Element>(v: &[T]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for x in v {
+        h = (h ^ x.to_f64().to_bits()).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29; // f32 values widen with 29 zero low bits: fold the high ones down
+    }
+    h
+}
+
+/// Inputs: N(0, 2²) (every erf region is hit), with specials sprinkled in.
+fn inputs<T: Float>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed;
+    (0..n)
+        .map(|i| {
+            let r = splitmix(&mut s);
+            let v = match i % 997 {
+                0 => f64::NAN,
+                1 => f64::INFINITY,
+                2 => f64::NEG_INFINITY,
+                3 => 0.0,
+                4 => -0.0,
+                5 => 1e-300,
+                6 => 40.0,
+                _ => {
+                    // Box–Muller from two 53-bit uniforms.
+                    let u1 = ((r >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                    let u2 = (splitmix(&mut s) >> 11) as f64 / (1u64 << 53) as f64;
+                    2.0 * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+                }
+            };
+            T::from_f64(v)
+        })
+        .collect()
+}
+
+/// Bitwise equality (NaN == NaN).
+fn same<T: Float>(a: T, b: T) -> bool {
+    if b.is_nan() {
+        a.is_nan()
+    } else {
+        a.to_f64().to_bits() == b.to_f64().to_bits()
+    }
+}
+
+fn check_kernels<T: Float + OldGelu>(threads: usize) -> usize {
+    let ctx = TestCtx::with_threads(threads).unwrap();
+    let (rows, cols) = (1024, 1536);
+    let xv = inputs::<T>(rows * cols, 11);
+    let gv = inputs::<T>(rows * cols, 12);
+    let x = ctx.from_slice(&xv, &[rows, cols]).unwrap();
+    let g = ctx.from_slice(&gv, &[rows, cols]).unwrap();
+    let mut compared = 0;
+    // Contiguous, and transposed (strided: the per-element path), and a view with odd
+    // row lengths (the vector tail).
+    let xt = x.transpose(0, 1).unwrap();
+    let gt = g.transpose(0, 1).unwrap();
+    let xo = x.narrow(1, 3, 1001).unwrap();
+    let go = g.narrow(1, 3, 1001).unwrap();
+    for (xi, gi) in [(&x, &g), (&xt, &gt), (&xo, &go)] {
+        let xs: Vec<T> = xi.to_vec::<T>().unwrap();
+        let gs: Vec<T> = gi.to_vec::<T>().unwrap();
+        let y = ctx
+            .unary(xi, UnaryOp::GeluErf)
+            .unwrap()
+            .to_vec::<T>()
+            .unwrap();
+        let gx = ctx
+            .unary_backward(xi, gi, UnaryOp::GeluErf)
+            .unwrap()
+            .to_vec::<T>()
+            .unwrap();
+        for i in 0..xs.len() {
+            let (v, gg) = (xs[i], gs[i]);
+            assert!(
+                same(y[i], v.old_f()) && same(y[i], GeluErf.f(v)),
+                "gelu_erf({:e}) = {:e}, before {:e}",
+                v.to_f64(),
+                y[i].to_f64(),
+                v.old_f().to_f64()
+            );
+            let want = gg * v.old_df();
+            assert!(
+                same(gx[i], want) && same(gx[i], gg * GeluErf.df(v)),
+                "gelu_erf backward({:e}, {:e}) = {:e}, before {:e}",
+                v.to_f64(),
+                gg.to_f64(),
+                gx[i].to_f64(),
+                want.to_f64()
+            );
+        }
+        println!(
+            "gelu_erf {:?} {} threads {:?}: forward {:016x}, backward {:016x}",
+            T::DTYPE,
+            threads,
+            xi.shape(),
+            hash(&y),
+            hash(&gx)
+        );
+        compared += 2 * xs.len();
+    }
+    drop((x, g, xt, gt, xo, go));
+    assert_eq!(ctx.stats().outstanding, 0);
+    compared
+}
+
+#[test]
+fn gelu_erf_kernels_match_the_scalar_formula_bitwise() {
+    let mut n = 0;
+    for threads in [1, 2] {
+        n += check_kernels::<f32>(threads);
+        n += check_kernels::<f64>(threads);
+    }
+    println!("gelu_erf: {n} forward and backward outputs bitwise equal to the scalar formula");
 }

@@ -4,7 +4,7 @@
 //! (`unary_ops.rs`, where their bodies and math live); the binary ones are
 //! written here. Every derivative carries its math.
 
-use super::unary_ops::{c, KernelParam, FRAC_1_SQRT_2PI, GELU_C, SQRT_2_OVER_PI};
+use super::unary_ops::{c, KernelParam, GELU_C, SQRT_2_OVER_PI};
 use super::Saved;
 use crate::dtype::Float;
 
