@@ -13,7 +13,7 @@
 use super::map::{run_chunks, Plan};
 use super::pointwise::{GeluErf, Pointwise};
 use super::unary_ops::{gelu_erf_arg, gelu_erf_dy, gelu_erf_y};
-use crate::dtype::{Element, Float};
+use crate::dtype::Float;
 use crate::error::Result;
 use crate::exec::ExecContext;
 use crate::kernels::simd::erf_in_place;

@@ -23,11 +23,13 @@
 //!   (exact: erf's arguments keep `exp` far from overflow and subnormal results).
 //! - `z` = |x| with the low 32 bits cleared, by a bit mask, as msun's `SET_LOW_WORD`.
 //!
-//! Lanes compute garbage in the regions they do not belong to (never trapping: SIMD float
-//! exceptions are masked); the final blends keep only each lane's own region.
+//! `U` vectors go through each step together (independent dependency chains, so the
+//! latency of the Horner chains and divisions overlaps). Lanes compute garbage in the
+//! regions they do not belong to (never trapping: SIMD float exceptions are masked); the
+//! final blends keep only each lane's own region.
 
-/// erf of every element of `x`, in place, each bit-for-bit `libm::erf(x)`: four lanes at a
-/// time on AVX2, else the scalar `libm::erf`.
+/// erf of every element of `x`, in place, each bit-for-bit `libm::erf(x)`: eight lanes
+/// (two AVX2 vectors) at a time where the CPU has AVX2, else the scalar `libm::erf`.
 pub fn erf_in_place(x: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
@@ -159,96 +161,125 @@ mod avx2 {
         f64::from_bits(hi << 32)
     }
 
+    /// Vectors processed together: independent chains that hide each other's latency.
+    const U: usize = 2;
+    /// Elements per step (`U` vectors of four lanes).
+    const STEP: usize = 4 * U;
+
     /// erf of each element in place (see the module docs).
     ///
     /// # Safety
     /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn erf_slice(x: &mut [f64]) {
-        let mut chunks = x.chunks_exact_mut(4);
+        let mut chunks = x.chunks_exact_mut(STEP);
         for c in &mut chunks {
-            // SAFETY: `c` holds exactly four f64s, read and then written; AVX2 is present
+            // SAFETY: `c` holds exactly STEP f64s, read and then written; AVX2 is present
             // (this function's contract).
-            unsafe { erf4(c.as_mut_ptr()) };
+            unsafe { erf_step(c.as_mut_ptr()) };
         }
         let rem = chunks.into_remainder();
         if !rem.is_empty() {
-            let mut buf = [0.0f64; 4];
+            let mut buf = [0.0f64; STEP];
             buf[..rem.len()].copy_from_slice(rem);
-            // SAFETY: `buf` holds four f64s; AVX2 is present.
-            unsafe { erf4(buf.as_mut_ptr()) };
+            // SAFETY: `buf` holds STEP f64s; AVX2 is present.
+            unsafe { erf_step(buf.as_mut_ptr()) };
             rem.copy_from_slice(&buf[..rem.len()]);
         }
     }
 
-    /// msun's `exp` of each lane, for the arguments erf hands it (|a| < 708 and a normal
-    /// result, so `scalbn(y, k)` is the exact product `y·2^k`).
+    /// `[e; U]` with `e` evaluated for each `$k in 0..U` (a loop, not a closure: a closure
+    /// would not inherit the AVX2 target feature on every supported compiler).
+    macro_rules! each {
+        ($zero:expr, $k:ident => $e:expr) => {{
+            let mut a = [$zero; U];
+            for $k in 0..U {
+                a[$k] = $e;
+            }
+            a
+        }};
+    }
+
+    /// msun's `exp` of each lane of `U` vectors, for the arguments erf hands it (|a| < 708
+    /// and a normal result, so `scalbn(y, k)` is the exact product `y·2^k`).
     ///
     /// # Safety
     /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
     #[inline]
     #[allow(unused_unsafe)] // the intrinsics are safe here from Rust 1.87 on, not on the MSRV
-    unsafe fn exp4(a: __m256d) -> __m256d {
+    unsafe fn exp_v(a: [__m256d; U]) -> [__m256d; U] {
         // SAFETY: value-only AVX/AVX2 intrinsics; the CPU has AVX2 (this fn's contract).
         unsafe {
+            let z = _mm256_setzero_pd();
             let signbit = _mm256_set1_pd(-0.0);
-            let sign = _mm256_and_pd(a, signbit);
-            let aa = _mm256_andnot_pd(signbit, a);
-            // (Macros, not closures: a closure would not inherit the AVX2 target feature.)
-            macro_rules! ge {
-                ($t:expr) => {
-                    _mm256_cmp_pd::<_CMP_GE_OQ>(aa, _mm256_set1_pd($t))
-                };
-            }
+            let one = _mm256_set1_pd(1.0);
+            let sign = each!(z, k => _mm256_and_pd(a[k], signbit));
+            let aa = each!(z, k => _mm256_andnot_pd(signbit, a[k]));
             // hx > 0x3fd62e42 (|a| > ln2/2), hx >= 0x3ff0a2b2 (|a| >= 1.5 ln2), hx > 0x3e300000.
-            let reduce = ge!(hw(0x3fd6_2e43));
-            let far = ge!(hw(0x3ff0_a2b2));
-            let not_tiny = ge!(hw(0x3e30_0001));
+            let t_red = _mm256_set1_pd(hw(0x3fd6_2e43));
+            let t_far = _mm256_set1_pd(hw(0x3ff0_a2b2));
+            let t_tiny = _mm256_set1_pd(hw(0x3e30_0001));
+            let reduce = each!(z, k => _mm256_cmp_pd::<_CMP_GE_OQ>(aa[k], t_red));
+            let far = each!(z, k => _mm256_cmp_pd::<_CMP_GE_OQ>(aa[k], t_far));
+            let not_tiny = each!(z, k => _mm256_cmp_pd::<_CMP_GE_OQ>(aa[k], t_tiny));
             // k = (INVLN2·a + HALF[sign]) as i32 where far, 1 − 2·sign between, 0 below.
-            let half = _mm256_or_pd(_mm256_set1_pd(0.5), sign);
-            let kt = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(INVLN2), a), half);
-            let k_far = _mm256_cvtepi32_pd(_mm256_cvttpd_epi32(kt));
-            let k_mid = _mm256_or_pd(_mm256_set1_pd(1.0), sign);
-            let kf = _mm256_and_pd(reduce, _mm256_blendv_pd(k_mid, k_far, far));
-            let hi = _mm256_sub_pd(a, _mm256_mul_pd(kf, _mm256_set1_pd(LN2HI)));
-            let lo = _mm256_mul_pd(kf, _mm256_set1_pd(LN2LO));
-            let r = _mm256_sub_pd(hi, lo);
-            let xx = _mm256_mul_pd(r, r);
-            let mut p = _mm256_set1_pd(EP5);
+            let kf = each!(z, k => {
+                let half = _mm256_or_pd(_mm256_set1_pd(0.5), sign[k]);
+                let kt = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(INVLN2), a[k]), half);
+                let k_far = _mm256_cvtepi32_pd(_mm256_cvttpd_epi32(kt));
+                let k_mid = _mm256_or_pd(one, sign[k]);
+                _mm256_and_pd(reduce[k], _mm256_blendv_pd(k_mid, k_far, far[k]))
+            });
+            let hi =
+                each!(z, k => _mm256_sub_pd(a[k], _mm256_mul_pd(kf[k], _mm256_set1_pd(LN2HI))));
+            let lo = each!(z, k => _mm256_mul_pd(kf[k], _mm256_set1_pd(LN2LO)));
+            let r = each!(z, k => _mm256_sub_pd(hi[k], lo[k]));
+            let xx = each!(z, k => _mm256_mul_pd(r[k], r[k]));
+            let mut p = [_mm256_set1_pd(EP5); U];
             for c in [EP4, EP3, EP2, EP1] {
-                p = _mm256_add_pd(_mm256_set1_pd(c), _mm256_mul_pd(xx, p));
+                p = each!(z, k => _mm256_add_pd(_mm256_set1_pd(c), _mm256_mul_pd(xx[k], p[k])));
             }
-            let c = _mm256_sub_pd(r, _mm256_mul_pd(xx, p));
-            let q = _mm256_div_pd(_mm256_mul_pd(r, c), _mm256_sub_pd(_mm256_set1_pd(2.0), c));
-            let y = _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_add_pd(_mm256_sub_pd(q, lo), hi));
-            // scalbn(y, k) = y·2^k (exact for normal results; k = 0 multiplies by 1).
-            let k = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(kf));
-            let scale = _mm256_slli_epi64::<52>(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)));
-            let y = _mm256_mul_pd(y, _mm256_castsi256_pd(scale));
-            // |a| <= 2^-28: 1 + a.
-            _mm256_blendv_pd(_mm256_add_pd(_mm256_set1_pd(1.0), a), y, not_tiny)
+            let c = each!(z, k => _mm256_sub_pd(r[k], _mm256_mul_pd(xx[k], p[k])));
+            each!(z, k => {
+                let q = _mm256_div_pd(
+                    _mm256_mul_pd(r[k], c[k]),
+                    _mm256_sub_pd(_mm256_set1_pd(2.0), c[k]),
+                );
+                let y = _mm256_add_pd(one, _mm256_add_pd(_mm256_sub_pd(q, lo[k]), hi[k]));
+                // scalbn(y, k) = y·2^k (exact for normal results; k = 0 multiplies by 1).
+                let ki = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(kf[k]));
+                let scale =
+                    _mm256_slli_epi64::<52>(_mm256_add_epi64(ki, _mm256_set1_epi64x(1023)));
+                let y = _mm256_mul_pd(y, _mm256_castsi256_pd(scale));
+                // |a| <= 2^-28: 1 + a.
+                _mm256_blendv_pd(_mm256_add_pd(one, a[k]), y, not_tiny[k])
+            })
         }
     }
 
-    /// erf of the four f64s at `p`, written back in place.
+    /// erf of the `STEP` f64s at `p`, written back in place.
     ///
     /// # Safety
-    /// The CPU has AVX2; `p` addresses four readable and writable f64s.
+    /// The CPU has AVX2; `p` addresses `STEP` readable and writable f64s.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn erf4(p: *mut f64) {
-        // SAFETY: `p` addresses four f64s (the caller's contract); the other intrinsics are
+    unsafe fn erf_step(p: *mut f64) {
+        // SAFETY: `p` addresses STEP f64s (the caller's contract); the other intrinsics are
         // value-only and the CPU has AVX2.
         unsafe {
-            let x = _mm256_loadu_pd(p);
+            let z = _mm256_setzero_pd();
+            let zi = _mm256_setzero_si256();
+            let x = each!(z, k => _mm256_loadu_pd(p.add(4 * k)));
             let signbit = _mm256_set1_pd(-0.0);
-            let sign = _mm256_and_pd(x, signbit);
-            let ax = _mm256_andnot_pd(signbit, x);
+            let one = _mm256_set1_pd(1.0);
+            let sign = each!(z, k => _mm256_and_pd(x[k], signbit));
+            let ax = each!(z, k => _mm256_andnot_pd(signbit, x[k]));
             macro_rules! lt {
-                ($t:expr) => {
-                    _mm256_cmp_pd::<_CMP_LT_OQ>(ax, _mm256_set1_pd($t))
-                };
+                ($t:expr) => {{
+                    let t = _mm256_set1_pd($t);
+                    each!(z, k => _mm256_cmp_pd::<_CMP_LT_OQ>(ax[k], t))
+                }};
             }
             // msun's regions by the high word ix of |x| (NaN is in none of them).
             let m_tiny = lt!(hw(0x3e30_0000)); // |x| < 2^-28
@@ -258,86 +289,91 @@ mod avx2 {
             let m4 = lt!(hw(0x4018_0000)); // |x| < 6
             let finite = lt!(f64::INFINITY);
             // Lanes of 1.25 <= |x| < 6 need exp (and v = 1/x²); the other regions skip them.
-            let m34 = _mm256_andnot_pd(m2, m4);
-            let need_exp = _mm256_movemask_pd(m34) != 0;
-            let one = _mm256_set1_pd(1.0);
-            let x2 = _mm256_mul_pd(ax, ax);
+            let mut any34 = _mm256_setzero_pd();
+            for k in 0..U {
+                any34 = _mm256_or_pd(any34, _mm256_andnot_pd(m2[k], m4[k]));
+            }
+            let need_exp = _mm256_movemask_pd(any34) != 0;
+            let x2 = each!(z, k => _mm256_mul_pd(ax[k], ax[k]));
             // v: x² below 0.84375, |x| − 1 below 1.25, 1/x² above.
-            let mut v = _mm256_blendv_pd(_mm256_sub_pd(ax, one), x2, m1);
+            let mut v = each!(z, k => _mm256_blendv_pd(_mm256_sub_pd(ax[k], one), x2[k], m1[k]));
             if need_exp {
-                v = _mm256_blendv_pd(_mm256_div_pd(one, x2), v, m2);
+                v = each!(z, k => _mm256_blendv_pd(_mm256_div_pd(one, x2[k]), v[k], m2[k]));
             }
             // Per-lane table index: how many of the thresholds 0.84375, 1.25, 1/0.35 |x| is
             // below (0..=3), as the f32-pair indices (2i, 2i + 1) of `vpermps`.
-            let below = _mm256_sub_epi64(
-                _mm256_setzero_si256(),
-                _mm256_add_epi64(
-                    _mm256_castpd_si256(m1),
-                    _mm256_add_epi64(_mm256_castpd_si256(m2), _mm256_castpd_si256(m3)),
-                ),
-            );
-            let i2 = _mm256_slli_epi64::<1>(below);
-            let idx = _mm256_or_si256(
-                i2,
-                _mm256_add_epi64(_mm256_slli_epi64::<32>(i2), _mm256_set1_epi64x(1 << 32)),
-            );
+            let idx = each!(zi, k => {
+                let below = _mm256_sub_epi64(
+                    zi,
+                    _mm256_add_epi64(
+                        _mm256_castpd_si256(m1[k]),
+                        _mm256_add_epi64(_mm256_castpd_si256(m2[k]), _mm256_castpd_si256(m3[k])),
+                    ),
+                );
+                let i2 = _mm256_slli_epi64::<1>(below);
+                _mm256_or_si256(
+                    i2,
+                    _mm256_add_epi64(_mm256_slli_epi64::<32>(i2), _mm256_set1_epi64x(1 << 32)),
+                )
+            });
             macro_rules! pick {
-                ($t:expr) => {
+                ($t:expr, $k:expr) => {
                     _mm256_castps_pd(_mm256_permutevar8x32_ps(
                         _mm256_castpd_ps(_mm256_loadu_pd($t.as_ptr())),
-                        idx,
+                        idx[$k],
                     ))
                 };
             }
-            let mut num = pick!(NUM[7]);
-            for t in NUM[..7].iter().rev() {
-                num = _mm256_add_pd(pick!(t), _mm256_mul_pd(v, num));
+            let mut num = each!(z, k => pick!(NUM[7], k));
+            let mut den = each!(z, k => pick!(DEN[7], k));
+            for j in (0..7).rev() {
+                num = each!(z, k => _mm256_add_pd(pick!(NUM[j], k), _mm256_mul_pd(v[k], num[k])));
+                den = each!(z, k => _mm256_add_pd(pick!(DEN[j], k), _mm256_mul_pd(v[k], den[k])));
             }
-            let mut den = pick!(DEN[7]);
-            for t in DEN[..7].iter().rev() {
-                den = _mm256_add_pd(pick!(t), _mm256_mul_pd(v, den));
-            }
-            den = _mm256_add_pd(one, _mm256_mul_pd(v, den));
-            let rq = _mm256_div_pd(num, den);
+            let rq = each!(z, k => _mm256_div_pd(num[k], _mm256_add_pd(one, _mm256_mul_pd(v[k], den[k]))));
             // |x| >= 6: 1 − 2^-1022 (rounds to 1).
-            let mut y = _mm256_set1_pd(1.0 - f64::from_bits(0x0010_0000_0000_0000));
+            let mut y = [_mm256_set1_pd(1.0 - f64::from_bits(0x0010_0000_0000_0000)); U];
             if need_exp {
                 // erfc = exp(−z² − 0.5625)·exp((z − x)(z + x) + R/S)/x, z = x with the low
                 // word cleared; erf = 1 − erfc.
-                let z = _mm256_castsi256_pd(_mm256_and_si256(
-                    _mm256_castpd_si256(ax),
+                let zc = each!(z, k => _mm256_castsi256_pd(_mm256_and_si256(
+                    _mm256_castpd_si256(ax[k]),
                     _mm256_set1_epi64x(-1 << 32),
-                ));
-                let e1 = exp4(_mm256_sub_pd(
-                    _mm256_mul_pd(_mm256_xor_pd(z, signbit), z),
+                )));
+                let e1 = exp_v(each!(z, k => _mm256_sub_pd(
+                    _mm256_mul_pd(_mm256_xor_pd(zc[k], signbit), zc[k]),
                     _mm256_set1_pd(0.5625),
-                ));
-                let e2 = exp4(_mm256_add_pd(
-                    _mm256_mul_pd(_mm256_sub_pd(z, ax), _mm256_add_pd(z, ax)),
-                    rq,
-                ));
-                let erfc = _mm256_div_pd(_mm256_mul_pd(e1, e2), ax);
-                y = _mm256_blendv_pd(y, _mm256_sub_pd(one, erfc), m4);
+                )));
+                let e2 = exp_v(each!(z, k => _mm256_add_pd(
+                    _mm256_mul_pd(_mm256_sub_pd(zc[k], ax[k]), _mm256_add_pd(zc[k], ax[k])),
+                    rq[k],
+                )));
+                y = each!(z, k => {
+                    let erfc = _mm256_div_pd(_mm256_mul_pd(e1[k], e2[k]), ax[k]);
+                    _mm256_blendv_pd(y[k], _mm256_sub_pd(one, erfc), m4[k])
+                });
             }
-            // 0.84375 <= |x| < 1.25: erfc = (1 − erx) − P/Q, erf = 1 − erfc.
-            let erfc1 = _mm256_sub_pd(_mm256_sub_pd(one, _mm256_set1_pd(ERX)), rq);
-            y = _mm256_blendv_pd(y, _mm256_sub_pd(one, erfc1), m2);
-            // |x| < 0.84375: x + x·(P/Q).
-            y = _mm256_blendv_pd(y, _mm256_add_pd(ax, _mm256_mul_pd(ax, rq)), m1);
-            // |x| < 2^-28: 0.125·(8x + efx8·x).
-            let tiny = _mm256_mul_pd(
-                _mm256_set1_pd(0.125),
-                _mm256_add_pd(
-                    _mm256_mul_pd(_mm256_set1_pd(8.0), ax),
-                    _mm256_mul_pd(_mm256_set1_pd(EFX8), ax),
-                ),
-            );
-            y = _mm256_blendv_pd(y, tiny, m_tiny);
-            y = _mm256_xor_pd(y, sign);
-            // NaN and ±inf: 1 − 2·sign + 1/x (±1, or NaN from 1/x).
-            let special = _mm256_add_pd(_mm256_or_pd(one, sign), _mm256_div_pd(one, x));
-            y = _mm256_blendv_pd(special, y, finite);
-            _mm256_storeu_pd(p, y);
+            for k in 0..U {
+                // 0.84375 <= |x| < 1.25: erfc = (1 − erx) − P/Q, erf = 1 − erfc.
+                let erfc1 = _mm256_sub_pd(_mm256_sub_pd(one, _mm256_set1_pd(ERX)), rq[k]);
+                let mut yk = _mm256_blendv_pd(y[k], _mm256_sub_pd(one, erfc1), m2[k]);
+                // |x| < 0.84375: x + x·(P/Q).
+                yk = _mm256_blendv_pd(yk, _mm256_add_pd(ax[k], _mm256_mul_pd(ax[k], rq[k])), m1[k]);
+                // |x| < 2^-28: 0.125·(8x + efx8·x).
+                let tiny = _mm256_mul_pd(
+                    _mm256_set1_pd(0.125),
+                    _mm256_add_pd(
+                        _mm256_mul_pd(_mm256_set1_pd(8.0), ax[k]),
+                        _mm256_mul_pd(_mm256_set1_pd(EFX8), ax[k]),
+                    ),
+                );
+                yk = _mm256_blendv_pd(yk, tiny, m_tiny[k]);
+                yk = _mm256_xor_pd(yk, sign[k]);
+                // NaN and ±inf: 1 − 2·sign + 1/x (±1, or NaN from 1/x).
+                let special = _mm256_add_pd(_mm256_or_pd(one, sign[k]), _mm256_div_pd(one, x[k]));
+                yk = _mm256_blendv_pd(special, yk, finite[k]);
+                _mm256_storeu_pd(p.add(4 * k), yk);
+            }
         }
     }
 }
