@@ -42,6 +42,9 @@ pub fn erf_in_place(x: &mut [f64]) {
     }
 }
 
+// msun's constants are kept digit for digit as s_erf.c / e_exp.c print them (each parses
+// to the commented bit pattern there), so they can be checked against the source.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
