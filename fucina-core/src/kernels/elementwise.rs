@@ -10,6 +10,7 @@
 //! [`reference`](mod@reference) is the plain scalar spec the tests compare against.
 
 mod binary_ops;
+mod gelu_erf;
 pub mod map;
 mod pointwise;
 pub mod reference;
@@ -229,7 +230,12 @@ impl ExecContext {
     pub fn unary(&self, x: &RawTensor, op: UnaryOp) -> Result<RawTensor> {
         op.validate()?;
         crate::dispatch_float!(x.dtype(), op.name(), T => {
-            visit_unary::<T, _>(op, Forward { ctx: self, x })
+            if op == UnaryOp::GeluErf {
+                // The table's GeluErf, bit for bit, with the erf vectorised.
+                gelu_erf::forward::<T>(self, x)
+            } else {
+                visit_unary::<T, _>(op, Forward { ctx: self, x })
+            }
         })
     }
 
@@ -244,7 +250,12 @@ impl ExecContext {
         same_dtype("unary_backward", saved, gy)?;
         same_shape("unary_backward", saved, gy)?;
         crate::dispatch_float!(gy.dtype(), op.name(), T => {
-            visit_unary::<T, _>(op, Backward { ctx: self, saved, gy })
+            if op == UnaryOp::GeluErf {
+                // As the generic backward (GeluErf saves its input), erf vectorised.
+                gelu_erf::backward::<T>(self, saved, gy)
+            } else {
+                visit_unary::<T, _>(op, Backward { ctx: self, saved, gy })
+            }
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The one SIMD home: CPU feature detection (probed once, cached), the vectorisable exp,
-//! the fixed-order lane sums, and the runtime ISA dispatch (`simd_dispatch!`) every kernel
-//! uses. No other module calls `is_x86_feature_detected!`; fucina-optim asks [`update_isa`].
+//! the fixed-order lane sums, the runtime ISA dispatch (`simd_dispatch!`) every kernel
+//! uses, and (submodule `erf`) an AVX2 erf bitwise identical to `libm::erf`. No other
+//! module calls `is_x86_feature_detected!`; fucina-optim asks [`update_isa`].
 //!
 //! Invariant: every dispatched variant computes the same bits — the row kernels use no FMA
 //! and fixed reduction orders, and rustc never contracts or reassociates float math.
@@ -8,6 +9,9 @@
 use std::sync::OnceLock;
 
 use crate::dtype::Float;
+
+mod erf;
+pub use erf::erf_in_place;
 
 // ------------------------------------------------------------ lane sums
 

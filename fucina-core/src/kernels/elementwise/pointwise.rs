@@ -3,7 +3,7 @@
 //! for binary ones), generated from the op tables (`unary_ops.rs`,
 //! `binary_ops.rs`, where their bodies and math live).
 
-use super::unary_ops::{c, KernelParam, FRAC_1_SQRT_2PI, GELU_C, SQRT_2_OVER_PI};
+use super::unary_ops::{c, KernelParam, GELU_C, SQRT_2_OVER_PI};
 use super::Saved;
 use crate::dtype::Float;
 

@@ -34,6 +34,27 @@ pub(super) const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 pub(super) const GELU_C: f64 = 0.044_715;
 pub(super) const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
+/// GELU-erf's erf argument: u = x/√2 (as x·(1/√2) in the element type).
+#[inline(always)]
+pub(super) fn gelu_erf_arg<T: Float>(x: T) -> T {
+    x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)
+}
+
+/// GELU-erf's forward from x and e = erf(x/√2): 0.5x(1 + e).
+#[inline(always)]
+pub(super) fn gelu_erf_y<T: Float>(x: T, e: T) -> T {
+    c::<T>(0.5) * x * (T::ONE + e)
+}
+
+/// GELU-erf's derivative from x and e = erf(x/√2):
+/// d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1 + e), φ = e^{-x²/2}/√(2π).
+#[inline(always)]
+pub(super) fn gelu_erf_dy<T: Float>(x: T, e: T) -> T {
+    let cdf = c::<T>(0.5) * (T::ONE + e);
+    let pdf = c::<T>(FRAC_1_SQRT_2PI) * (c::<T>(-0.5) * x * x).exp();
+    cdf + x * pdf
+}
+
 /// Maps a parameter's declared type (f64) to its kernel struct's field type,
 /// the element type `T` (`<f64 as KernelParam<T>>::Field` is `T`).
 pub trait KernelParam<T> {
@@ -253,13 +274,12 @@ macro_rules! for_each_unary_op {
             /// GELU, exact erf form: 0.5x(1+erf(x/√2)).
             GeluErf {
                 name: "gelu_erf", method: gelu_erf, saved: Input, domain: Float,
-                f: |x| c::<T>(0.5) * x * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()),
+                // The bodies live in `gelu_erf_y` / `gelu_erf_dy` (below the constants),
+                // shared with the row kernels of `elementwise/gelu_erf.rs` that vectorise
+                // the erf: the same operations in the same order, so the same bits.
+                f: |x| super::unary_ops::gelu_erf_y(x, super::unary_ops::gelu_erf_arg(x).erf()),
                 // d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1+erf(x/√2)), φ = e^{-x²/2}/√(2π)
-                df: |x| {
-                    let cdf = c::<T>(0.5) * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
-                    let pdf = c::<T>(FRAC_1_SQRT_2PI) * (c::<T>(-0.5) * x * x).exp();
-                    cdf + x * pdf
-                },
+                df: |x| super::unary_ops::gelu_erf_dy(x, super::unary_ops::gelu_erf_arg(x).erf()),
                 ref_f: |x| c::<T>(0.5) * x * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()),
                 ref_df: |x| {
                     let cdf = c::<T>(0.5) * (T::ONE + (x / c::<T>(std::f64::consts::SQRT_2)).erf());
