@@ -37,7 +37,29 @@ fn expm1_f32_tanh_range(a: f32) -> f32 {
     let near = hx < 0x3f85_1592; // |a| < 1.5·ln2: k = ±1
     let half = if neg { -0.5f32 } else { 0.5 };
     let kf = INVLN2 * a + half;
-    let k_far = kf as i32; // C's float → int conversion truncates
+    // C's `(int)kf` truncates toward zero. Done in float so the loop stays vector: round to
+    // nearest with the 1.5·2^23 trick (|kf| < 2^22 wherever it is used), step back toward
+    // zero where that rounded away, then read the integer out of the sum's bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let kc = kf.clamp(-1024.0, 1024.0); // other lanes (and NaN, which clamp passes) stay small
+    let near_int = (kc + MAGIC) - MAGIC;
+    let toward_zero = if kc >= 0.0 {
+        if near_int > kc {
+            near_int - 1.0
+        } else {
+            near_int
+        }
+    } else if near_int < kc {
+        near_int + 1.0
+    } else {
+        near_int
+    };
+    let toward_zero = if toward_zero.is_nan() {
+        0.0
+    } else {
+        toward_zero
+    };
+    let k_far = (toward_zero + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
     let k1 = if neg { -1 } else { 1 };
     let k = if !reduce {
         0

@@ -233,6 +233,14 @@ impl ExecContext {
             if op == UnaryOp::GeluErf {
                 // The table's GeluErf, bit for bit, with the erf vectorised.
                 gelu_erf::forward::<T>(self, x)
+            } else if op == UnaryOp::Tanh && x.dtype() == DType::F32 {
+                // The table's f32 tanh (`vmath::tanh_f32`), contiguous runs in the AVX2 loop.
+                map1_runs::<f32, f32>(
+                    self,
+                    x,
+                    crate::kernels::simd::tanh_f32_slice,
+                    crate::vmath::tanh_f32,
+                )
             } else {
                 visit_unary::<T, _>(op, Forward { ctx: self, x })
             }

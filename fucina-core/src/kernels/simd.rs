@@ -1,6 +1,7 @@
 //! The one SIMD home: CPU feature detection (probed once, cached), the vectorisable exp,
 //! the fixed-order lane sums, the runtime ISA dispatch (`simd_dispatch!`) every kernel
-//! uses, and (submodule `erf`) an AVX2 erf bitwise identical to `libm::erf`. No other
+//! uses, (submodule `erf`) an AVX2 erf bitwise identical to `libm::erf`, and (submodule
+//! `tanh`) the AVX2 loop over `vmath::tanh_f32`. No other
 //! module calls `is_x86_feature_detected!`; fucina-optim asks [`update_isa`].
 //!
 //! Invariant: every dispatched variant computes the same bits — the row kernels use no FMA
@@ -11,7 +12,9 @@ use std::sync::OnceLock;
 use crate::dtype::Float;
 
 mod erf;
+mod tanh;
 pub use erf::erf_in_place;
+pub use tanh::tanh_f32_slice;
 
 // ------------------------------------------------------------ lane sums
 
