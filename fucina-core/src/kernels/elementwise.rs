@@ -10,7 +10,7 @@
 //! [`reference`](mod@reference) is the plain scalar spec the tests compare against.
 
 mod binary_ops;
-mod gelu_erf;
+mod gelu;
 pub mod map;
 mod pointwise;
 pub mod reference;
@@ -232,7 +232,10 @@ impl ExecContext {
         crate::dispatch_float!(x.dtype(), op.name(), T => {
             if op == UnaryOp::GeluErf {
                 // The table's GeluErf, bit for bit, with the erf vectorised.
-                gelu_erf::forward::<T>(self, x)
+                gelu::erf_forward::<T>(self, x)
+            } else if op == UnaryOp::GeluTanh {
+                // The table's GeluTanh, bit for bit, with the exp vectorised.
+                gelu::tanh_forward::<T>(self, x)
             } else if op == UnaryOp::Tanh && x.dtype() == DType::F32 {
                 // The table's f32 tanh (`vmath::tanh_f32`), contiguous runs in the AVX2 loop.
                 map1_runs::<f32, f32>(
@@ -259,8 +262,11 @@ impl ExecContext {
         same_shape("unary_backward", saved, gy)?;
         crate::dispatch_float!(gy.dtype(), op.name(), T => {
             if op == UnaryOp::GeluErf {
-                // As the generic backward (GeluErf saves its input), erf vectorised.
-                gelu_erf::backward::<T>(self, saved, gy)
+                // As the generic backward (GeluErf saves its input), erf and exp vectorised.
+                gelu::erf_backward::<T>(self, saved, gy)
+            } else if op == UnaryOp::GeluTanh {
+                // As the generic backward (GeluTanh saves its input), exp vectorised.
+                gelu::tanh_backward::<T>(self, saved, gy)
             } else {
                 visit_unary::<T, _>(op, Backward { ctx: self, saved, gy })
             }

@@ -198,6 +198,46 @@ pub fn map1_runs<A: Element, O: Element>(
     Ok(out)
 }
 
+/// `out[i] = f(a[i], b[i])` for `a` and `b` of one shape (any strides; the output has it),
+/// with the runs where both are contiguous handed to `run(a, b, dst)` whole, as in
+/// [`map1_runs`]; other runs use `f` per element. `run` must compute exactly
+/// `dst[i] = f(a[i], b[i])`.
+pub fn map2_runs<A: Element, B: Element, O: Element>(
+    ctx: &ExecContext,
+    a: &RawTensor,
+    b: &RawTensor,
+    run: impl Fn(&[A], &[B], &mut [O]) + Send + Sync,
+    f: impl Fn(A, B) -> O + Send + Sync,
+) -> Result<RawTensor> {
+    if a.shape() != b.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "map2_runs",
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    let mut out = ctx.empty(O::DTYPE, a.shape())?;
+    let (asl, bsl) = (a.storage::<A>()?, b.storage::<B>()?);
+    let plan = Plan::new(
+        a.shape(),
+        [(a.strides(), a.offset()), (b.strides(), b.offset())],
+    );
+    let [sa, sb] = plan.inner_strides();
+    run_chunks::<O>(ctx, &mut out, |start, dst| {
+        plan.for_rows(start, start + dst.len(), |[oa, ob], pos, len| {
+            let d = &mut dst[pos - start..pos - start + len];
+            if (sa, sb) == (1, 1) {
+                run(&asl[oa..oa + len], &bsl[ob..ob + len], d);
+            } else {
+                for (j, o) in d.iter_mut().enumerate() {
+                    *o = f(asl[oa + j * sa], bsl[ob + j * sb]);
+                }
+            }
+        })
+    })?;
+    Ok(out)
+}
+
 /// `out[i] = f(a[i], b[i])` with `a` and `b` broadcast to their common shape.
 pub fn map2<A: Element, B: Element, O: Element>(
     ctx: &ExecContext,

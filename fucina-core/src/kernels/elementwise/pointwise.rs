@@ -3,7 +3,7 @@
 //! for binary ones), generated from the op tables (`unary_ops.rs`,
 //! `binary_ops.rs`, where their bodies and math live).
 
-use super::unary_ops::{c, KernelParam, GELU_C, SQRT_2_OVER_PI};
+use super::unary_ops::{c, sigmoid_exp, sigmoid_from_exp, KernelParam};
 use super::Saved;
 use crate::dtype::Float;
 
@@ -19,13 +19,7 @@ pub trait Pointwise<T: Float>: Copy + Send + Sync {
 
 #[inline(always)]
 pub(super) fn sigmoid<T: Float>(x: T) -> T {
-    // Stable both ways: e = e^{-|x|} never overflows.
-    let e = (-x.abs()).exp();
-    if x >= T::ZERO {
-        T::ONE / (T::ONE + e)
-    } else {
-        e / (T::ONE + e)
-    }
+    sigmoid_from_exp(x, sigmoid_exp(x))
 }
 
 /// Generates one kernel struct and its [`Pointwise`] impl per op of the table.

@@ -46,13 +46,72 @@ pub(super) fn gelu_erf_y<T: Float>(x: T, e: T) -> T {
     c::<T>(0.5) * x * (T::ONE + e)
 }
 
-/// GELU-erf's derivative from x and e = erf(x/√2):
-/// d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1 + e), φ = e^{-x²/2}/√(2π).
+/// σ(a)'s exp argument −|a| (so e^{-|a|} never overflows).
 #[inline(always)]
-pub(super) fn gelu_erf_dy<T: Float>(x: T, e: T) -> T {
+pub(super) fn sigmoid_exp_arg<T: Float>(a: T) -> T {
+    -a.abs()
+}
+
+/// e^{-|a|}: σ(a)'s one exp.
+#[inline(always)]
+pub(super) fn sigmoid_exp<T: Float>(a: T) -> T {
+    sigmoid_exp_arg(a).exp()
+}
+
+/// σ(a) from a and e = e^{-|a|}, stable both ways: 1/(1+e) for a ≥ 0, else e/(1+e).
+#[inline(always)]
+pub(super) fn sigmoid_from_exp<T: Float>(a: T, e: T) -> T {
+    if a >= T::ZERO {
+        T::ONE / (T::ONE + e)
+    } else {
+        e / (T::ONE + e)
+    }
+}
+
+/// GELU-erf's Gaussian exponent: −x²/2 (as −0.5·x·x).
+#[inline(always)]
+pub(super) fn gelu_erf_pdf_arg<T: Float>(x: T) -> T {
+    c::<T>(-0.5) * x * x
+}
+
+/// GELU-erf's derivative from x, e = erf(x/√2) and g = e^{-x²/2} (`gelu_erf_pdf_arg`):
+/// d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1 + e), φ = g/√(2π).
+#[inline(always)]
+pub(super) fn gelu_erf_dy<T: Float>(x: T, e: T, g: T) -> T {
     let cdf = c::<T>(0.5) * (T::ONE + e);
-    let pdf = c::<T>(FRAC_1_SQRT_2PI) * (c::<T>(-0.5) * x * x).exp();
+    let pdf = c::<T>(FRAC_1_SQRT_2PI) * g;
     cdf + x * pdf
+}
+
+/// GELU-tanh's forward sigmoid argument a = 2u, u = k(x + 0.044715·x·x·x), k = √(2/π).
+#[inline(always)]
+pub(super) fn gelu_tanh_a<T: Float>(x: T) -> T {
+    let u = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x * x * x);
+    u + u
+}
+
+/// GELU-tanh's forward from x, a = [`gelu_tanh_a`] and e = e^{-|a|}: x·σ(a).
+#[inline(always)]
+pub(super) fn gelu_tanh_y<T: Float>(x: T, a: T, e: T) -> T {
+    x * sigmoid_from_exp(a, e)
+}
+
+/// GELU-tanh's backward sigmoid argument a = 2u, u = k(x + 0.044715·x²·x) (x² rounded
+/// first, as the derivative reuses it).
+#[inline(always)]
+pub(super) fn gelu_tanh_da<T: Float>(x: T) -> T {
+    let x2 = x * x;
+    let u = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x2 * x);
+    u + u
+}
+
+/// GELU-tanh's derivative from x, a = [`gelu_tanh_da`] and e = e^{-|a|}, with s = σ(a):
+/// s + 2x·s(1−s)·k(1 + 3·0.044715x²).
+#[inline(always)]
+pub(super) fn gelu_tanh_dy<T: Float>(x: T, a: T, e: T) -> T {
+    let s = sigmoid_from_exp(a, e);
+    let du = c::<T>(SQRT_2_OVER_PI) * (T::ONE + c::<T>(3.0 * GELU_C) * (x * x));
+    s + (x + x) * s * (T::ONE - s) * du
 }
 
 /// Maps a parameter's declared type (f64) to its kernel struct's field type,
@@ -242,20 +301,18 @@ macro_rules! for_each_unary_op {
                 name: "gelu_tanh", method: gelu, saved: Input, domain: Float,
                 // 0.5x(1+tanh u) with u = k(x + 0.044715x³), k = √(2/π). Since
                 // 1 + tanh u = 2σ(2u), this is x·σ(2u): one exp instead of tanh, and no
-                // cancellation in 1 + tanh u for negative x.
+                // cancellation in 1 + tanh u for negative x. The bodies live in
+                // `gelu_tanh_*` (below the constants), shared with the row kernels of
+                // `elementwise/gelu_tanh.rs` that vectorise the exp.
                 f: |x| {
-                    let u = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x * x * x);
-                    x * sigmoid(u + u)
+                    let a = super::unary_ops::gelu_tanh_a(x);
+                    super::unary_ops::gelu_tanh_y(x, a, sigmoid_exp(a))
                 },
                 // With t = tanh u and s = σ(2u) (so 1+t = 2s, 1-t² = 4s(1-s)):
                 // d/dx = 0.5(1+t) + 0.5x(1-t²)·k(1 + 3·0.044715x²) = s + 2x·s(1-s)·k(1 + 3·0.044715x²)
                 df: |x| {
-                    let k = c::<T>(SQRT_2_OVER_PI);
-                    let x2 = x * x;
-                    let u = k * (x + c::<T>(GELU_C) * x2 * x);
-                    let s = sigmoid(u + u);
-                    let du = k * (T::ONE + c::<T>(3.0 * GELU_C) * x2);
-                    s + (x + x) * s * (T::ONE - s) * du
+                    let a = super::unary_ops::gelu_tanh_da(x);
+                    super::unary_ops::gelu_tanh_dy(x, a, sigmoid_exp(a))
                 },
                 ref_f: |x| {
                     let inner = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(GELU_C) * x * x * x);
@@ -275,11 +332,15 @@ macro_rules! for_each_unary_op {
             GeluErf {
                 name: "gelu_erf", method: gelu_erf, saved: Input, domain: Float,
                 // The bodies live in `gelu_erf_y` / `gelu_erf_dy` (below the constants),
-                // shared with the row kernels of `elementwise/gelu_erf.rs` that vectorise
+                // shared with the row kernels of `elementwise/gelu.rs` that vectorise
                 // the erf: the same operations in the same order, so the same bits.
                 f: |x| super::unary_ops::gelu_erf_y(x, super::unary_ops::gelu_erf_arg(x).erf()),
                 // d/dx xΦ(x) = Φ(x) + x·φ(x), Φ = 0.5(1+erf(x/√2)), φ = e^{-x²/2}/√(2π)
-                df: |x| super::unary_ops::gelu_erf_dy(x, super::unary_ops::gelu_erf_arg(x).erf()),
+                df: |x| super::unary_ops::gelu_erf_dy(
+                    x,
+                    super::unary_ops::gelu_erf_arg(x).erf(),
+                    super::unary_ops::gelu_erf_pdf_arg(x).exp(),
+                ),
                 ref_f: |x| c::<T>(0.5) * x * (T::ONE + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()),
                 ref_df: |x| {
                     let cdf = c::<T>(0.5) * (T::ONE + (x / c::<T>(std::f64::consts::SQRT_2)).erf());

@@ -1,0 +1,163 @@
+//! The two GELU forms, forward and backward, with their transcendentals vectorised:
+//! contiguous runs are cut into blocks of [`BLOCK`]; each block's erf goes through
+//! `kernels::simd::erf_in_place` (AVX2, bitwise `libm::erf`) and each block's exp through
+//! [`ExpSlice`] (f32: `kernels::simd::exp_f32_in_place`, bitwise `f32::exp`). The rest of each
+//! formula is the op table's own helpers (`unary_ops.rs`: `gelu_erf_*`, `gelu_tanh_*`,
+//! `sigmoid_*`), which the table's `f` / `df` are written with, so every output is bit for
+//! bit the table kernel's `f(x)` / `gy·df(x)`; strided runs use `f` / `df` per element.
+//!
+//! Each element is computed on its own in the map engine's fixed chunks, so results never
+//! depend on the thread count.
+
+use super::map::{map1_runs, map2_runs};
+use super::pointwise::{GeluErf, GeluTanh, Pointwise};
+use super::unary_ops::{
+    gelu_erf_arg, gelu_erf_dy, gelu_erf_pdf_arg, gelu_erf_y, gelu_tanh_a, gelu_tanh_da,
+    gelu_tanh_dy, gelu_tanh_y, sigmoid_exp_arg,
+};
+use crate::dtype::Float;
+use crate::error::Result;
+use crate::exec::ExecContext;
+use crate::kernels::simd::{erf_in_place, exp_f32_in_place};
+use crate::tensor::RawTensor;
+
+/// Elements per block (stack buffers).
+const BLOCK: usize = 256;
+
+/// `e^x` over a slice, bit for bit `Float::exp` per element.
+pub(super) trait ExpSlice: Float {
+    /// `x[i] = e^x[i]`.
+    fn exp_in_place(x: &mut [Self]);
+}
+
+impl ExpSlice for f32 {
+    #[inline]
+    fn exp_in_place(x: &mut [f32]) {
+        exp_f32_in_place(x);
+    }
+}
+
+impl ExpSlice for f64 {
+    #[inline]
+    fn exp_in_place(x: &mut [f64]) {
+        for v in x {
+            *v = v.exp();
+        }
+    }
+}
+
+/// `e[i] = erf(x[i]/√2)` as `Float::erf` computes it (argument rounded to `T`, widened to
+/// f64, result rounded back); `e.len() == x.len() ≤ BLOCK`.
+#[inline]
+fn erf_block<T: Float>(x: &[T], e: &mut [T]) {
+    let mut buf = [0.0f64; BLOCK];
+    let b = &mut buf[..x.len()];
+    for (b, &v) in b.iter_mut().zip(x) {
+        *b = gelu_erf_arg(v).to_f64();
+    }
+    erf_in_place(b);
+    for (e, &b) in e.iter_mut().zip(b.iter()) {
+        *e = T::from_f64(b);
+    }
+}
+
+/// `y[i] = gelu_erf(x[i])` over one contiguous run.
+fn erf_forward_row<T: Float>(x: &[T], y: &mut [T]) {
+    let mut e = [T::ZERO; BLOCK];
+    for (xc, yc) in x.chunks(BLOCK).zip(y.chunks_mut(BLOCK)) {
+        let e = &mut e[..xc.len()];
+        erf_block(xc, e);
+        for ((o, &v), &e) in yc.iter_mut().zip(xc).zip(e.iter()) {
+            *o = gelu_erf_y(v, e);
+        }
+    }
+}
+
+/// `gx[i] = gy[i]·gelu_erf'(x[i])` over one contiguous run of each.
+fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
+    let (mut e, mut g) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+    for ((xc, gc), oc) in x
+        .chunks(BLOCK)
+        .zip(gy.chunks(BLOCK))
+        .zip(gx.chunks_mut(BLOCK))
+    {
+        let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
+        erf_block(xc, e);
+        for (g, &v) in g.iter_mut().zip(xc) {
+            *g = gelu_erf_pdf_arg(v);
+        }
+        T::exp_in_place(g);
+        for (((o, &v), &gy), (&e, &g)) in oc.iter_mut().zip(xc).zip(gc).zip(e.iter().zip(g.iter()))
+        {
+            // gx = gy · f'(x), as the generic unary backward.
+            *o = gy * gelu_erf_dy(v, e, g);
+        }
+    }
+}
+
+/// `y[i] = gelu_tanh(x[i])` over one contiguous run.
+fn tanh_forward_row<T: ExpSlice>(x: &[T], y: &mut [T]) {
+    let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+    for (xc, yc) in x.chunks(BLOCK).zip(y.chunks_mut(BLOCK)) {
+        let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
+        for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
+            *a = gelu_tanh_a(v);
+            *e = sigmoid_exp_arg(*a);
+        }
+        T::exp_in_place(e);
+        for ((o, &v), (&a, &e)) in yc.iter_mut().zip(xc).zip(a.iter().zip(e.iter())) {
+            *o = gelu_tanh_y(v, a, e);
+        }
+    }
+}
+
+/// `gx[i] = gy[i]·gelu_tanh'(x[i])` over one contiguous run of each.
+fn tanh_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
+    let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+    for ((xc, gc), oc) in x
+        .chunks(BLOCK)
+        .zip(gy.chunks(BLOCK))
+        .zip(gx.chunks_mut(BLOCK))
+    {
+        let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
+        for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
+            *a = gelu_tanh_da(v);
+            *e = sigmoid_exp_arg(*a);
+        }
+        T::exp_in_place(e);
+        for (((o, &v), &gy), (&a, &e)) in oc.iter_mut().zip(xc).zip(gc).zip(a.iter().zip(e.iter()))
+        {
+            *o = gy * gelu_tanh_dy(v, a, e);
+        }
+    }
+}
+
+/// `gelu_erf(x)` as a fresh contiguous tensor; `x` may have any strides.
+pub(super) fn erf_forward<T: ExpSlice>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
+    map1_runs::<T, T>(ctx, x, erf_forward_row::<T>, |v| GeluErf.f(v))
+}
+
+/// `gx = gy·gelu_erf'(x)` (`x` and `gy` of one shape, any strides), fresh and contiguous.
+pub(super) fn erf_backward<T: ExpSlice>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    gy: &RawTensor,
+) -> Result<RawTensor> {
+    map2_runs::<T, T, T>(ctx, x, gy, erf_backward_row::<T>, |v, g| g * GeluErf.df(v))
+}
+
+/// `gelu_tanh(x)` as a fresh contiguous tensor; `x` may have any strides.
+pub(super) fn tanh_forward<T: ExpSlice>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
+    map1_runs::<T, T>(ctx, x, tanh_forward_row::<T>, |v| GeluTanh.f(v))
+}
+
+/// `gx = gy·gelu_tanh'(x)` (`x` and `gy` of one shape, any strides), fresh and contiguous.
+pub(super) fn tanh_backward<T: ExpSlice>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    gy: &RawTensor,
+) -> Result<RawTensor> {
+    map2_runs::<T, T, T>(ctx, x, gy, tanh_backward_row::<T>, |v, g| {
+        g * GeluTanh.df(v)
+    })
+}
