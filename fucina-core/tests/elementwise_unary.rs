@@ -149,6 +149,55 @@ fn unary_backward_matches_reference_f64() {
     unary_backward_vs_reference::<f64>(1e-12);
 }
 
+/// `unary_with_derivative` gives `unary`'s output bit for bit, and `gy·d` is bit for bit
+/// `unary_backward`'s gradient (autograd relies on both for the ops that keep their
+/// derivative), for every op, layout, size and past the parallel threshold.
+fn with_derivative_is_bitwise<T: Float>() {
+    let ctx = TestCtx::with_threads(2).unwrap();
+    for op in all_unary() {
+        let (lo, hi) = domain(op);
+        for &(r, n) in &[(3usize, 1usize), (3, 17), (3, 65), (3, 257), (300, 257)] {
+            for &lay in &LAYOUTS {
+                let shape = [r, n];
+                let x = make::<T>(&ctx, &data(r * n, 300 + n as u64, lo, hi), &shape, lay);
+                let gy = make::<T>(&ctx, &data(r * n, 400 + n as u64, -2.0, 2.0), &shape, lay);
+                let (y, d) = ctx.unary_with_derivative(&x, op).unwrap();
+                let what = format!("{op:?} {shape:?} {lay:?}");
+                let y_ref = ctx.unary(&x, op).unwrap();
+                assert_bits(
+                    &y.to_vec::<T>().unwrap(),
+                    &y_ref.to_vec::<T>().unwrap(),
+                    &what,
+                );
+                let saved = match op.saved() {
+                    Saved::Input => x.clone_view(),
+                    Saved::Output => y_ref,
+                };
+                let want = ctx.unary_backward(&saved, &gy, op).unwrap();
+                let got = ctx
+                    .binary(&gy, &d, fucina_core::kernels::elementwise::BinaryOp::Mul)
+                    .unwrap();
+                assert_bits(
+                    &got.to_vec::<T>().unwrap(),
+                    &want.to_vec::<T>().unwrap(),
+                    &what,
+                );
+            }
+        }
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn unary_with_derivative_is_bitwise_f32() {
+    with_derivative_is_bitwise::<f32>();
+}
+
+#[test]
+fn unary_with_derivative_is_bitwise_f64() {
+    with_derivative_is_bitwise::<f64>();
+}
+
 /// The reference derivative is the derivative: central differences in f64, away from kinks.
 #[test]
 fn unary_reference_df_matches_finite_differences() {

@@ -7,7 +7,7 @@ use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
 use crate::ops::same_dtype;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, should_record, Backward, Grads};
 use crate::tape::tensor::Tensor;
 
 /// Backward of a pointwise unary op: gx = gy · f'(x), with f' evaluated by the
@@ -26,6 +26,27 @@ impl Backward for UnaryBackward {
             &self.saved,
             gy,
             self.op
+        )?)])
+    }
+}
+
+/// Backward of a pointwise unary op that kept its derivative from the forward
+/// ([`UnaryOp::keeps_derivative`]): gx = gy · d with d = f'(x) (bit for bit
+/// what [`UnaryBackward`] computes from x).
+struct DerivativeBackward {
+    op: UnaryOp,
+    d: RawTensor,
+}
+
+impl Backward for DerivativeBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(ctx.binary(
+            gy,
+            &self.d,
+            BinaryOp::Mul
         )?)])
     }
 }
@@ -64,6 +85,14 @@ impl Tensor {
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         let x = self.raw()?;
         let ctx = self.ctx();
+        if op.keeps_derivative() && should_record(&[self]) {
+            // One pass gives f(x) and f'(x); the node keeps f'(x) instead of x.
+            let (y, d) = ctx.unary_with_derivative(&x, op)?;
+            drop(x);
+            return Ok(record(ctx, op.name(), y, &[self], |_| {
+                Box::new(DerivativeBackward { op, d })
+            }));
+        }
         let y = ctx.unary(&x, op)?;
         Ok(record(ctx, op.name(), y, &[self], |y| {
             let saved = match op.saved() {

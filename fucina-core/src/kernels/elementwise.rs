@@ -141,6 +141,14 @@ impl UnaryOp {
         visit_unary::<f64, _>(self, SavedOf)
     }
 
+    /// Whether a training forward should keep f'(x) (from
+    /// [`ExecContext::unary_with_derivative`]) for the backward instead of x: true where the
+    /// derivative shares an expensive part with the forward, so one pass computes it once
+    /// (`GeluErf`: the erf). The kept tensor is the same size as the x it replaces.
+    pub fn keeps_derivative(self) -> bool {
+        matches!(self, UnaryOp::GeluErf)
+    }
+
     fn validate(self) -> Result<()> {
         if let UnaryOp::Clamp(lo, hi) = self {
             if lo.is_nan() || hi.is_nan() || lo > hi {
@@ -195,6 +203,18 @@ impl<T: Float> UnaryVisitor<T> for Backward<'_> {
     }
 }
 
+/// f'(.) from the saved value, elementwise.
+struct Derivative<'a> {
+    ctx: &'a ExecContext,
+    saved: &'a RawTensor,
+}
+impl<T: Float> UnaryVisitor<T> for Derivative<'_> {
+    type Out = Result<RawTensor>;
+    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
+        map1::<T, T>(self.ctx, self.saved, move |s| k.df(s))
+    }
+}
+
 fn same_dtype(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     if a.dtype() != b.dtype() {
         return Err(Error::DTypeMismatch {
@@ -246,6 +266,41 @@ impl ExecContext {
                 )
             } else {
                 visit_unary::<T, _>(op, Forward { ctx: self, x })
+            }
+        })
+    }
+
+    /// `(op(x), op'(x))`, both of x's shape: the forward and its derivative, for a backward
+    /// that multiplies by the derivative (`gy·d`, bit for bit [`Self::unary_backward`]'s
+    /// result) instead of re-deriving it. For `GeluErf` one pass computes each erf once
+    /// (see [`UnaryOp::keeps_derivative`]); other ops compute the two in turn.
+    ///
+    /// ```
+    /// use fucina_core::{ExecContext, kernels::elementwise::UnaryOp};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let x = ctx.from_slice(&[-1.0f32, 0.0, 2.0], &[3])?;
+    /// let (y, d) = ctx.unary_with_derivative(&x, UnaryOp::Relu)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 0.0, 2.0]);
+    /// assert_eq!(d.to_vec::<f32>()?, vec![0.0, 0.0, 1.0]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn unary_with_derivative(
+        &self,
+        x: &RawTensor,
+        op: UnaryOp,
+    ) -> Result<(RawTensor, RawTensor)> {
+        op.validate()?;
+        crate::dispatch_float!(x.dtype(), op.name(), T => {
+            if op == UnaryOp::GeluErf {
+                gelu::erf_forward_with_derivative::<T>(self, x)
+            } else {
+                let y = self.unary(x, op)?;
+                let saved = match op.saved() {
+                    Saved::Input => x,
+                    Saved::Output => &y,
+                };
+                let d = visit_unary::<T, _>(op, Derivative { ctx: self, saved })?;
+                Ok((y, d))
             }
         })
     }

@@ -9,7 +9,7 @@
 //! Each element is computed on its own in the map engine's fixed chunks, so results never
 //! depend on the thread count.
 
-use super::map::{map1_runs, map2_runs};
+use super::map::{map1_runs, map2_runs, Plan, CHUNK, PAR_THRESHOLD};
 use super::pointwise::{GeluErf, GeluTanh, Pointwise};
 use super::unary_ops::{
     gelu_erf_arg, gelu_erf_dy, gelu_erf_pdf_arg, gelu_erf_y, gelu_tanh_a, gelu_tanh_da,
@@ -95,6 +95,28 @@ fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
     }
 }
 
+/// `y[i] = gelu_erf(x[i])` and `d[i] = gelu_erf'(x[i])` over one contiguous run: the erf
+/// computed once for both.
+fn erf_both_row<T: ExpSlice>(x: &[T], y: &mut [T], d: &mut [T]) {
+    let (mut e, mut g) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+    for ((xc, yc), dc) in x
+        .chunks(BLOCK)
+        .zip(y.chunks_mut(BLOCK))
+        .zip(d.chunks_mut(BLOCK))
+    {
+        let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
+        erf_block(xc, e);
+        for (g, &v) in g.iter_mut().zip(xc) {
+            *g = gelu_erf_pdf_arg(v);
+        }
+        T::exp_in_place(g);
+        for (((y, d), &v), (&e, &g)) in yc.iter_mut().zip(dc).zip(xc).zip(e.iter().zip(g.iter())) {
+            *y = gelu_erf_y(v, e);
+            *d = gelu_erf_dy(v, e, g);
+        }
+    }
+}
+
 /// `y[i] = gelu_tanh(x[i])` over one contiguous run.
 fn tanh_forward_row<T: ExpSlice>(x: &[T], y: &mut [T]) {
     let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
@@ -144,6 +166,43 @@ pub(super) fn erf_backward<T: ExpSlice>(
     gy: &RawTensor,
 ) -> Result<RawTensor> {
     map2_runs::<T, T, T>(ctx, x, gy, erf_backward_row::<T>, |v, g| g * GeluErf.df(v))
+}
+
+/// `(gelu_erf(x), gelu_erf'(x))` as fresh contiguous tensors, in one pass that computes each
+/// erf once; `x` may have any strides. Bit for bit `GeluErf.f` and `GeluErf.df`.
+pub(super) fn erf_forward_with_derivative<T: ExpSlice>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+) -> Result<(RawTensor, RawTensor)> {
+    let mut y = ctx.empty(T::DTYPE, x.shape())?;
+    let mut d = ctx.empty(T::DTYPE, x.shape())?;
+    let xs = x.storage::<T>()?;
+    let plan = Plan::new(x.shape(), [(x.strides(), x.offset())]);
+    let [si] = plan.inner_strides();
+    let n = x.numel();
+    let (ys, ds) = (y.as_mut_slice::<T>()?, d.as_mut_slice::<T>()?);
+    ctx.par_zip_chunks_mut(
+        (ys, ds),
+        CHUNK,
+        n.div_ceil(CHUNK),
+        n >= PAR_THRESHOLD,
+        |c, (yc, dc)| {
+            let start = c * CHUNK;
+            plan.for_rows(start, start + yc.len(), |[ox], pos, len| {
+                let r = pos - start..pos - start + len;
+                let (yr, dr) = (&mut yc[r.clone()], &mut dc[r]);
+                if si == 1 {
+                    erf_both_row(&xs[ox..ox + len], yr, dr);
+                } else {
+                    for (j, (y, d)) in yr.iter_mut().zip(dr.iter_mut()).enumerate() {
+                        let v = xs[ox + j * si];
+                        (*y, *d) = (GeluErf.f(v), GeluErf.df(v));
+                    }
+                }
+            })
+        },
+    );
+    Ok((y, d))
 }
 
 /// `gelu_tanh(x)` as a fresh contiguous tensor; `x` may have any strides.
