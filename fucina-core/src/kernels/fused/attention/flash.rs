@@ -14,7 +14,7 @@
 
 use std::cell::Cell;
 
-use super::micro::{gemm, pack_t, panel_row, NR};
+use super::micro::{gemm, pack_t, ARef, BRef, NR};
 use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
@@ -225,8 +225,8 @@ fn fwd_block_impl<T: RowFloat>(
             s,
             BC,
             false,
-            |r, x| qs[q0 + r * qsr + x],
-            |x, n0| panel_row(kt, d, x, n0),
+            ARef::rows(qs, q0, qsr),
+            BRef::panels(kt, d),
         );
         for r in 0..br {
             let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
@@ -249,8 +249,8 @@ fn fwd_block_impl<T: RowFloat>(
             o,
             dv,
             true,
-            |r, c| s[r * BC + c],
-            |c, n0| &vs[v0 + (j0 + c) * vsr + n0..],
+            ARef::rows(s, 0, BC),
+            BRef::rows(vs, v0 + j0 * vsr, vsr),
         );
         j0 += bc;
     }
@@ -394,8 +394,8 @@ fn bwd_head_impl<T: RowFloat>(
                 s,
                 BC,
                 false,
-                |r, x| qs[qi + r * qsr + x],
-                |x, n0| panel_row(kt, d, x, n0),
+                ARef::rows(qs, qi, qsr),
+                BRef::panels(kt, d),
             );
             for r in 0..br {
                 let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
@@ -411,8 +411,8 @@ fn bwd_head_impl<T: RowFloat>(
                     &mut gv[j0 * dv..],
                     dv,
                     true,
-                    |c, r| s[r * BC + c],
-                    |r, n0| &gs[gi + r * gsr + n0..],
+                    ARef::transposed(s, 0, BC),
+                    BRef::rows(gs, gi, gsr),
                 );
             }
             if need_s {
@@ -424,8 +424,8 @@ fn bwd_head_impl<T: RowFloat>(
                     dp,
                     BC,
                     false,
-                    |r, x| gs[gi + r * gsr + x],
-                    |x, n0| panel_row(vt, dv, x, n0),
+                    ARef::rows(gs, gi, gsr),
+                    BRef::panels(vt, dv),
                 );
                 for r in 0..br {
                     let dl = delta[i0 + r];
@@ -443,8 +443,8 @@ fn bwd_head_impl<T: RowFloat>(
                         &mut gq[i0 * d..],
                         d,
                         true,
-                        |r, c| dp[r * BC + c],
-                        |c, n0| &ks[k0 + (j0 + c) * ksr + n0..],
+                        ARef::rows(dp, 0, BC),
+                        BRef::rows(ks, k0 + j0 * ksr, ksr),
                     );
                 }
                 // gK_j += Σ_i s·gS_ij Q_i.
@@ -456,8 +456,8 @@ fn bwd_head_impl<T: RowFloat>(
                         &mut gk[j0 * d..],
                         d,
                         true,
-                        |c, r| dp[r * BC + c],
-                        |r, n0| &qs[qi + r * qsr + n0..],
+                        ARef::transposed(dp, 0, BC),
+                        BRef::rows(qs, qi, qsr),
                     );
                 }
             }

@@ -17,20 +17,104 @@ pub(super) const MR: usize = 4;
 /// Columns of C per register tile (two AVX2 vectors of f32), and the width of packed panels.
 pub(super) const NR: usize = 16;
 
-/// `C[m, n] = (C[m, n] if accumulate else 0) + Σ_{k < kc} a(m, k) · b(k, n0)[n − n0]`
-/// for `m < rows`, `n < cols`, where `C[m, n] = c[m * ldc + n]` and `b(k, n0)` returns row
-/// `k` of B from column `n0` on (at least `min(NR, cols − n0)` elements; `n0` is a multiple
-/// of 8 below `cols`, or any column when fewer than 8 are left).
+/// The A operand of [`gemm`]: `A(m, k) = data[off + m·rs + k·ks]` (row-major with `ks = 1`,
+/// or read transposed, K-major, with `rs = 1`).
+#[derive(Clone, Copy)]
+pub(super) struct ARef<'a, T> {
+    data: &'a [T],
+    off: usize,
+    rs: usize,
+    ks: usize,
+}
+
+impl<'a, T: Float> ARef<'a, T> {
+    /// Rows of a row-major matrix: `A(m, k) = data[off + m·rs + k]`.
+    #[inline(always)]
+    pub(super) fn rows(data: &'a [T], off: usize, rs: usize) -> ARef<'a, T> {
+        ARef {
+            data,
+            off,
+            rs,
+            ks: 1,
+        }
+    }
+
+    /// The transpose of a row-major matrix: `A(m, k) = data[off + k·ks + m]`.
+    #[inline(always)]
+    pub(super) fn transposed(data: &'a [T], off: usize, ks: usize) -> ARef<'a, T> {
+        ARef {
+            data,
+            off,
+            rs: 1,
+            ks,
+        }
+    }
+
+    /// The index of `A(m, k)`.
+    #[inline(always)]
+    fn index(&self, m: usize, k: usize) -> usize {
+        self.off + m * self.rs + k * self.ks
+    }
+}
+
+/// The B operand of [`gemm`]: `B(k, n) = data[off + k·ks + (n / NR)·ps + n % NR]`: plain
+/// rows (`ps = NR`, so `B(k, n) = data[off + k·ks + n]`) or the `NR`-wide panels of
+/// [`pack_t`] (`ks = NR`, `ps = kc·NR`).
+#[derive(Clone, Copy)]
+pub(super) struct BRef<'a, T> {
+    data: &'a [T],
+    off: usize,
+    ks: usize,
+    ps: usize,
+}
+
+impl<'a, T: Float> BRef<'a, T> {
+    /// Rows of a row-major matrix: `B(k, n) = data[off + k·ks + n]`.
+    #[inline(always)]
+    pub(super) fn rows(data: &'a [T], off: usize, ks: usize) -> BRef<'a, T> {
+        BRef {
+            data,
+            off,
+            ks,
+            ps: NR,
+        }
+    }
+
+    /// Panels packed by [`pack_t`] with reduction length `kc`.
+    #[inline(always)]
+    pub(super) fn panels(packed: &'a [T], kc: usize) -> BRef<'a, T> {
+        BRef {
+            data: packed,
+            off: 0,
+            ks: NR,
+            ps: kc * NR,
+        }
+    }
+
+    /// The index of `B(k, n)`.
+    #[inline(always)]
+    fn index(&self, k: usize, n: usize) -> usize {
+        self.off + k * self.ks + (n / NR) * self.ps + n % NR
+    }
+}
+
+/// `C[m, n] = (C[m, n] if accumulate else 0) + Σ_{k < kc} A(m, k) · B(k, n)` for
+/// `m < rows`, `n < cols`, where `C[m, n] = c[m * ldc + n]`; with packed B panels, `cols`
+/// is a multiple of `NR`.
+///
+/// # Panics
+/// If an operand is too short for the problem (a kernel bug: the callers size them).
 #[inline(always)]
-pub(super) fn gemm<'b, T: Float + 'b>(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm<T: Float>(
     rows: usize,
     cols: usize,
     kc: usize,
     c: &mut [T],
     ldc: usize,
     accumulate: bool,
-    a: impl Fn(usize, usize) -> T + Copy,
-    b: impl Fn(usize, usize) -> &'b [T] + Copy,
+    a: ARef<'_, T>,
+    b: BRef<'_, T>,
 ) {
     let fast = T::DTYPE == DType::F32 && avx2();
     gemm_impl(rows, cols, kc, c, ldc, accumulate, fast, a, b);
@@ -38,7 +122,8 @@ pub(super) fn gemm<'b, T: Float + 'b>(
 
 /// [`gemm`] with the AVX2 f32 tiles on (`fast`, which the caller has checked) or off.
 #[inline(always)]
-fn gemm_impl<'b, T: Float + 'b>(
+#[allow(clippy::too_many_arguments)]
+fn gemm_impl<T: Float>(
     rows: usize,
     cols: usize,
     kc: usize,
@@ -46,9 +131,32 @@ fn gemm_impl<'b, T: Float + 'b>(
     ldc: usize,
     accumulate: bool,
     fast: bool,
-    a: impl Fn(usize, usize) -> T + Copy,
-    b: impl Fn(usize, usize) -> &'b [T] + Copy,
+    a: ARef<'_, T>,
+    b: BRef<'_, T>,
 ) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(
+        (rows - 1) * ldc + cols <= c.len(),
+        "attention tile: C too short"
+    );
+    if kc > 0 {
+        // Both index maps grow with each coordinate, so the last element bounds them all:
+        // every read in the tiles below is in bounds.
+        assert!(
+            a.index(rows - 1, kc - 1) < a.data.len(),
+            "attention tile: A too short"
+        );
+        assert!(
+            b.index(kc - 1, cols - 1) < b.data.len(),
+            "attention tile: B too short"
+        );
+        assert!(
+            b.ps == NR || cols % NR == 0,
+            "attention tile: partial packed panel"
+        );
+    }
     let mut m0 = 0;
     while m0 < rows {
         if rows - m0 >= MR {
@@ -69,7 +177,8 @@ fn avx2() -> bool {
 
 /// The tiles of rows `m0..m0 + R` of C: `NR`-wide, then 8-wide, then single columns.
 #[inline(always)]
-fn row_tiles<'b, T: Float + 'b, const R: usize>(
+#[allow(clippy::too_many_arguments)]
+fn row_tiles<T: Float, const R: usize>(
     m0: usize,
     cols: usize,
     kc: usize,
@@ -77,8 +186,8 @@ fn row_tiles<'b, T: Float + 'b, const R: usize>(
     ldc: usize,
     accumulate: bool,
     fast: bool,
-    a: impl Fn(usize, usize) -> T + Copy,
-    b: impl Fn(usize, usize) -> &'b [T] + Copy,
+    a: ARef<'_, T>,
+    b: BRef<'_, T>,
 ) {
     let mut n0 = 0;
     while n0 < cols {
@@ -96,9 +205,10 @@ fn row_tiles<'b, T: Float + 'b, const R: usize>(
     }
 }
 
-/// One `R × W` register tile of C at (m0, n0).
+/// One `R × W` register tile of C at (m0, n0) (inside the problem [`gemm_impl`] checked).
 #[inline(always)]
-fn tile<'b, T: Float + 'b, const R: usize, const W: usize>(
+#[allow(clippy::too_many_arguments)]
+fn tile<T: Float, const R: usize, const W: usize>(
     m0: usize,
     n0: usize,
     kc: usize,
@@ -106,8 +216,8 @@ fn tile<'b, T: Float + 'b, const R: usize, const W: usize>(
     ldc: usize,
     accumulate: bool,
     fast: bool,
-    a: impl Fn(usize, usize) -> T,
-    b: impl Fn(usize, usize) -> &'b [T],
+    a: ARef<'_, T>,
+    b: BRef<'_, T>,
 ) {
     let mut acc = [[T::ZERO; W]; R];
     if accumulate {
@@ -116,26 +226,22 @@ fn tile<'b, T: Float + 'b, const R: usize, const W: usize>(
             acc_r.copy_from_slice(&c[base..base + W]);
         }
     }
+    // A tile's W columns from n0 lie in one panel (n0 is a multiple of NR, or W < NR
+    // columns of plain rows), so B's row k of the tile is W consecutive elements from
+    // b_at + k·ks; A(m0 + r, k) is at a_at + r·rs + k·ks.
+    let (a_at, b_at) = (a.index(m0, 0), b.index(0, n0));
     #[cfg(target_arch = "x86_64")]
     if fast && W == NR {
-        // SAFETY: `fast` is set only for f32 on a CPU with AVX2 (see `gemm`), and W == NR.
-        unsafe { tile_f32_avx2(&mut acc, kc, |r, k| a(m0 + r, k), |k| b(k, n0)) };
-        for (r, acc_r) in acc.iter().enumerate() {
-            let base = (m0 + r) * ldc + n0;
-            c[base..base + W].copy_from_slice(acc_r);
-        }
-        return;
+        // SAFETY: `fast` is set only for f32 on a CPU with AVX2 (see `gemm`), W == NR,
+        // and `gemm_impl` checked that every A and B element the tile reads is in bounds.
+        unsafe { tile_f32_avx2::<T, R, W>(&mut acc, kc, a, a_at, b, b_at) };
+    } else {
+        tile_portable(&mut acc, kc, a, a_at, b, b_at);
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = fast;
-    for k in 0..kc {
-        let bk = &b(k, n0)[..W];
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let x = a(m0 + r, k);
-            for w in 0..W {
-                acc_r[w] += x * bk[w];
-            }
-        }
+    {
+        let _ = fast;
+        tile_portable(&mut acc, kc, a, a_at, b, b_at);
     }
     for (r, acc_r) in acc.iter().enumerate() {
         let base = (m0 + r) * ldc + n0;
@@ -143,41 +249,70 @@ fn tile<'b, T: Float + 'b, const R: usize, const W: usize>(
     }
 }
 
-/// `acc[r][w] += Σ_k a(r, k) · b(k)[w]` for one `R × 16` f32 tile: per k, the B row is
-/// loaded once into two vectors and each `a(r, k)` broadcast; products and sums are
-/// separate IEEE operations in ascending k, exactly as the generic tile.
+/// `acc[r][w] += Σ_k A(r, k) · B(k)[w]` with separate multiplies and adds, k ascending.
+#[inline(always)]
+fn tile_portable<T: Float, const R: usize, const W: usize>(
+    acc: &mut [[T; W]; R],
+    kc: usize,
+    a: ARef<'_, T>,
+    a_at: usize,
+    b: BRef<'_, T>,
+    b_at: usize,
+) {
+    for k in 0..kc {
+        let bk = &b.data[b_at + k * b.ks..][..W];
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let x = a.data[a_at + r * a.rs + k * a.ks];
+            for w in 0..W {
+                acc_r[w] += x * bk[w];
+            }
+        }
+    }
+}
+
+/// [`tile_portable`] for one `R × 16` f32 tile: per k, the B row is loaded once into two
+/// vectors and each `A(r, k)` broadcast; products and sums are separate IEEE operations in
+/// ascending k, exactly as the portable tile. Operands are read through raw pointers
+/// stepped by their strides (no per-element bounds checks: the caller checked the extent).
 ///
 /// # Safety
-/// `T` is `f32`, `W == NR` and the CPU has AVX2.
+/// `T` is `f32`, `W == NR`, the CPU has AVX2, and `A(a_at + r·rs + k·ks)` for `r < R`,
+/// `k < kc` and `B(b_at + k·ks .. + NR)` for `k < kc` are inside their slices.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn tile_f32_avx2<'b, T: Float + 'b, const R: usize, const W: usize>(
+unsafe fn tile_f32_avx2<T: Float, const R: usize, const W: usize>(
     acc: &mut [[T; W]; R],
     kc: usize,
-    a: impl Fn(usize, usize) -> T,
-    b: impl Fn(usize) -> &'b [T],
+    a: ARef<'_, T>,
+    a_at: usize,
+    b: BRef<'_, T>,
+    b_at: usize,
 ) {
     use std::arch::x86_64::*;
     debug_assert!(T::DTYPE == DType::F32 && W == NR);
-    // SAFETY: T is f32 and W == NR (the caller's contract), so every pointer cast below
-    // reads or writes 16 f32s inside the slice or array it comes from.
+    // SAFETY: T is f32 and W == NR (the caller's contract), so every cast below reads or
+    // writes 16 f32s inside the array it comes from; A and B reads stay inside their
+    // slices by the caller's contract.
     unsafe {
         let mut v = [[_mm256_setzero_ps(); 2]; R];
         for (vr, ar) in v.iter_mut().zip(acc.iter()) {
             let p = ar.as_ptr().cast::<f32>();
             *vr = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))];
         }
-        for k in 0..kc {
-            let bk = &b(k)[..NR];
-            let p = bk.as_ptr().cast::<f32>();
-            let (b0, b1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+        let mut ap = a.data.as_ptr().add(a_at).cast::<f32>();
+        let mut bp = b.data.as_ptr().add(b_at).cast::<f32>();
+        let (ars, aks, bks) = (a.rs, a.ks, b.ks);
+        for _ in 0..kc {
+            let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)));
             for (r, vr) in v.iter_mut().enumerate() {
-                let x = a(r, k);
-                let x = _mm256_set1_ps(*std::ptr::from_ref(&x).cast::<f32>());
+                let x = _mm256_broadcast_ss(&*ap.add(r * ars));
                 vr[0] = _mm256_add_ps(vr[0], _mm256_mul_ps(x, b0));
                 vr[1] = _mm256_add_ps(vr[1], _mm256_mul_ps(x, b1));
             }
+            // Wrapping: after the last step the pointers may pass the end (never read).
+            ap = ap.wrapping_add(aks);
+            bp = bp.wrapping_add(bks);
         }
         for (vr, ar) in v.iter().zip(acc.iter_mut()) {
             let p = ar.as_mut_ptr().cast::<f32>();
@@ -211,14 +346,6 @@ pub(super) fn pack_t<'r, T: Float + 'r>(
     }
 }
 
-/// Row `k` of packed `Bᵀ` panels (from [`pack_t`] with reduction length `kc`) from column
-/// `n0` on (`n0` a multiple of `NR`).
-#[inline(always)]
-pub(super) fn panel_row<T>(packed: &[T], kc: usize, k: usize, n0: usize) -> &[T] {
-    let base = (n0 / NR) * kc * NR + k * NR;
-    &packed[base..base + NR]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,8 +377,8 @@ mod tests {
                 n,
                 true,
                 fast,
-                |r, k| a[r * kc + k],
-                |k, n0| &bm[k * n + n0..(k + 1) * n],
+                ARef::rows(&a, 0, kc),
+                BRef::rows(&bm, 0, n),
             );
             for r in 0..m {
                 for j in 0..n {
@@ -276,8 +403,8 @@ mod tests {
                 npad,
                 false,
                 fast,
-                |r, k| a[r * kc + k],
-                |k, n0| panel_row(&packed, kc, k, n0),
+                ARef::rows(&a, 0, kc),
+                BRef::panels(&packed, kc),
             );
             for r in 0..m {
                 for j in 0..n {
