@@ -309,13 +309,31 @@ fn gemm_on_errors_are_structured() {
     }
     let bad_shape = ctx.from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
     let mut c = ctx.from_slice(&[0.0f32; 4], &[2, 2]).unwrap();
-    let r = gemm_on(&ctx, GemmPath::Tiled, 1.0, &a, &a, 0.0, &mut c, Some(&bad_shape));
+    let r = gemm_on(
+        &ctx,
+        GemmPath::Tiled,
+        1.0,
+        &a,
+        &a,
+        0.0,
+        &mut c,
+        Some(&bad_shape),
+    );
     assert!(
         matches!(r, Err(Error::ShapeMismatch { op: "gemm_on", .. })),
         "{r:?}"
     );
     let bad_dtype = ctx.from_slice(&[1.0f64, 2.0], &[2]).unwrap();
-    let r = gemm_on(&ctx, GemmPath::Tiled, 1.0, &a, &a, 0.0, &mut c, Some(&bad_dtype));
+    let r = gemm_on(
+        &ctx,
+        GemmPath::Tiled,
+        1.0,
+        &a,
+        &a,
+        0.0,
+        &mut c,
+        Some(&bad_dtype),
+    );
     assert!(
         matches!(r, Err(Error::DTypeMismatch { op: "gemm_on", .. })),
         "{r:?}"
