@@ -200,7 +200,7 @@ pub enum GemmPath {
 }
 
 impl GemmPath {
-    /// Every path, fastest first.
+    /// Every path, widest kernel first (the order [`gemm_path`] picks by default).
     pub const ALL: [GemmPath; 3] = [
         GemmPath::PackedAvx512,
         GemmPath::PackedAvx2,
@@ -359,7 +359,8 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>>(
     }
 }
 
-/// Typed body of [`ExecContext::gemm`] (and of matmul/linear), on a validated problem.
+/// Typed body of [`ExecContext::gemm`] (and of matmul/linear, and [`gemm_on`]), on a
+/// validated problem and GEMM path (an error when this CPU cannot run the path).
 #[allow(clippy::too_many_arguments)]
 fn gemm_typed<T: GemmFloat>(
     ctx: &ExecContext,
@@ -373,6 +374,13 @@ fn gemm_typed<T: GemmFloat>(
     c: &mut RawTensor,
     bias: Option<&RawTensor>,
 ) -> Result<()> {
+    // `run` may only be handed a path whose kernels this CPU runs.
+    if !path.available() {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
+        });
+    }
     let (a_s, b_s) = (a.storage::<T>()?, b.storage::<T>()?);
     let bias = match bias {
         Some(t) => Some((
@@ -404,8 +412,8 @@ fn gemm_typed<T: GemmFloat>(
             "output of shape {c_shape:?} with strides {c_strides:?} leaves its buffer or overlaps itself"
         ),
     })?;
-    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; callers pass an available
-    // path (`gemm_path()` or one checked by `gemm_on`).
+    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available (checked
+    // above).
     unsafe {
         run::<T>(
             ctx,
@@ -631,12 +639,6 @@ pub fn gemm_on(
     bias: Option<&RawTensor>,
 ) -> Result<()> {
     let op = "gemm_on";
-    if !path.available() {
-        return Err(Error::InvalidArgument {
-            op,
-            msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
-        });
-    }
     let p = plan(op, a, b, c)?;
     if let Some(bt) = bias {
         if bt.shape() != [p.n] {
