@@ -3,7 +3,7 @@
 //! and f64; bitwise equality across thread counts; structured errors. Every test ends with no
 //! pool buffer outstanding.
 
-use fucina_core::kernels::matmul::reference;
+use fucina_core::kernels::matmul::{reference, GemmPath};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
@@ -419,14 +419,15 @@ fn large_blocks_match_reference_f64() {
     large_blocks::<f64>();
 }
 
-/// Runs this test binary again with `FUCINA_GEMM` forcing each GEMM path, so both stay
-/// tested whichever one this CPU picks by default.
+/// Runs this test binary again with `FUCINA_GEMM` forcing each GEMM path this CPU has, so
+/// every one stays tested whichever one this CPU picks by default.
 #[test]
 fn every_gemm_path_passes_this_suite() {
     if std::env::var_os("FUCINA_GEMM").is_some() {
         return;
     }
-    for path in ["tiled", "packed"] {
+    for path in GemmPath::ALL.into_iter().filter(|p| p.available()) {
+        let path = path.env_name();
         let exe = std::env::current_exe().expect("test binary path");
         let out = std::process::Command::new(exe)
             .args([

@@ -1,16 +1,23 @@
 //! GEMM (C = alpha·op(A)·op(B) + beta·C) over strided and batched views, matmul and linear.
 //!
-//! Validation and layout live here; two fast paths run the product:
-//! - `packed` (x86_64 with AVX2 + FMA): own packing and 6×16 (f32) / 6×8 (f64) micro-kernels
-//!   in `avx2`, packed B shared by all threads, jobs over rows and column runs;
-//! - `tiled` (elsewhere, and on AVX-512 CPUs): `matrixmultiply` on a fixed grid of C tiles.
+//! Validation and layout live here; three paths run the product ([`GemmPath`]):
+//! - packed AVX-512 (x86_64 with AVX-512F, AVX2 and FMA): the `packed` driver (own packing,
+//!   jobs over rows and column runs) with the 6×32 (f32) / 6×16 (f64) micro-kernels in
+//!   `avx512`;
+//! - packed AVX2 (x86_64 with AVX2 + FMA, no AVX-512F): the same driver with the 6×16 / 6×8
+//!   micro-kernels in `avx2`. Both kernels are one template (`micro`) and give bitwise the
+//!   same C;
+//! - `tiled` (elsewhere): `matrixmultiply` on a fixed grid of C tiles.
 //!
-//! `FUCINA_GEMM=packed|tiled` overrides the choice (read once). Both reduce each C element over
-//! K the same way for any thread count, so results are bitwise identical for any number of
-//! threads. Strided views (transposes included) reach the kernels as row and column strides:
-//! operands are never copied. C must be the sole owner of its buffer.
+//! `FUCINA_GEMM=packed|avx512|avx2|tiled` overrides the choice (read once; see
+//! [`gemm_path`]). Every path reduces each C element over K the same way for any thread count,
+//! so results are bitwise identical for any number of threads. Strided views (transposes
+//! included) reach the kernels as row and column strides: operands are never copied. C must
+//! be the sole owner of its buffer.
 
 mod avx2;
+mod avx512;
+mod micro;
 mod packed;
 mod tile;
 mod tiled;
@@ -183,41 +190,123 @@ fn fold_batch(p: Problem) -> Problem {
 /// The GEMM implementations a process can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmPath {
-    /// Own packing and AVX2/FMA micro-kernels (`packed`).
-    Packed,
+    /// Own packing and AVX-512F micro-kernels (6×32 f32, 6×16 f64).
+    PackedAvx512,
+    /// Own packing and AVX2/FMA micro-kernels (6×16 f32, 6×8 f64): bitwise the same results
+    /// as [`GemmPath::PackedAvx512`].
+    PackedAvx2,
     /// `matrixmultiply` on a fixed tile grid (`tiled`).
     Tiled,
 }
 
-/// The path this process uses: `FUCINA_GEMM` if set to `packed` (and the CPU has AVX2 and FMA)
-/// or `tiled`, else packed on AVX2 CPUs without AVX-512 and tiled everywhere else.
+impl GemmPath {
+    /// Every path, widest kernel first (the order [`gemm_path`] picks by default).
+    pub const ALL: [GemmPath; 3] = [
+        GemmPath::PackedAvx512,
+        GemmPath::PackedAvx2,
+        GemmPath::Tiled,
+    ];
+
+    /// True when this CPU can run the path (detected once, in `kernels::simd`).
+    pub fn available(self) -> bool {
+        match self {
+            GemmPath::PackedAvx512 => avx512::available(),
+            GemmPath::PackedAvx2 => avx2::available(),
+            GemmPath::Tiled => true,
+        }
+    }
+
+    /// The `FUCINA_GEMM` value that forces this path.
+    pub fn env_name(self) -> &'static str {
+        match self {
+            GemmPath::PackedAvx512 => "avx512",
+            GemmPath::PackedAvx2 => "avx2",
+            GemmPath::Tiled => "tiled",
+        }
+    }
+}
+
+/// The path this process uses, chosen once. `FUCINA_GEMM=tiled` forces `tiled`;
+/// `FUCINA_GEMM=avx2` or `avx512` force that packed kernel when the CPU has it;
+/// `FUCINA_GEMM=packed` (or unset, or a value this CPU cannot honour) picks the first
+/// available of packed AVX-512 (AVX-512F, AVX2 and FMA), packed AVX2 (AVX2 and FMA) and
+/// tiled.
 pub fn gemm_path() -> GemmPath {
     static PATH: OnceLock<GemmPath> = OnceLock::new();
     *PATH.get_or_init(|| {
-        let avx512 = crate::kernels::simd::has_avx512f();
-        match std::env::var("FUCINA_GEMM").as_deref() {
-            Ok("tiled") => GemmPath::Tiled,
-            Ok("packed") if avx2::available() => GemmPath::Packed,
-            _ if avx2::available() && !avx512 => GemmPath::Packed,
-            _ => GemmPath::Tiled,
+        let forced = match std::env::var("FUCINA_GEMM").as_deref() {
+            Ok("tiled") => Some(GemmPath::Tiled),
+            Ok("avx2") => Some(GemmPath::PackedAvx2),
+            Ok("avx512") => Some(GemmPath::PackedAvx512),
+            _ => None,
+        };
+        match forced {
+            Some(p) if p.available() => p,
+            _ => GemmPath::ALL
+                .into_iter()
+                .find(|p| p.available())
+                .unwrap_or(GemmPath::Tiled),
         }
     })
 }
 
-/// Element types both paths implement (f32, f64).
-trait GemmFloat: tiled::GemmKernel + packed::PackedKernel {}
-impl GemmFloat for f32 {}
-impl GemmFloat for f64 {}
+/// Element types every path implements (f32, f64), with their packed kernels.
+trait GemmFloat: tiled::GemmKernel {
+    /// The AVX2 packed kernel for this type.
+    type Avx2: packed::PackedKernel<Elem = Self>;
+    /// The AVX-512 packed kernel for this type.
+    type Avx512: packed::PackedKernel<Elem = Self>;
+}
+impl GemmFloat for f32 {
+    type Avx2 = packed::Avx2F32;
+    type Avx512 = packed::Avx512F32;
+}
+impl GemmFloat for f64 {
+    type Avx2 = packed::Avx2F64;
+    type Avx512 = packed::Avx512F64;
+}
 
-/// Runs a validated problem on the process's GEMM path, writing C's batch items `c` (one
-/// disjoint [`MatMut`] per batch index). `bias` (slice from element 0, stride) is added to
-/// every row of C after the product.
+/// Runs a validated problem on `path` (available on this CPU), writing C's batch items `c`
+/// (one disjoint [`MatMut`] per batch index). `bias` (slice from element 0, stride) is added
+/// to every row of C after the product.
 ///
 /// # Safety
 /// As [`tiled::run`]: `a` and `b` are the buffers `p` was planned on (every element the
-/// problem addresses in them is in bounds).
+/// problem addresses in them is in bounds); `path.available()`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn run<T: GemmFloat>(
+    ctx: &ExecContext,
+    path: GemmPath,
+    p: &Problem,
+    alpha: T,
+    a: &[T],
+    b: &[T],
+    beta: T,
+    c: Vec<MatMut<'_, T>>,
+    bias: Option<(&[T], usize)>,
+) {
+    match path {
+        // SAFETY: forwarded caller contract.
+        GemmPath::Tiled => unsafe { tiled::run(ctx, p, alpha, a, b, beta, c, bias) },
+        // SAFETY: forwarded caller contract; `path.available()`, so AVX2 and FMA are present.
+        GemmPath::PackedAvx2 => unsafe {
+            run_packed::<T, T::Avx2>(ctx, p, alpha, a, b, beta, c, bias)
+        },
+        // SAFETY: forwarded caller contract; `path.available()`, so AVX-512F, AVX2 and FMA
+        // are present.
+        GemmPath::PackedAvx512 => unsafe {
+            run_packed::<T, T::Avx512>(ctx, p, alpha, a, b, beta, c, bias)
+        },
+    }
+}
+
+/// [`run`] on the packed driver with kernel `K`: batch items one per task when there are
+/// many (or they are small), else in turn, each split over the threads.
+///
+/// # Safety
+/// As [`run`], with `K`'s features present.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
@@ -227,10 +316,6 @@ unsafe fn run<T: GemmFloat>(
     c: Vec<MatMut<'_, T>>,
     bias: Option<(&[T], usize)>,
 ) {
-    if gemm_path() == GemmPath::Tiled {
-        // SAFETY: forwarded caller contract.
-        return unsafe { tiled::run(ctx, p, alpha, a, b, beta, c, bias) };
-    }
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
     if m == 0 || n == 0 || nb == 0 {
@@ -252,7 +337,7 @@ unsafe fn run<T: GemmFloat>(
         // SAFETY: offsets stay inside the views validated by `plan`; `ci` is item bi's own
         // part of C.
         unsafe {
-            packed::gemm(
+            packed::gemm::<T, K>(
                 ctx,
                 inner_parallel,
                 k,
@@ -274,10 +359,12 @@ unsafe fn run<T: GemmFloat>(
     }
 }
 
-/// Typed body of [`ExecContext::gemm`] (and of matmul/linear), on a validated problem.
+/// Typed body of [`ExecContext::gemm`] (and of matmul/linear, and [`gemm_on`]), on a
+/// validated problem and GEMM path (an error when this CPU cannot run the path).
 #[allow(clippy::too_many_arguments)]
 fn gemm_typed<T: GemmFloat>(
     ctx: &ExecContext,
+    path: GemmPath,
     op: &'static str,
     p: &Problem,
     alpha: f64,
@@ -287,6 +374,13 @@ fn gemm_typed<T: GemmFloat>(
     c: &mut RawTensor,
     bias: Option<&RawTensor>,
 ) -> Result<()> {
+    // `run` may only be handed a path whose kernels this CPU runs.
+    if !path.available() {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
+        });
+    }
     let (a_s, b_s) = (a.storage::<T>()?, b.storage::<T>()?);
     let bias = match bias {
         Some(t) => Some((
@@ -318,10 +412,12 @@ fn gemm_typed<T: GemmFloat>(
             "output of shape {c_shape:?} with strides {c_strides:?} leaves its buffer or overlaps itself"
         ),
     })?;
-    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on.
+    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available (checked
+    // above).
     unsafe {
         run::<T>(
             ctx,
+            path,
             p,
             T::from_f64(alpha),
             a_s,
@@ -411,7 +507,7 @@ impl ExecContext {
         c: &mut RawTensor,
     ) -> Result<()> {
         let p = plan("gemm", a, b, c)?;
-        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, "gemm", &p, alpha, a, b, beta, c, None))
+        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, gemm_path(), "gemm", &p, alpha, a, b, beta, c, None))
     }
 
     /// `a [..., M, K] @ b [..., K, N] -> [..., M, N]` with broadcast batch dims; a 1-D `a` is a
@@ -436,7 +532,7 @@ impl ExecContext {
         }
         let mut c = self.empty(a.dtype(), &full)?;
         let p = plan("matmul", &a2, &b2, &c)?;
-        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, "matmul", &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
+        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, gemm_path(), "matmul", &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
         c.reshape(&out_shape)
     }
 
@@ -506,11 +602,61 @@ impl ExecContext {
         let wt = w.transpose(0, 1)?;
         let mut c = self.empty(x.dtype(), &[rows, n])?;
         let p = plan(op, &x2, &wt, &c)?;
-        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
+        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, gemm_path(), op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
         let mut out_shape: Dims = SmallVec::from_slice(&x.shape()[..x.rank() - 1]);
         out_shape.push(n);
         c.reshape(&out_shape)
     }
+}
+
+/// [`ExecContext::gemm`] on a chosen [`GemmPath`] instead of the process's, then, when `bias`
+/// (`[N]`) is given, `C[.., i, j] += bias[j]` in the same pass (as [`ExecContext::linear`]
+/// adds its bias): for comparing the paths side by side in one process (tests, benches).
+///
+/// Errors: [`Error::InvalidArgument`] when this CPU cannot run `path`, else as
+/// [`ExecContext::gemm`] (and a bias of the wrong shape or dtype).
+///
+/// ```
+/// use fucina_core::kernels::matmul::{gemm_on, GemmPath};
+/// use fucina_core::{DType, ExecContext};
+/// let ctx = ExecContext::with_threads(1)?;
+/// let a = ctx.from_slice(&[1.0f64, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let bias = ctx.from_slice(&[0.5f64, -0.5], &[2])?;
+/// let mut c = ctx.zeros(DType::F64, &[2, 2])?;
+/// gemm_on(&ctx, GemmPath::Tiled, 1.0, &a, &a, 0.0, &mut c, Some(&bias))?;
+/// assert_eq!(c.to_vec::<f64>()?, vec![7.5, 9.5, 15.5, 21.5]);
+/// # Ok::<(), fucina_core::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_on(
+    ctx: &ExecContext,
+    path: GemmPath,
+    alpha: f64,
+    a: &RawTensor,
+    b: &RawTensor,
+    beta: f64,
+    c: &mut RawTensor,
+    bias: Option<&RawTensor>,
+) -> Result<()> {
+    let op = "gemm_on";
+    let p = plan(op, a, b, c)?;
+    if let Some(bt) = bias {
+        if bt.shape() != [p.n] {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: bt.shape().to_vec(),
+                rhs: vec![p.n],
+            });
+        }
+        if bt.dtype() != c.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: c.dtype(),
+                rhs: bt.dtype(),
+            });
+        }
+    }
+    crate::dispatch_float!(c.dtype(), op, T => gemm_typed::<T>(ctx, path, op, &p, alpha, a, b, beta, c, bias))
 }
 
 /// Plain scalar triple-loop implementations: the spec of the fast kernels above.

@@ -1,4 +1,5 @@
-//! The packed GEMM driver behind the AVX2 micro-kernels (Goto/BLIS blocking, own packing).
+//! The packed GEMM driver behind the AVX2 and AVX-512 micro-kernels (Goto/BLIS blocking, own
+//! packing), generic over the kernel ([`PackedKernel`]: `Avx2F32`, `Avx512F32`, ...).
 //!
 //! For one `C[m×n] = alpha·A[m×k]·B[k×n] + beta·C` with arbitrary strides, C is cut into one
 //! job per thread (a run of columns or of rows, whichever packs and reads fewer elements: see
@@ -12,15 +13,17 @@
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
 //! steps added in ascending K, packed or not. The job grid (which depends on the thread count)
 //! only decides *who* computes a tile, never *how*, so results are bitwise identical for any
-//! number of threads.
+//! number of threads. The kernel's width `NR` decides only how columns are grouped, never an
+//! element's arithmetic (`KC` does not depend on it), so the AVX2 and AVX-512 kernels give
+//! bitwise the same C as well.
 
 use std::cell::Cell;
 
 use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 
-use super::avx2;
-use super::tile::{MatRef, Tile, MR};
+use super::tile::{self, MatRef, Tile, MR};
+use super::{avx2, avx512};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
 const KC: usize = 256;
@@ -31,35 +34,58 @@ const NC: usize = 512;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
 
-/// Element types with a packed micro-kernel.
-pub trait PackedKernel: Float {
+/// A packed micro-kernel (one instruction set, one element type): its tile width, the
+/// kernel and its B packing. Implemented by the marker types below; the driver is generic
+/// over it, so the AVX2 and AVX-512 kernels run the same blocking, packing and job grid.
+pub trait PackedKernel {
+    /// The element type of A, B and C.
+    type Elem: Float;
     /// Columns of the micro-tile.
     const NR: usize;
 
     /// Runs the micro-kernel on `kc` packed steps.
     ///
     /// # Safety
-    /// As the AVX2 kernels: features present, panels readable, tile writable and unshared.
-    unsafe fn micro(kc: usize, a: *const Self, sa: (usize, usize), b: *const Self, t: Tile<Self>);
+    /// As the `micro` template's kernels: the kernel's features present (its module's
+    /// `available`), panels readable, tile writable and unshared.
+    unsafe fn micro(
+        kc: usize,
+        a: *const Self::Elem,
+        sa: (usize, usize),
+        b: *const Self::Elem,
+        t: Tile<Self::Elem>,
+    );
 
     /// Packs one full B panel (`k × NR`, `dst[p·NR + j]`) from a K-contiguous B whose
     /// column `j` starts at `src + j·cs`.
     ///
     /// # Safety
     /// Features present; `src` columns readable for `k` steps; `dst` holds `k · NR`.
-    unsafe fn pack_b_kmajor(dst: *mut Self, src: *const Self, cs: usize, k: usize);
+    unsafe fn pack_b_kmajor(dst: *mut Self::Elem, src: *const Self::Elem, cs: usize, k: usize);
 
-    /// [`pack_panels`] with `W = NR` and this type's K-major fast path.
+    /// [`pack_panels`] with `W = NR` and this kernel's K-major fast path.
     ///
     /// # Safety
     /// As [`pack_panels`].
-    unsafe fn pack_b(dst: &mut [Self], src: *const Self, ls: (usize, usize), lk: (usize, usize));
+    unsafe fn pack_b(
+        dst: &mut [Self::Elem],
+        src: *const Self::Elem,
+        ls: (usize, usize),
+        lk: (usize, usize),
+    );
 }
 
-/// Implements [`PackedKernel`] for `$t` over the AVX2 kernels `$micro` and `$pack`.
+/// Defines the marker `$k` and implements [`PackedKernel`] for it over the `$t` micro-kernel
+/// `$kmod::$micro` (`$nr` columns) and the K-major B pack `avx2::$pack::<$nr>` (register
+/// transposes: data movement only, shared by both instruction sets).
 macro_rules! packed_kernel {
-    ($t:ty, $nr:expr, $micro:ident, $pack:ident) => {
-        impl PackedKernel for $t {
+    ($(#[$doc:meta])* $k:ident, $t:ty, $nr:expr, $kmod:ident::$micro:ident, $pack:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $k;
+
+        impl PackedKernel for $k {
+            type Elem = $t;
             const NR: usize = $nr;
 
             // SAFETY: the contract is the trait method's (see `PackedKernel::micro`).
@@ -74,12 +100,12 @@ macro_rules! packed_kernel {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: forwarded caller contract.
                 unsafe {
-                    avx2::$micro(kc, a, sa, b, t)
+                    $kmod::$micro(kc, a, sa, b, t)
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
                     let _ = (kc, a, sa, b, t);
-                    unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+                    unreachable!("the packed GEMM paths are only chosen on x86_64")
                 }
             }
 
@@ -98,7 +124,7 @@ macro_rules! packed_kernel {
                         src,
                         ls,
                         lk,
-                        Some(<$t as PackedKernel>::pack_b_kmajor),
+                        Some(<$k as PackedKernel>::pack_b_kmajor),
                     )
                 }
             }
@@ -109,20 +135,50 @@ macro_rules! packed_kernel {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: forwarded caller contract.
                 unsafe {
-                    avx2::$pack(dst, src, cs, k)
+                    avx2::$pack::<{ $nr }>(dst, src, cs, k)
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
                     let _ = (dst, src, cs, k);
-                    unreachable!("the packed GEMM path is only chosen on x86_64 with AVX2")
+                    unreachable!("the packed GEMM paths are only chosen on x86_64")
                 }
             }
         }
     };
 }
 
-packed_kernel!(f32, avx2::NR_F32, kernel_f32, pack_b_kmajor_f32);
-packed_kernel!(f64, avx2::NR_F64, kernel_f64, pack_b_kmajor_f64);
+packed_kernel!(
+    /// The AVX2 + FMA f32 kernel (6 × 16).
+    Avx2F32,
+    f32,
+    tile::NR_F32,
+    avx2::kernel_f32,
+    pack_b_kmajor_f32
+);
+packed_kernel!(
+    /// The AVX2 + FMA f64 kernel (6 × 8).
+    Avx2F64,
+    f64,
+    tile::NR_F64,
+    avx2::kernel_f64,
+    pack_b_kmajor_f64
+);
+packed_kernel!(
+    /// The AVX-512F f32 kernel (6 × 32; B packed by the AVX2 transposes at that width).
+    Avx512F32,
+    f32,
+    tile::NR512_F32,
+    avx512::kernel_f32,
+    pack_b_kmajor_f32
+);
+packed_kernel!(
+    /// The AVX-512F f64 kernel (6 × 16; B packed as for [`Avx512F32`]).
+    Avx512F64,
+    f64,
+    tile::NR512_F64,
+    avx512::kernel_f64,
+    pack_b_kmajor_f64
+);
 
 thread_local! {
     /// Packed-A scratch of this thread (taken while in use, so re-entry just allocates).
@@ -268,13 +324,13 @@ fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
 /// One job per thread, not several: on the gpt workload (AVX2 EPYC, 2 threads) four jobs
 /// per thread spent ~12 % more CPU time in the GEMM (each job re-packing A), which cost
 /// more than the load balance they bought.
-fn grid<T: PackedKernel>(
+fn grid<K: PackedKernel>(
     m: usize,
     n: usize,
     a_packed: bool,
     threads: usize,
 ) -> (Vec<usize>, Vec<usize>) {
-    let by_cols = n / (4 * T::NR);
+    let by_cols = n / (4 * K::NR);
     let by_rows = m / (2 * MR);
     let col_ok = threads > 1 && by_cols >= threads;
     let row_ok = threads > 1 && by_rows >= threads;
@@ -284,7 +340,7 @@ fn grid<T: PackedKernel>(
     if row_ok && (!col_ok || row_cost < col_cost) {
         (split(m, threads, MR), vec![0, n])
     } else if col_ok {
-        (vec![0, m], split(n, threads, T::NR))
+        (vec![0, m], split(n, threads, K::NR))
     } else {
         (vec![0, m], vec![0, n])
     }
@@ -296,7 +352,7 @@ fn grid<T: PackedKernel>(
 /// # Safety
 /// As [`gemm`] for A and B.
 #[allow(clippy::too_many_arguments)]
-unsafe fn job<T: PackedKernel>(
+unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
     k: usize,
@@ -308,7 +364,7 @@ unsafe fn job<T: PackedKernel>(
     bias: Option<(&[T], usize)>,
 ) {
     let (crs, ccs) = (c.rs(), c.cs());
-    let nr = T::NR;
+    let nr = K::NR;
     // Row-major A is read in place (a tile is MR sequential streams); other layouts are packed
     // (a column-major tile would touch one cache line per K step, aliasing in L1).
     let a_in_place = a.cs == 1;
@@ -324,7 +380,7 @@ unsafe fn job<T: PackedKernel>(
                         let bpk = &mut bbuf[..cols.div_ceil(nr) * kc * nr];
                         // SAFETY: K steps pc.., columns jc.. are inside B.
                         unsafe {
-                            T::pack_b(
+                            K::pack_b(
                                 bpk,
                                 b.ptr().add(pc * b.rs + jc * b.cs),
                                 (b.cs, b.rs),
@@ -381,7 +437,7 @@ unsafe fn job<T: PackedKernel>(
                                         bias_stride: bias.map_or(0, |(_, bs)| bs as isize),
                                     };
                                     // SAFETY: A and B panels hold kc steps; the tile is this job's.
-                                    unsafe { T::micro(kc, ap, sa, bp, tile) };
+                                    unsafe { K::micro(kc, ap, sa, bp, tile) };
                                 }
                             }
                         }
@@ -400,7 +456,7 @@ unsafe fn job<T: PackedKernel>(
 /// # Safety
 /// Every addressed element of A and B is inside its buffer (a view validated by `plan`).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm<T: PackedKernel>(
+pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
     ctx: &ExecContext,
     parallel: bool,
     k: usize,
@@ -428,7 +484,7 @@ pub unsafe fn gemm<T: PackedKernel>(
         return;
     }
     let threads = if parallel { ctx.num_threads() } else { 1 };
-    let (rcuts, ccuts) = grid::<T>(m, n, a.cs != 1, threads);
+    let (rcuts, ccuts) = grid::<K>(m, n, a.cs != 1, threads);
     let gn = ccuts.len() - 1;
     let tiles = c.split_grid(&rcuts, &ccuts);
     let jobs = tiles.len();
@@ -436,7 +492,7 @@ pub unsafe fn gemm<T: PackedKernel>(
         let (ri, ci) = (j / gn, j % gn);
         // SAFETY: the caller's contract covers A and B; `cj` is this job's own tile of C.
         unsafe {
-            job(
+            job::<T, K>(
                 (rcuts[ri], rcuts[ri + 1]),
                 (ccuts[ci], ccuts[ci + 1]),
                 k,

@@ -1,15 +1,19 @@
 //! The GEMM's shared tile types: the micro-tile a micro-kernel writes, its shape constants,
 //! and the read-only strided operand view.
 //!
-//! A leaf: it uses nothing else of the GEMM, so the micro-kernels (`avx2`) and the driver
-//! (`packed`) both depend on it without depending on each other's internals in a cycle.
+//! A leaf: it uses nothing else of the GEMM, so the micro-kernels (`avx2`, `avx512`) and the
+//! driver (`packed`) all depend on it without depending on each other's internals in a cycle.
 
-/// Rows of the f32 and f64 micro-tiles.
+/// Rows of every micro-tile (f32 and f64, AVX2 and AVX-512).
 pub const MR: usize = 6;
-/// Columns of the f32 micro-tile.
+/// Columns of the AVX2 f32 micro-tile (two YMM vectors).
 pub const NR_F32: usize = 16;
-/// Columns of the f64 micro-tile.
+/// Columns of the AVX2 f64 micro-tile (two YMM vectors).
 pub const NR_F64: usize = 8;
+/// Columns of the AVX-512 f32 micro-tile (two ZMM vectors).
+pub const NR512_F32: usize = 32;
+/// Columns of the AVX-512 f64 micro-tile (two ZMM vectors).
+pub const NR512_F64: usize = 16;
 
 /// One micro-tile of C handed to a micro-kernel, with its epilogue.
 #[derive(Clone, Copy)]

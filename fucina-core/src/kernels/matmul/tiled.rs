@@ -1,11 +1,10 @@
 //! The portable GEMM path: `matrixmultiply`'s single-threaded sgemm/dgemm (AVX-512 micro-kernel
 //! picked at runtime, AVX2/FMA and scalar fallbacks) on a fixed grid of C tiles.
 //!
-//! Used where the packed AVX2 path is not (no AVX2/FMA, or AVX-512, whose `matrixmultiply`
-//! kernel is twice as wide), and selectable with `FUCINA_GEMM=tiled`. Tile boundaries depend
-//! only on (batch, M, N, K), and every C element is reduced over K inside exactly one kernel
-//! call, so results are bitwise identical for any thread count. Strided views reach the kernel
-//! as row and column strides: operands are never copied.
+//! Used where the packed paths are not (no AVX2/FMA), and selectable with `FUCINA_GEMM=tiled`.
+//! Tile boundaries depend only on (batch, M, N, K), and every C element is reduced over K
+//! inside exactly one kernel call, so results are bitwise identical for any thread count.
+//! Strided views reach the kernel as row and column strides: operands are never copied.
 
 use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
