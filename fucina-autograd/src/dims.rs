@@ -153,7 +153,7 @@ pub(crate) fn resolve_shape(op: &'static str, from: &[usize], shape: &[i64]) -> 
         out.push(size);
     }
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(CoreError::BadView {
                 op,
                 from: from.to_vec(),

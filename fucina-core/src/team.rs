@@ -79,7 +79,7 @@ mod sync {
         pub(crate) fn keep_spinning(&mut self, spins: u32, budget: std::time::Duration) -> bool {
             #[cfg(not(loom))]
             {
-                spins % 64 != 0 || self.start.elapsed() < budget
+                !spins.is_multiple_of(64) || self.start.elapsed() < budget
             }
             #[cfg(loom)]
             {

@@ -190,7 +190,7 @@ fn small_cases() -> Vec<Case> {
             a_layout: idx % 4,
             b_layout: (idx / 4) % 4,
             c_layout: (idx / 3) % 2,
-            alpha: if idx % 5 == 0 { 0.5 } else { 1.0 },
+            alpha: if idx.is_multiple_of(5) { 0.5 } else { 1.0 },
             beta: betas[idx % 3],
             bias: idx % 7 < 3,
         });

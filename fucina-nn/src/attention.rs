@@ -19,7 +19,7 @@ pub use fucina_core::kernels::attention::AttentionOpts;
 /// `[B, T, D] -> [B, H, T, D/H]` (a view whenever the strides allow).
 pub fn split_heads(x: &Tensor, n_head: usize) -> Result<Tensor> {
     let s = x.shape();
-    if x.rank() != 3 || n_head == 0 || s[2] % n_head != 0 {
+    if x.rank() != 3 || n_head == 0 || !s[2].is_multiple_of(n_head) {
         return Err(Error::input(
             "split_heads",
             format!("expected [B, T, D] with D divisible by {n_head} heads"),
@@ -152,7 +152,7 @@ impl SelfAttention {
         proj_weight: Dist,
         bias_dist: Dist,
     ) -> Result<SelfAttention> {
-        if n_head == 0 || d_model % n_head != 0 {
+        if n_head == 0 || !d_model.is_multiple_of(n_head) {
             return Err(Error::config(
                 "SelfAttention",
                 format!("d_model ({d_model}) must be a positive multiple of n_head ({n_head})"),

@@ -137,7 +137,7 @@ impl BertConfig {
                 format!("{name} must be positive"),
             ));
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::config(
                 "BertConfig",
                 format!(

@@ -91,7 +91,7 @@ impl GptConfig {
                 self.vocab_size, self.block_size, self.n_layer
             ));
         }
-        if self.n_head == 0 || self.n_embd == 0 || self.n_embd % self.n_head != 0 {
+        if self.n_head == 0 || self.n_embd == 0 || !self.n_embd.is_multiple_of(self.n_head) {
             return bad(format!(
                 "n_embd ({}) must be a positive multiple of n_head ({})",
                 self.n_embd, self.n_head

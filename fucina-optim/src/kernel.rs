@@ -212,7 +212,7 @@ impl Buf {
     pub fn from_bytes(ctx: &ExecContext, dtype: DType, bytes: &[u8]) -> crate::Result<Buf> {
         Self::check_dtype(dtype)?;
         let w = dtype.size_of();
-        if bytes.len() % w != 0 {
+        if !bytes.len().is_multiple_of(w) {
             return Err(crate::Error::StateMismatch(format!(
                 "{} bytes are not a whole number of {dtype} elements",
                 bytes.len()

@@ -66,7 +66,7 @@ pub unsafe fn pack_b_kmajor_f32<const NR: usize>(
     cs: usize,
     k: usize,
 ) {
-    const { assert!(NR % 8 == 0) };
+    const { assert!(NR.is_multiple_of(8)) };
     // SAFETY: the caller's contract covers every pointer below.
     unsafe {
         let full = k / 8 * 8;
@@ -126,7 +126,7 @@ pub unsafe fn pack_b_kmajor_f64<const NR: usize>(
     cs: usize,
     k: usize,
 ) {
-    const { assert!(NR % 4 == 0) };
+    const { assert!(NR.is_multiple_of(4)) };
     // SAFETY: the caller's contract covers every pointer below.
     unsafe {
         let full = k / 4 * 4;

@@ -8,10 +8,8 @@
 //! the path needs AVX2 and FMA besides AVX-512F (every AVX-512F CPU has them; `available`
 //! checks all three anyway).
 
-// AVX-512 intrinsics are stable from Rust 1.89, the AVX-512 target features too (which
-// `kernels::simd` and fucina-optim already enable), so the crate needs 1.89 whatever the
-// workspace's `rust-version` (1.85) says; clippy checks only library items against it.
-#![allow(clippy::incompatible_msrv)]
+// AVX-512 intrinsics and target features are stable from Rust 1.89: the workspace's
+// `rust-version`.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

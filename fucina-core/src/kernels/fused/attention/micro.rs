@@ -153,7 +153,7 @@ fn gemm_impl<T: Float>(
             "attention tile: B too short"
         );
         assert!(
-            b.ps == NR || cols % NR == 0,
+            b.ps == NR || cols.is_multiple_of(NR),
             "attention tile: partial packed panel"
         );
     }
