@@ -124,6 +124,9 @@ mod avx2 {
     const C2: u64 = 0x3f962e42ff0c52d6;
 
     /// Four lanes of `__expf_fma`'s fast path (|x| < 88), rounded to f32.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA (the caller is compiled for them).
     #[inline(always)]
     unsafe fn exp4(xd: __m256d) -> __m128 {
         // SAFETY: AVX2 and FMA are enabled in the caller; the gather reads TAB[0..32].
