@@ -14,7 +14,7 @@
 
 use std::cell::Cell;
 
-use super::micro::{gemm, pack_t, ARef, BRef, NR};
+use super::micro::{gemm, pack_t, prefetch_row, ARef, BRef, NR};
 use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
@@ -216,6 +216,10 @@ fn fwd_block_impl<T: RowFloat>(
     while j0 < kend {
         let bc = BC.min(kend - j0);
         pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
+        // P·V below reads this block's V rows in place: start fetching them now.
+        for c in 0..bc {
+            prefetch_row(&p.v.row(b, h, j0 + c)[..dv]);
+        }
         // S = Q·Kᵀ (padding columns of the last panel are computed and ignored).
         let bcp = bc.next_multiple_of(NR);
         gemm(
@@ -386,6 +390,14 @@ fn bwd_head_impl<T: RowFloat>(
         while i0 < nt {
             let br = BR.min(nt - i0);
             let (qi, gi) = (q0 + i0 * qsr, g0 + i0 * gsr);
+            if j0 == 0 {
+                // This query block's Q and gO rows are read in place (first visit): fetch
+                // them early.
+                for r in 0..br {
+                    prefetch_row(&qs[qi + r * qsr..][..d]);
+                    prefetch_row(&gs[gi + r * gsr..][..dv]);
+                }
+            }
             // P = e^(s·Q·Kᵀ + M − lse), recomputed for this tile.
             gemm(
                 br,

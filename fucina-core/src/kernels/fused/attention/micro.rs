@@ -358,7 +358,7 @@ pub(super) fn pack_t<'r, T: Float + 'r>(
 /// Hints the CPU to bring `row`'s cache lines into L1 (no effect on results; a no-op off
 /// x86_64).
 #[inline(always)]
-fn prefetch_row<T>(row: &[T]) {
+pub(super) fn prefetch_row<T>(row: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
