@@ -132,6 +132,29 @@ impl<'a, T: Float> Mask<'a, T> {
 
     /// The mask of query row (b, h, i).
     #[inline]
+    /// One past the last key that any of query rows `i0..i0 + rows` of head (b, h) may see
+    /// through this mask: for a keep-mask, after its last 1 in those rows (0 when there is
+    /// none); `ns` for no mask or a bias (a bias never hides a key exactly). Keys from there
+    /// on get weight exactly 0 in every one of those rows, so the kernels skip them.
+    fn keys_end(&self, b: usize, h: usize, i0: usize, rows: usize, ns: usize) -> usize {
+        let Mask::Keep(m, st, o) = *self else {
+            return ns;
+        };
+        // A mask broadcast over query rows (a key-padding mask) is scanned once.
+        let rows = if st[2] == 0 { rows.min(1) } else { rows };
+        let mut end = 0;
+        for i in i0..i0 + rows {
+            let base = o + b * st[0] + h * st[1] + i * st[2];
+            if let Some(j) = (end..ns).rev().find(|&j| m[base + j * st[3]] != 0) {
+                end = j + 1;
+            }
+            if end == ns {
+                break;
+            }
+        }
+        end
+    }
+
     fn row(&self, b: usize, h: usize, i: usize) -> RowMask<'a, T> {
         match *self {
             Mask::None => RowMask::None,

@@ -7,6 +7,14 @@
 //! loop over key blocks, and inside over query blocks in increasing order, recompute
 //! P = e^(S − lse) per tile and accumulate gV, gK (key-block rows), gQ (query rows).
 //!
+//! Keys a row cannot see (causally hidden, or after the last key a keep-mask lets its rows
+//! see) have weight exactly 0, so the tile products skip them: whole key blocks past every
+//! row's last visible key, and, inside a tile, the columns and reduction steps past each
+//! band of rows' last visible key (see `micro::Span`). Sums that start at +0 and skip only
+//! exact-zero terms give the same bits, so this changes no result (only non-finite V, K or
+//! Q values under masked keys no longer reach the output as NaN, as in PyTorch's flash
+//! kernel, which skips masked blocks too).
+//!
 //! Invariants: the only per-tile memory is a thread-local scratch of `O(BR·BC + BC·D)`
 //! elements (never pool memory, never `[T, S]`); each chunk writes only its own rows;
 //! every sum runs in a fixed order (keys, then query rows, ascending) with no FMA, so the
@@ -14,7 +22,7 @@
 
 use std::cell::Cell;
 
-use super::micro::{gemm, pack_t, prefetch_row, ARef, BRef, NR};
+use super::micro::{gemm, pack_t, prefetch_row, ARef, BRef, Span, NR};
 use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
@@ -210,17 +218,28 @@ fn fwd_block_impl<T: RowFloat>(
     let mut m = [T::NEG_INFINITY; BR];
     let mut l = [T::ZERO; BR];
     let mut alpha = [T::ONE; BR];
-    // Keys past the last row's visible range are hidden from every row of the block.
+    // Keys past the last row's visible range are hidden from every row of the block; keys
+    // from `mend` on are also masked out of every row (weight 0: their blocks add nothing).
     let kend = p.visible(i0 + br - 1);
+    let mend = p.mask.keys_end(b, h, i0, br, p.ns).min(kend);
+    // Row r sees keys j0..j0 + vend[r] of the current block (nondecreasing in r).
+    let mut vend = [0usize; BR];
     let mut j0 = 0;
-    while j0 < kend {
+    while j0 < mend {
         let bc = BC.min(kend - j0);
+        for (r, v) in vend.iter_mut().enumerate().take(br) {
+            *v = p.visible(i0 + r).min(mend).saturating_sub(j0).min(bc);
+        }
+        // A band of rows needs the columns its last row sees, and P·V only those keys
+        // (the other rows' weights there are exactly 0).
+        let band_end = |m_end: usize| vend[m_end - 1];
         pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
         // P·V below reads this block's V rows in place: start fetching them now.
         for c in 0..bc {
             prefetch_row(&p.v.row(b, h, j0 + c)[..dv]);
         }
-        // S = Q·Kᵀ (padding columns of the last panel are computed and ignored).
+        // S = Q·Kᵀ over the columns each band sees (padding columns of its last panel are
+        // computed and ignored; columns past it are left stale and hidden below).
         let bcp = bc.next_multiple_of(NR);
         gemm(
             br,
@@ -231,12 +250,16 @@ fn fwd_block_impl<T: RowFloat>(
             false,
             ARef::rows(qs, q0, qsr),
             BRef::panels(kt, d),
+            |_, m_end| Span {
+                cols: band_end(m_end),
+                k0: 0,
+                k1: d,
+            },
         );
         for r in 0..br {
-            let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
             let row = &mut s[r * BC..r * BC + bc];
             let mask = p.mask.row(b, h, i0 + r);
-            alpha[r] = online_row(row, valid, p.scale, mask, j0, &mut m[r], &mut l[r]);
+            alpha[r] = online_row(row, vend[r], p.scale, mask, j0, &mut m[r], &mut l[r]);
         }
         // O = diag(alpha)·O + P·V.
         for (r, orow) in o.chunks_exact_mut(dv.max(1)).enumerate().take(br) {
@@ -255,6 +278,11 @@ fn fwd_block_impl<T: RowFloat>(
             true,
             ARef::rows(s, 0, BC),
             BRef::rows(vs, v0 + j0 * vsr, vsr),
+            |_, m_end| Span {
+                cols: dv,
+                k0: 0,
+                k1: band_end(m_end),
+            },
         );
         j0 += bc;
     }
@@ -372,8 +400,13 @@ fn bwd_head_impl<T: RowFloat>(
     let (ks, k0, ksr) = (p.k.st, p.k.start(b, h), p.k.sr);
     let (gs, g0, gsr) = (g_out.st, g_out.start(b, h), g_out.sr);
     let scale = p.scale;
+    // Keys from `mend` on are masked out of every row of the head: their gK and gV rows stay
+    // zero and they add only exact zeros to gQ, so their blocks are skipped.
+    let mend = p.mask.keys_end(b, h, 0, nt, ns);
+    // Row r of the current query block sees keys j0..j0 + vend[r] (nondecreasing in r).
+    let mut vend = [0usize; BR];
     let mut j0 = 0;
-    while j0 < ns {
+    while j0 < mend {
         let bc = BC.min(ns - j0);
         let bcp = bc.next_multiple_of(NR);
         pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
@@ -398,6 +431,16 @@ fn bwd_head_impl<T: RowFloat>(
                     prefetch_row(&gs[gi + r * gsr..][..dv]);
                 }
             }
+            let qend = p.mask.keys_end(b, h, i0, br, ns);
+            for (r, v) in vend.iter_mut().enumerate().take(br) {
+                *v = p.visible(i0 + r).min(qend).saturating_sub(j0).min(bc);
+            }
+            let vend = &vend[..br];
+            // Bands over query rows need the keys their last row sees; bands over keys
+            // (the transposed products) need the query rows from the first that sees
+            // their first key. Every skipped term has weight exactly 0.
+            let keys_of = |m_end: usize| vend[m_end - 1];
+            let rows_from = |m0: usize| vend.partition_point(|&v| v <= m0);
             // P = e^(s·Q·Kᵀ + M − lse), recomputed for this tile.
             gemm(
                 br,
@@ -408,9 +451,13 @@ fn bwd_head_impl<T: RowFloat>(
                 false,
                 ARef::rows(qs, qi, qsr),
                 BRef::panels(kt, d),
+                |_, m_end| Span {
+                    cols: keys_of(m_end),
+                    k0: 0,
+                    k1: d,
+                },
             );
-            for r in 0..br {
-                let valid = p.visible(i0 + r).saturating_sub(j0).min(bc);
+            for (r, &valid) in vend.iter().enumerate() {
                 let row = &mut s[r * BC..r * BC + bc];
                 probs_row(row, valid, scale, p.mask.row(b, h, i0 + r), j0, lse[i0 + r]);
             }
@@ -425,6 +472,11 @@ fn bwd_head_impl<T: RowFloat>(
                     true,
                     ARef::transposed(s, 0, BC),
                     BRef::rows(gs, gi, gsr),
+                    |m0, _| Span {
+                        cols: dv,
+                        k0: rows_from(m0),
+                        k1: br,
+                    },
                 );
             }
             if need_s {
@@ -438,13 +490,21 @@ fn bwd_head_impl<T: RowFloat>(
                     false,
                     ARef::rows(gs, gi, gsr),
                     BRef::panels(vt, dv),
+                    |_, m_end| Span {
+                        cols: keys_of(m_end),
+                        k0: 0,
+                        k1: dv,
+                    },
                 );
-                for r in 0..br {
+                for (r, &valid) in vend.iter().enumerate() {
                     let dl = delta[i0 + r];
-                    let prow = &s[r * BC..r * BC + bc];
-                    for (x, &pv) in dp[r * BC..r * BC + bc].iter_mut().zip(prow) {
+                    let prow = &s[r * BC..r * BC + valid];
+                    let (seen, hidden) = dp[r * BC..r * BC + bc].split_at_mut(valid);
+                    for (x, &pv) in seen.iter_mut().zip(prow) {
                         *x = pv * (*x - dl) * scale;
                     }
+                    // P = 0 there (and gP may be stale): gS = 0.
+                    hidden.fill(T::ZERO);
                 }
                 // gQ_i += Σ_j s·gS_ij K_j.
                 if let Some(gq) = gq.as_deref_mut() {
@@ -457,6 +517,11 @@ fn bwd_head_impl<T: RowFloat>(
                         true,
                         ARef::rows(dp, 0, BC),
                         BRef::rows(ks, k0 + j0 * ksr, ksr),
+                        |_, m_end| Span {
+                            cols: d,
+                            k0: 0,
+                            k1: keys_of(m_end),
+                        },
                     );
                 }
                 // gK_j += Σ_i s·gS_ij Q_i.
@@ -470,6 +535,11 @@ fn bwd_head_impl<T: RowFloat>(
                         true,
                         ARef::transposed(dp, 0, BC),
                         BRef::rows(qs, qi, qsr),
+                        |m0, _| Span {
+                            cols: d,
+                            k0: rows_from(m0),
+                            k1: br,
+                        },
                     );
                 }
             }

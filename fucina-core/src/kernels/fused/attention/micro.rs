@@ -98,9 +98,28 @@ impl<'a, T: Float> BRef<'a, T> {
     }
 }
 
-/// `C[m, n] = (C[m, n] if accumulate else 0) + Σ_{k < kc} A(m, k) · B(k, n)` for
-/// `m < rows`, `n < cols`, where `C[m, n] = c[m * ldc + n]`; with packed B panels, `cols`
-/// is a multiple of `NR`.
+/// What one register-tile row band `[m0, m_end)` of a [`gemm`] computes: its columns
+/// `0..cols` and the reduction steps `k0..k1`. [`gemm`] clamps it to the problem (and, with
+/// packed B panels, rounds `cols` up to whole panels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+    /// Columns of C to compute (the rest of the band's columns are left as they are).
+    pub cols: usize,
+    /// First reduction step.
+    pub k0: usize,
+    /// One past the last reduction step.
+    pub k1: usize,
+}
+
+/// `C[m, n] = (C[m, n] if accumulate else 0) + Σ_{k0 ≤ k < k1} A(m, k) · B(k, n)` for
+/// `m < rows`, `n < span.cols`, where `C[m, n] = c[m * ldc + n]` and `span = span(m0, m_end)`
+/// is asked once per band of `MR` rows (or single row) `[m0, m_end)`; with packed B panels,
+/// `cols` is a multiple of `NR`. Columns past a band's `span.cols` are not written.
+///
+/// Skipping steps changes no bit where the skipped terms are exact zeros and the
+/// accumulator can never be −0: it starts at +0 (or at a C that was built that way), and a
+/// round-to-nearest sum that starts at +0 and adds ±0 terms stays +0. The attention kernels
+/// use this to skip keys a row cannot see (causally hidden or keep-masked: weight exactly 0).
 ///
 /// # Panics
 /// If an operand is too short for the problem (a kernel bug: the callers size them).
@@ -115,9 +134,10 @@ pub(super) fn gemm<T: Float>(
     accumulate: bool,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
+    span: impl Fn(usize, usize) -> Span,
 ) {
     let fast = T::DTYPE == DType::F32 && avx2();
-    gemm_impl(rows, cols, kc, c, ldc, accumulate, fast, a, b);
+    gemm_impl(rows, cols, kc, c, ldc, accumulate, fast, a, b, span);
 }
 
 /// [`gemm`] with the AVX2 f32 tiles on (`fast`, which the caller has checked) or off.
@@ -133,6 +153,7 @@ fn gemm_impl<T: Float>(
     fast: bool,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
+    span: impl Fn(usize, usize) -> Span,
 ) {
     if rows == 0 || cols == 0 {
         return;
@@ -157,13 +178,26 @@ fn gemm_impl<T: Float>(
             "attention tile: partial packed panel"
         );
     }
+    // A band's span, clamped to the problem (whole panels when B is packed).
+    let band = |m0: usize, m_end: usize| -> (usize, usize, usize) {
+        let Span { cols: n, k0, k1 } = span(m0, m_end);
+        let n = if b.ps == NR {
+            n
+        } else {
+            n.next_multiple_of(NR)
+        };
+        let k1 = k1.min(kc);
+        (n.min(cols), k0.min(k1), k1)
+    };
     let mut m0 = 0;
     while m0 < rows {
         if rows - m0 >= MR {
-            row_tiles::<T, MR>(m0, cols, kc, c, ldc, accumulate, fast, a, b);
+            let (n, k0, k1) = band(m0, m0 + MR);
+            row_tiles::<T, MR>(m0, n, (k0, k1), c, ldc, accumulate, fast, a, b);
             m0 += MR;
         } else {
-            row_tiles::<T, 1>(m0, cols, kc, c, ldc, accumulate, fast, a, b);
+            let (n, k0, k1) = band(m0, m0 + 1);
+            row_tiles::<T, 1>(m0, n, (k0, k1), c, ldc, accumulate, fast, a, b);
             m0 += 1;
         }
     }
@@ -181,7 +215,7 @@ fn avx2() -> bool {
 fn row_tiles<T: Float, const R: usize>(
     m0: usize,
     cols: usize,
-    kc: usize,
+    ks: (usize, usize),
     c: &mut [T],
     ldc: usize,
     accumulate: bool,
@@ -193,25 +227,26 @@ fn row_tiles<T: Float, const R: usize>(
     while n0 < cols {
         let left = cols - n0;
         if left >= NR {
-            tile::<T, R, NR>(m0, n0, kc, c, ldc, accumulate, fast, a, b);
+            tile::<T, R, NR>(m0, n0, ks, c, ldc, accumulate, fast, a, b);
             n0 += NR;
         } else if left >= 8 {
-            tile::<T, R, 8>(m0, n0, kc, c, ldc, accumulate, false, a, b);
+            tile::<T, R, 8>(m0, n0, ks, c, ldc, accumulate, false, a, b);
             n0 += 8;
         } else {
-            tile::<T, R, 1>(m0, n0, kc, c, ldc, accumulate, false, a, b);
+            tile::<T, R, 1>(m0, n0, ks, c, ldc, accumulate, false, a, b);
             n0 += 1;
         }
     }
 }
 
-/// One `R × W` register tile of C at (m0, n0) (inside the problem [`gemm_impl`] checked).
+/// One `R × W` register tile of C at (m0, n0) over reduction steps `k0..k1` (inside the
+/// problem [`gemm_impl`] checked).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn tile<T: Float, const R: usize, const W: usize>(
     m0: usize,
     n0: usize,
-    kc: usize,
+    (k0, k1): (usize, usize),
     c: &mut [T],
     ldc: usize,
     accumulate: bool,
@@ -229,11 +264,13 @@ fn tile<T: Float, const R: usize, const W: usize>(
     // A tile's W columns from n0 lie in one panel (n0 is a multiple of NR, or W < NR
     // columns of plain rows), so B's row k of the tile is W consecutive elements from
     // b_at + k·ks; A(m0 + r, k) is at a_at + r·rs + k·ks.
-    let (a_at, b_at) = (a.index(m0, 0), b.index(0, n0));
+    let kc = k1 - k0;
+    let (a_at, b_at) = (a.index(m0, k0), b.index(k0, n0));
     #[cfg(target_arch = "x86_64")]
-    if fast && W == NR {
+    if fast && W == NR && kc > 0 {
         // SAFETY: `fast` is set only for f32 on a CPU with AVX2 (see `gemm`), W == NR,
-        // and `gemm_impl` checked that every A and B element the tile reads is in bounds.
+        // and `gemm_impl` checked that every A and B element the tile reads (steps
+        // `k0..k1` inside `0..kc` of the checked problem) is in bounds.
         unsafe { tile_f32_avx2::<T, R, W>(&mut acc, kc, a, a_at, b, b_at) };
     } else {
         tile_portable(&mut acc, kc, a, a_at, b, b_at);
@@ -389,6 +426,15 @@ mod tests {
         }
     }
 
+    /// The whole problem for every band: `cols` columns, steps `0..kc`.
+    fn whole(cols: usize, kc: usize) -> impl Fn(usize, usize) -> Span {
+        move |_, _| Span {
+            cols,
+            k0: 0,
+            k1: kc,
+        }
+    }
+
     fn gemm_case(fast: bool) {
         let mut g = crate::rng::SplitMix64::new(9);
         for (m, n, kc) in [(1, 1, 1), (5, 17, 3), (9, 40, 7), (4, 16, 64), (7, 33, 0)] {
@@ -406,6 +452,7 @@ mod tests {
                 fast,
                 ARef::rows(&a, 0, kc),
                 BRef::rows(&bm, 0, n),
+                whole(n, kc),
             );
             for r in 0..m {
                 for j in 0..n {
@@ -432,6 +479,7 @@ mod tests {
                 fast,
                 ARef::rows(&a, 0, kc),
                 BRef::panels(&packed, kc),
+                whole(npad, kc),
             );
             for r in 0..m {
                 for j in 0..n {
@@ -440,6 +488,86 @@ mod tests {
                         want += a[r * kc + k] * bm[k * n + j];
                     }
                     assert_eq!(c2[r * npad + j].to_bits(), want.to_bits());
+                }
+            }
+        }
+    }
+
+    /// Per-band spans: each band computes exactly its columns over its steps (the same
+    /// sums as a plain loop over that range) and leaves the columns past its span alone,
+    /// with plain and packed B, AVX2 and portable tiles.
+    #[test]
+    fn gemm_spans_compute_their_bands_only() {
+        let mut g = crate::rng::SplitMix64::new(21);
+        let (m, kc) = (11, 37);
+        for fast in [avx2(), false] {
+            for packed in [false, true] {
+                let n = if packed { 48 } else { 45 };
+                let a: Vec<f32> = (0..m * kc).map(|_| g.next_normal() as f32).collect();
+                let bm: Vec<f32> = (0..kc * n).map(|_| g.next_normal() as f32).collect();
+                let c0: Vec<f32> = (0..m * n).map(|_| g.next_normal() as f32).collect();
+                // A band's span grows with its rows, as a causal tile's does.
+                let span = |m0: usize, m_end: usize| Span {
+                    cols: (5 * m_end).min(n),
+                    k0: m0 * 2,
+                    k1: 9 + 3 * m_end,
+                };
+                let bt: Vec<f32> = (0..n * kc).map(|i| bm[(i % kc) * n + i / kc]).collect();
+                let mut pk = vec![f32::NAN; n.div_ceil(NR) * NR * kc];
+                pack_t(n, |j| &bt[j * kc..(j + 1) * kc], kc, &mut pk);
+                let b = if packed {
+                    BRef::panels(&pk, kc)
+                } else {
+                    BRef::rows(&bm, 0, n)
+                };
+                for accumulate in [false, true] {
+                    let mut c = c0.clone();
+                    gemm_impl(
+                        m,
+                        n,
+                        kc,
+                        &mut c,
+                        n,
+                        accumulate,
+                        fast,
+                        ARef::rows(&a, 0, kc),
+                        b,
+                        span,
+                    );
+                    let mut m0 = 0;
+                    while m0 < m {
+                        let m_end = if m - m0 >= MR { m0 + MR } else { m0 + 1 };
+                        let sp = span(m0, m_end);
+                        let cols = if packed {
+                            sp.cols.next_multiple_of(NR).min(n)
+                        } else {
+                            sp.cols
+                        };
+                        let k1 = sp.k1.min(kc);
+                        for r in m0..m_end {
+                            for j in 0..n {
+                                let got = c[r * n + j].to_bits();
+                                if j >= cols {
+                                    assert_eq!(
+                                        got,
+                                        c0[r * n + j].to_bits(),
+                                        "untouched ({r}, {j})"
+                                    );
+                                    continue;
+                                }
+                                let mut want = if accumulate { c0[r * n + j] } else { 0.0 };
+                                for k in sp.k0.min(k1)..k1 {
+                                    want += a[r * kc + k] * bm[k * n + j];
+                                }
+                                assert_eq!(
+                                    got,
+                                    want.to_bits(),
+                                    "({r}, {j}) fast={fast} packed={packed}"
+                                );
+                            }
+                        }
+                        m0 = m_end;
+                    }
                 }
             }
         }
