@@ -214,3 +214,58 @@ fn the_fixture_fails_a_test_that_leaves_graph_nodes_alive() {
     drop(kept);
     assert_eq!(live_nodes(), 0);
 }
+
+/// A narrow view of an interior tensor adds its gradient into the input's in place
+/// (`Backward::narrow_window`); anomaly mode takes the general path (zero-padded gradient,
+/// then a full add). Both give the same bits: a three-way split as GPT's qkv, a split on
+/// the first axis, overlapping windows mixed with a direct use, a lone strided narrow; on
+/// one and two threads, past the kernels' parallel threshold.
+#[test]
+fn narrow_gradients_added_in_place_match_the_padded_path_bitwise() {
+    for threads in [1, 2] {
+        let ctx = TestCtx::with_threads(threads).unwrap();
+        for case in 0..4 {
+            let run = |anomaly: bool| -> Vec<f32> {
+                let _guard = anomaly.then(fucina_autograd::detect_anomaly);
+                let x = Tensor::randn(&ctx, DType::F32, &[8, 50, 96], 7)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap();
+                let h = x.mul_scalar(1.5).unwrap();
+                let loss = match case {
+                    0 => {
+                        let p = h.split(2, &[32, 32, 32]).unwrap();
+                        let qk = p[0].mul(&p[1]).unwrap();
+                        qk.add(&p[2].tanh().unwrap()).unwrap().sum_all().unwrap()
+                    }
+                    1 => {
+                        let p = h.split(0, &[3, 5]).unwrap();
+                        let a = p[0].exp().unwrap().sum_all().unwrap();
+                        a.add(&p[1].sin().unwrap().sum_all().unwrap()).unwrap()
+                    }
+                    2 => {
+                        let a = h.narrow(1, 10, 30).unwrap().sum_all().unwrap();
+                        let b = h.narrow(1, 0, 20).unwrap().square().unwrap();
+                        let c = h.cos().unwrap().sum_all().unwrap();
+                        a.add(&b.sum_all().unwrap()).unwrap().add(&c).unwrap()
+                    }
+                    _ => {
+                        let n = h.narrow(2, 5, 40).unwrap().transpose(0, 1).unwrap();
+                        n.contiguous().unwrap().tanh().unwrap().sum_all().unwrap()
+                    }
+                };
+                loss.backward().unwrap();
+                x.grad().unwrap().to_vec::<f32>().unwrap()
+            };
+            let (fast, padded) = (run(false), run(true));
+            assert_eq!(fast.len(), padded.len());
+            for (i, (a, b)) in fast.iter().zip(&padded).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "case {case}, {threads} threads, element {i}"
+                );
+            }
+        }
+    }
+}

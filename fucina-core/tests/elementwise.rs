@@ -327,3 +327,73 @@ fn empty_and_scalar_tensors() {
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+/// `add_assign_narrow` adds g into its window (`acc + g`, bit for bit) on every axis, any
+/// layout of g, one and two threads past the parallel threshold; outside the window nothing
+/// changes; bad windows, shapes, dtypes, a shared or strided `acc` are structured errors.
+#[test]
+fn add_assign_narrow_adds_into_the_window_only() {
+    for threads in [1, 2] {
+        let ctx = TestCtx::with_threads(threads).unwrap();
+        {
+            let shape = [6usize, 70, 300];
+            let n: usize = shape.iter().product();
+            let da = data(n, 3, -1.0, 1.0);
+            for (axis, start, len) in [
+                (0usize, 2usize, 3usize),
+                (1, 10, 41),
+                (2, 256, 44),
+                (2, 0, 300),
+            ] {
+                let mut gshape = shape;
+                gshape[axis] = len;
+                let dg = data(gshape.iter().product(), 4, -1.0, 1.0);
+                for lay in LAYOUTS {
+                    let mut acc = make::<f32>(&ctx, &da, &shape, Layout::Contig);
+                    let g = make::<f32>(&ctx, &dg, &gshape, lay);
+                    ctx.add_assign_narrow(&mut acc, axis, start, &g).unwrap();
+                    let got = acc.to_vec::<f32>().unwrap();
+                    let mut want: Vec<f32> = da.iter().map(|&v| v as f32).collect();
+                    let inner: usize = shape[axis + 1..].iter().product();
+                    let ginner: usize = gshape[axis..].iter().product();
+                    for (gi, &v) in dg.iter().enumerate() {
+                        let (o, rest) = (gi / ginner, gi % ginner);
+                        let i = o * shape[axis] * inner + start * inner + rest;
+                        want[i] += v as f32;
+                    }
+                    assert_bits(&got, &want, &format!("axis {axis} {lay:?} {threads}t"));
+                }
+            }
+            let mut acc = ctx.zeros(DType::F32, &[4, 6]).unwrap();
+            let g = ctx.ones(DType::F32, &[4, 3]).unwrap();
+            for (axis, start) in [(1usize, 4usize), (2, 0), (1, usize::MAX)] {
+                assert!(ctx.add_assign_narrow(&mut acc, axis, start, &g).is_err());
+            }
+            let g3 = ctx.ones(DType::F32, &[3, 3]).unwrap();
+            assert!(matches!(
+                ctx.add_assign_narrow(&mut acc, 1, 0, &g3),
+                Err(Error::ShapeMismatch { .. })
+            ));
+            let g64 = ctx.ones(DType::F64, &[4, 3]).unwrap();
+            assert!(matches!(
+                ctx.add_assign_narrow(&mut acc, 1, 0, &g64),
+                Err(Error::DTypeMismatch { .. })
+            ));
+            let view = acc.clone_view();
+            assert!(matches!(
+                ctx.add_assign_narrow(&mut acc, 1, 0, &g),
+                Err(Error::SharedBuffer { .. })
+            ));
+            drop(view);
+            let mut t = ctx
+                .zeros(DType::F32, &[6, 4])
+                .unwrap()
+                .transpose(0, 1)
+                .unwrap();
+            assert!(matches!(
+                ctx.add_assign_narrow(&mut t, 1, 0, &g),
+                Err(Error::NotContiguous { .. })
+            ));
+        }
+    }
+}

@@ -68,6 +68,9 @@ impl Backward for NarrowBackward {
         pads[self.axis] = (self.start, self.in_shape[self.axis] - self.start - len);
         Ok(smallvec::smallvec![Some(ctx.pad(gy, &pads, 0.0)?)])
     }
+    fn narrow_window(&self) -> Option<(usize, usize)> {
+        Some((self.axis, self.start))
+    }
 }
 
 impl Tensor {

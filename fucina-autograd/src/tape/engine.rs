@@ -55,6 +55,38 @@ pub(crate) fn accumulate(
     Ok(())
 }
 
+/// Adds gy, the gradient of the window `start..` along `axis` of a tensor of `shape`, into
+/// that tensor's pending gradient `slot`: in place when the slot is contiguous and unique,
+/// into fresh zeros when it is empty (so every element is `acc + g` or `acc` exactly as
+/// [`accumulate`] of the zero-padded gy gives once a second gradient arrives; a lone
+/// narrow's −0 entries come out +0), else through the padded tensor.
+fn accumulate_narrow(
+    ctx: &ExecContext,
+    slot: &mut Option<RawTensor>,
+    gy: &RawTensor,
+    axis: usize,
+    start: usize,
+    shape: &[usize],
+) -> Result<()> {
+    match slot {
+        Some(acc) if acc.buffer().is_unique() && acc.is_contiguous() => {
+            ctx.add_assign_narrow(acc, axis, start, gy)?;
+        }
+        Some(_) => {
+            let mut pads = vec![(0usize, 0usize); shape.len()];
+            pads[axis] = (start, shape[axis].saturating_sub(start + gy.shape()[axis]));
+            let g = ctx.pad(gy, &pads, 0.0)?;
+            accumulate(ctx, slot, g)?;
+        }
+        None => {
+            let mut acc = ctx.zeros(gy.dtype(), shape)?;
+            ctx.add_assign_narrow(&mut acc, axis, start, gy)?;
+            *slot = Some(acc);
+        }
+    }
+    Ok(())
+}
+
 fn reduce_to(
     ctx: &ExecContext,
     g: RawTensor,
@@ -247,6 +279,18 @@ fn run(
         let Some(bw) = node.take_backward() else {
             return Err(Error::BackwardAlreadyRun { op: node.name });
         };
+        // A narrow view of an interior tensor: add gy into the producer's pending gradient
+        // in place (anomaly mode keeps the general path, which checks each gradient).
+        if let (Some((axis, start)), false, [Some(edge)]) =
+            (bw.narrow_window(), anomaly, node.edges.as_slice())
+        {
+            if let EdgeTarget::Node(p) = &edge.target {
+                drop(bw);
+                let slot = pending.entry(Arc::as_ptr(p)).or_insert(None);
+                accumulate_narrow(&ctx, slot, &gy, axis, start, &edge.shape)?;
+                continue;
+            }
+        }
         let mut grads = bw.backward(&ctx, &gy, &needs)?;
         drop(bw); // saved activations go back to the pool now
         drop(gy); // the interior gradient is consumed

@@ -39,6 +39,14 @@ pub trait Backward: Send + Sync {
     fn name(&self) -> &'static str;
     /// Computes the input gradients.
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads>;
+    /// For a narrow view of its one input: `(axis, start)` of the window, whose gradient is
+    /// gy placed there in zeros. The engine then adds gy into the input's pending gradient
+    /// in place (`ExecContext::add_assign_narrow`) instead of calling [`Self::backward`]
+    /// for the zero-padded tensor: a `split` into n pieces costs one pass over the input
+    /// instead of n pads and n − 1 full adds. `None` (the default) for every other op.
+    fn narrow_window(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 pub(crate) enum EdgeTarget {
