@@ -6,9 +6,9 @@
 //! `grid`), all started in a single parallel dispatch. A job walks its columns in `NC` blocks
 //! and K in `KC` steps; per step it packs its B block into `NR`-wide panels (thread-local
 //! scratch, reused from L1 by every row tile) and runs the micro-kernel over `MR × NR` tiles.
-//! A is read in place when it is row-major and K takes more than one step (a tile's rows are
-//! MR sequential streams); otherwise, and for a last partial row tile, its `MR × KC` panels
-//! are packed, zero-padded.
+//! A's `MR × KC` panels are packed (zero-padded), by register transposes for row-major f32
+//! A; row-major A without a fast pack (f64) is read in place when K takes more than one
+//! step (a tile's rows are MR sequential streams).
 //! The first K step applies `beta`; later steps accumulate.
 //!
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
@@ -23,7 +23,7 @@ use std::cell::Cell;
 use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 
-use super::tile::{self, MatRef, Tile, MR};
+use super::tile::{self, MatRef, PanelPack, Tile, MR};
 use super::{avx2, avx512};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
@@ -43,6 +43,9 @@ pub trait PackedKernel {
     type Elem: Float;
     /// Columns of the micro-tile.
     const NR: usize;
+    /// Packs one full `MR`-row A panel from a row-major A (`k` contiguous steps per row,
+    /// rows `lane` apart), faster than the portable pack; `None` where there is none.
+    const PACK_A: Option<PanelPack<Self::Elem>>;
 
     /// Runs the micro-kernel on `kc` packed steps.
     ///
@@ -80,7 +83,7 @@ pub trait PackedKernel {
 /// `$kmod::$micro` (`$nr` columns) and the K-major B pack `avx2::$pack::<$nr>` (register
 /// transposes: data movement only, shared by both instruction sets).
 macro_rules! packed_kernel {
-    ($(#[$doc:meta])* $k:ident, $t:ty, $nr:expr, $kmod:ident::$micro:ident, $pack:ident) => {
+    ($(#[$doc:meta])* $k:ident, $t:ty, $nr:expr, $kmod:ident::$micro:ident, $pack:ident, $pack_a:expr) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $k;
@@ -88,6 +91,7 @@ macro_rules! packed_kernel {
         impl PackedKernel for $k {
             type Elem = $t;
             const NR: usize = $nr;
+            const PACK_A: Option<PanelPack<$t>> = $pack_a;
 
             // SAFETY: the contract is the trait method's (see `PackedKernel::micro`).
             #[inline]
@@ -154,7 +158,8 @@ packed_kernel!(
     f32,
     tile::NR_F32,
     avx2::kernel_f32,
-    pack_b_kmajor_f32
+    pack_b_kmajor_f32,
+    avx2::PACK_A_F32
 );
 packed_kernel!(
     /// The AVX2 + FMA f64 kernel (6 × 8).
@@ -162,7 +167,8 @@ packed_kernel!(
     f64,
     tile::NR_F64,
     avx2::kernel_f64,
-    pack_b_kmajor_f64
+    pack_b_kmajor_f64,
+    avx2::PACK_A_F64
 );
 packed_kernel!(
     /// The AVX-512F f32 kernel (6 × 32; B packed by the AVX2 transposes at that width).
@@ -170,7 +176,8 @@ packed_kernel!(
     f32,
     tile::NR512_F32,
     avx512::kernel_f32,
-    pack_b_kmajor_f32
+    pack_b_kmajor_f32,
+    avx2::PACK_A_F32
 );
 packed_kernel!(
     /// The AVX-512F f64 kernel (6 × 16; B packed as for [`Avx512F32`]).
@@ -178,7 +185,8 @@ packed_kernel!(
     f64,
     tile::NR512_F64,
     avx512::kernel_f64,
-    pack_b_kmajor_f64
+    pack_b_kmajor_f64,
+    avx2::PACK_A_F64
 );
 
 thread_local! {
@@ -219,7 +227,7 @@ unsafe fn pack_panel<T: Float, const W: usize>(
     (lane, step): (usize, usize),
     valid: usize,
     k: usize,
-    kmajor: Option<unsafe fn(*mut T, *const T, usize, usize)>,
+    kmajor: Option<PanelPack<T>>,
 ) {
     let w = W;
     // SAFETY: the caller's contract covers every pointer below.
@@ -260,7 +268,7 @@ unsafe fn pack_panels<T: Float, const W: usize>(
     src: *const T,
     (lane, step): (usize, usize),
     (len, k): (usize, usize),
-    kmajor: Option<unsafe fn(*mut T, *const T, usize, usize)>,
+    kmajor: Option<PanelPack<T>>,
 ) {
     let w = W;
     let d = dst.as_mut_ptr();
@@ -319,8 +327,9 @@ fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
 /// run of columns (each job then reads all of A and packs its own columns of B) or a run of
 /// rows (each job packs all of B and reads its own rows of A), whichever moves fewer
 /// elements: `jobs·m·wa + 2n` against `m·wa + jobs·2n` (times K), where B's weight 2 is its
-/// read plus its packed write and A's `wa` is 2 when A must be packed, 1 when it is read in
-/// place. A run gets at least four B panels or two A tiles; with neither, one job.
+/// read plus its packed write and A's `wa` is 2 when A is column-major (a strided pack), 1
+/// when it is row-major (read in place, or packed by register transposes, which the timings
+/// behind `job`'s choice were taken with). A run gets at least four B panels or two A tiles; with neither, one job.
 ///
 /// One job per thread, not several: on the gpt workload (AVX2 EPYC, 2 threads) four jobs
 /// per thread spent ~12 % more CPU time in the GEMM (each job re-packing A), which cost
@@ -366,13 +375,13 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
 ) {
     let (crs, ccs) = (c.rs(), c.cs());
     let nr = K::NR;
-    // Row-major A is read in place (a tile is MR sequential streams) when K takes more than
-    // one step; other layouts are packed (a column-major tile would touch one cache line per
-    // K step, aliasing in L1). With a single K step (k ≤ KC) packed panels run faster: on the
-    // AVX2 EPYC, 2 threads, paired in-process timings put 2048×256×{256, 768, 1024} at
-    // 0.90–0.93× the in-place time, while at K = 384 they were even and at K = 1024–1536
-    // packing cost 7–11 % more.
-    let a_in_place = a.cs == 1 && k > KC;
+    // A is packed into MR-row panels (contiguous K steps, read sequentially by the kernel).
+    // Row-major A with the kernel's fast pack (`PACK_A`, register transposes: f32) is packed
+    // too: on the AVX2 EPYC, 2 threads, paired in-process timings of packed against in-place
+    // A put gpt's and minilm's shapes (K = 256 to 1536) and 1024³ at 0.93–0.99× the time.
+    // Without a fast pack (f64), row-major A is read in place (a tile is MR sequential
+    // streams) unless K is a single step, where packed panels still ran 0.90–0.93×.
+    let a_in_place = a.cs == 1 && K::PACK_A.is_none() && k > KC;
     with_scratch::<T, _>(
         &B_SCRATCH,
         KC * NC.min((c1 - c0).next_multiple_of(nr)),
@@ -406,7 +415,7 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
                                         a_blk.add(full * MR * a.rs),
                                         (a.rs, a.cs),
                                         (rows - full * MR, kc),
-                                        None,
+                                        K::PACK_A,
                                     )
                                 };
                             }

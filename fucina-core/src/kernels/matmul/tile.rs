@@ -15,6 +15,9 @@ pub const NR512_F32: usize = 32;
 /// Columns of the AVX-512 f64 micro-tile (two ZMM vectors).
 pub const NR512_F64: usize = 16;
 
+/// A K-major panel pack: `(dst, src, lane stride, k)` (see `packed::pack_panel`).
+pub type PanelPack<T> = unsafe fn(*mut T, *const T, usize, usize);
+
 /// One micro-tile of C handed to a micro-kernel, with its epilogue.
 #[derive(Clone, Copy)]
 pub struct Tile<T> {
