@@ -56,10 +56,11 @@ pub(crate) fn accumulate(
 }
 
 /// Adds gy, the gradient of the window `start..` along `axis` of a tensor of `shape`, into
-/// that tensor's pending gradient `slot`: in place when the slot is contiguous and unique,
-/// into fresh zeros when it is empty (so every element is `acc + g` or `acc` exactly as
-/// [`accumulate`] of the zero-padded gy gives once a second gradient arrives; a lone
-/// narrow's −0 entries come out +0), else through the padded tensor.
+/// that tensor's pending gradient `slot` without building the zero-padded gradient: in place
+/// when the slot is contiguous and unique, into fresh zeros when it is empty (so every
+/// element is `acc + g` or `acc`, exactly as [`accumulate`] of the padded gy gives once a
+/// second gradient arrives; a lone narrow's −0 entries come out +0). Returns false, having
+/// done nothing, when the slot is shared or strided (the caller takes the general path).
 fn accumulate_narrow(
     ctx: &ExecContext,
     slot: &mut Option<RawTensor>,
@@ -67,24 +68,19 @@ fn accumulate_narrow(
     axis: usize,
     start: usize,
     shape: &[usize],
-) -> Result<()> {
+) -> Result<bool> {
     match slot {
         Some(acc) if acc.buffer().is_unique() && acc.is_contiguous() => {
             ctx.add_assign_narrow(acc, axis, start, gy)?;
         }
-        Some(_) => {
-            let mut pads = vec![(0usize, 0usize); shape.len()];
-            pads[axis] = (start, shape[axis].saturating_sub(start + gy.shape()[axis]));
-            let g = ctx.pad(gy, &pads, 0.0)?;
-            accumulate(ctx, slot, g)?;
-        }
+        Some(_) => return Ok(false),
         None => {
             let mut acc = ctx.zeros(gy.dtype(), shape)?;
             ctx.add_assign_narrow(&mut acc, axis, start, gy)?;
             *slot = Some(acc);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 fn reduce_to(
@@ -280,15 +276,16 @@ fn run(
             return Err(Error::BackwardAlreadyRun { op: node.name });
         };
         // A narrow view of an interior tensor: add gy into the producer's pending gradient
-        // in place (anomaly mode keeps the general path, which checks each gradient).
+        // in place (anomaly mode keeps the general path, which checks each gradient; so
+        // does a shared or strided pending gradient).
         if let (Some((axis, start)), false, [Some(edge)]) =
             (bw.narrow_window(), anomaly, node.edges.as_slice())
         {
             if let EdgeTarget::Node(p) = &edge.target {
-                drop(bw);
                 let slot = pending.entry(Arc::as_ptr(p)).or_insert(None);
-                accumulate_narrow(&ctx, slot, &gy, axis, start, &edge.shape)?;
-                continue;
+                if accumulate_narrow(&ctx, slot, &gy, axis, start, &edge.shape)? {
+                    continue;
+                }
             }
         }
         let mut grads = bw.backward(&ctx, &gy, &needs)?;
