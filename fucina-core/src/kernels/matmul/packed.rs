@@ -520,3 +520,40 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
         };
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The register-transpose A pack (`PACK_A` of the f32 kernels) writes exactly what the
+    /// portable strided pack writes: full and partial panels, K below, at and past the
+    /// 8-step block with tails, odd row strides.
+    #[test]
+    fn fast_a_pack_matches_the_portable_pack() {
+        let Some(fast) = Avx2F32::PACK_A.filter(|_| avx2::available()) else {
+            println!("skip: no AVX2 + FMA on this CPU (the portable A pack is the only one)");
+            return;
+        };
+        let mut g = crate::rng::SplitMix64::new(5);
+        for (rows, k, rs) in [
+            (6usize, 1usize, 3usize),
+            (6, 7, 9),
+            (6, 8, 8),
+            (13, 9, 11),
+            (18, 37, 40),
+            (7, 256, 263),
+        ] {
+            let src: Vec<f32> = (0..rows * rs + k).map(|_| g.next_normal() as f32).collect();
+            let len = rows.div_ceil(MR) * k * MR;
+            let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            // SAFETY: `src` holds `rows` rows of `k` elements `rs` apart; each buffer holds
+            // the panels.
+            unsafe {
+                pack_panels::<f32, MR>(&mut want, src.as_ptr(), (rs, 1), (rows, k), None);
+                pack_panels::<f32, MR>(&mut got, src.as_ptr(), (rs, 1), (rows, k), Some(fast));
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "rows {rows}, k {k}, rs {rs}");
+        }
+    }
+}
