@@ -35,14 +35,13 @@ extern crate self as fucina_nn;
 
 pub mod activation;
 pub mod attention;
-pub mod bert;
 pub mod dropout;
 pub mod embedding;
 pub mod error;
-pub mod gpt;
 pub mod gradcheck;
 pub mod init;
 pub mod linear;
+pub mod models;
 pub mod module;
 pub mod norm;
 pub mod sequential;
@@ -51,13 +50,12 @@ pub mod transformer;
 
 pub use activation::Activation;
 pub use attention::SelfAttention;
-pub use bert::{mean_pool, BertConfig, BertModel};
+pub use models::{mean_pool, BertConfig, BertModel, Gpt, GptConfig};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{Error, Result};
 pub use fucina_autograd::Tensor;
 pub use fucina_nn_derive::Module;
-pub use gpt::{Gpt, GptConfig};
 pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
 pub use init::{Dist, Init};
 /// LoRA at its historical path (`fucina_nn::lora`); it lives in `linear/`.
