@@ -416,3 +416,53 @@ pub trait Forward {
 pub trait Layer: Module + Forward {}
 
 impl<T: Module + Forward> Layer for T {}
+
+/// Implements [`Module`] for a struct from a list of `name => field`
+/// children whose names are computed at run time (the decoder's names
+/// depend on the family): each child is visited under `join(prefix, name)`
+/// in list order; the struct reports itself to `visit_modules` first.
+macro_rules! module_children {
+    ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?]) => {
+        impl $crate::module::Module for $ty {
+            fn visit_params(
+                &self,
+                prefix: &str,
+                f: &mut dyn FnMut(&str, &fucina_autograd::Tensor),
+            ) {
+                let $s = self;
+                $( $crate::module::Module::visit_params(
+                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
+            }
+            fn visit_params_mut(
+                &mut self,
+                prefix: &str,
+                f: &mut dyn FnMut(&str, &mut fucina_autograd::Tensor),
+            ) {
+                let $s = self;
+                $( let n = $crate::module::join(prefix, $name);
+                   $crate::module::Module::visit_params_mut(&mut $s.$field, &n, f); )*
+            }
+            fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
+                f(prefix, self);
+                let $s = self;
+                $( $crate::module::Module::visit_modules(
+                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
+            }
+            fn visit_modules_mut(
+                &mut self,
+                prefix: &str,
+                f: &mut dyn FnMut(&str, &mut dyn std::any::Any),
+            ) {
+                f(prefix, self);
+                let $s = self;
+                $( let n = $crate::module::join(prefix, $name);
+                   $crate::module::Module::visit_modules_mut(&mut $s.$field, &n, f); )*
+            }
+            fn set_training(&self, training: bool) {
+                let $s = self;
+                $( $crate::module::Module::set_training(&$s.$field, training); )*
+            }
+        }
+    };
+}
+pub(crate) use module_children;
