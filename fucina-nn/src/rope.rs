@@ -90,9 +90,11 @@ impl RopeScaling {
                     original_max_position_embeddings: orig as usize,
                 }
             }
-            other => return Err(err(format!(
+            other => {
+                return Err(err(format!(
                 "rope_scaling type `{other}` is not supported (supported: default, linear, llama3)"
-            ))),
+            )))
+            }
         })
     }
 

@@ -425,13 +425,13 @@ impl DecoderConfig {
             ));
         }
         let act = parse_act(path, "hidden_act", &r.hidden_act)?;
-        if r.num_attention_heads == 0 || !r.hidden_size.is_multiple_of(r.num_attention_heads) {
-            if r.head_dim.is_none() {
-                return Err(err(format!(
-                    "`hidden_size` {} is not divisible by `num_attention_heads` {}",
-                    r.hidden_size, r.num_attention_heads
-                )));
-            }
+        if r.head_dim.is_none()
+            && (r.num_attention_heads == 0 || !r.hidden_size.is_multiple_of(r.num_attention_heads))
+        {
+            return Err(err(format!(
+                "`hidden_size` {} is not divisible by `num_attention_heads` {}",
+                r.hidden_size, r.num_attention_heads
+            )));
         }
         let heads = r.num_attention_heads;
         let kv = r.num_key_value_heads.unwrap_or(heads);

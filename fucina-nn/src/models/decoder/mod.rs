@@ -118,7 +118,7 @@ impl CausalLm {
         } else {
             w
         };
-        let mut seeds = fucina_core::rng::SplitMix64::new(seed ^ 0xD20F_0u64);
+        let mut seeds = fucina_core::rng::SplitMix64::new(seed ^ 0x000D_20F0_u64);
         let mut dropout = || Dropout::with_seed(c.dropout, seeds.next_u64());
         let join = crate::module::join;
         let linear = |src: &mut ParamSource<'_>,

@@ -1,0 +1,359 @@
+//! The decoder families at tiny sizes without fixtures: whole-model
+//! gradcheck in f64 (Llama with GQA and llama3 RoPE, Qwen3 with q/k norms,
+//! GPT-2), `save_pretrained` → `from_pretrained` giving the same logits
+//! (single file and sharded), checkpoint names, and every bad input of the
+//! decoder issue as a structured error naming the file and the field or key.
+
+use std::path::{Path, PathBuf};
+
+use fucina_autograd::io::{save_state_dict, SaveOptions};
+use fucina_autograd::{GradcheckOpts, Tensor};
+use fucina_core::{DType, ExecContext};
+use fucina_nn::gradcheck::gradcheck_module_with;
+use fucina_nn::hf::DecoderConfig;
+use fucina_nn::{CausalLm, GenerateOptions, Module};
+use serde_json::{json, Value};
+
+fn cfg(v: Value) -> DecoderConfig {
+    DecoderConfig::from_json(Path::new("config.json"), &v).unwrap()
+}
+
+fn llama() -> Value {
+    json!({"model_type": "llama", "vocab_size": 13, "hidden_size": 8, "intermediate_size": 12,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 16, "rms_norm_eps": 1e-6, "initializer_range": 0.5,
+        "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 2.0, "original_max_position_embeddings": 8}})
+}
+
+fn qwen3() -> Value {
+    json!({"model_type": "qwen3", "vocab_size": 11, "hidden_size": 8, "intermediate_size": 10,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 6,
+        "max_position_embeddings": 16, "initializer_range": 0.5, "tie_word_embeddings": true})
+}
+
+fn gpt2() -> Value {
+    json!({"model_type": "gpt2", "vocab_size": 11, "n_embd": 8, "n_layer": 2, "n_head": 2,
+        "n_positions": 12, "initializer_range": 0.5, "embd_pdrop": 0.0, "resid_pdrop": 0.0})
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fucina-decoder-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn gradcheck(config: Value) {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let c = cfg(config);
+    let lm = CausalLm::new(&ctx, &c, DType::F64, 7).unwrap();
+    let ids = Tensor::constant(&ctx, &[1i64, 4, 2, 9, 0, 3, 5, 8], &[2, 4]).unwrap();
+    let mask = Tensor::constant(&ctx, &[1u8, 1, 1, 1, 0, 1, 1, 1], &[2, 4]).unwrap();
+    let report = gradcheck_module_with(
+        &lm,
+        &[],
+        |m: &CausalLm, _| {
+            let logits = m.forward(&ids, Some(&mask))?;
+            m.loss(&logits, &ids)
+        },
+        &GradcheckOpts::default(),
+    )
+    .unwrap();
+    assert!(report.checked > 0);
+}
+
+#[test]
+fn gradcheck_llama_gqa_llama3_rope_f64() {
+    gradcheck(llama());
+}
+
+#[test]
+fn gradcheck_qwen3_qk_norm_tied_f64() {
+    gradcheck(qwen3());
+}
+
+#[test]
+fn gradcheck_gpt2_f64() {
+    gradcheck(gpt2());
+}
+
+#[test]
+fn names_are_the_checkpoints() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let lm = CausalLm::new(&ctx, &cfg(qwen3()), DType::F32, 0).unwrap();
+    let names: Vec<String> = lm.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names[0], "model.embed_tokens.weight");
+    assert!(names.contains(&"model.layers.0.self_attn.q_norm.weight".to_string()));
+    assert!(names.contains(&"model.layers.0.mlp.gate_proj.weight".to_string()));
+    assert!(
+        !names.iter().any(|n| n.starts_with("lm_head")),
+        "tied: no head"
+    );
+    let lm = CausalLm::new(&ctx, &cfg(gpt2()), DType::F32, 0).unwrap();
+    let names: Vec<String> = lm.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        &names[..2],
+        ["transformer.wte.weight", "transformer.wpe.weight"]
+    );
+    assert!(names.contains(&"transformer.h.1.attn.c_attn.bias".to_string()));
+    assert_eq!(names.last().unwrap(), "transformer.ln_f.bias");
+}
+
+fn logits_of(lm: &CausalLm) -> Vec<f64> {
+    let ctx = lm.ctx();
+    let ids = Tensor::constant(ctx, &[1i64, 4, 2, 9, 0, 3], &[2, 3]).unwrap();
+    lm.forward(&ids, None).unwrap().to_vec_f64().unwrap()
+}
+
+#[test]
+fn save_pretrained_round_trips_every_family() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    for (name, c) in [("llama", llama()), ("qwen3", qwen3()), ("gpt2", gpt2())] {
+        let lm = CausalLm::new(&ctx, &cfg(c), DType::F32, 3).unwrap();
+        let dir = tmp(&format!("save-{name}"));
+        lm.save_pretrained(&dir).unwrap();
+        let back = CausalLm::from_pretrained(&ctx, &dir, DType::F32).unwrap();
+        assert_eq!(back.config, lm.config, "{name}: config round trip");
+        assert_eq!(logits_of(&back), logits_of(&lm), "{name}: same logits");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// Splits a saved model into two shards with an index.
+fn shard(dir: &Path, ctx: &ExecContext) {
+    let lm = CausalLm::from_pretrained(ctx, dir, DType::F32).unwrap();
+    let tensors = lm.checkpoint_tensors().unwrap();
+    let (a, b) = tensors.split_at(tensors.len() / 2);
+    let opts = SaveOptions::default();
+    save_state_dict(&dir.join("model-00001-of-00002.safetensors"), a, &opts).unwrap();
+    save_state_dict(&dir.join("model-00002-of-00002.safetensors"), b, &opts).unwrap();
+    let mut map = serde_json::Map::new();
+    for (n, _) in a {
+        map.insert(n.clone(), json!("model-00001-of-00002.safetensors"));
+    }
+    for (n, _) in b {
+        map.insert(n.clone(), json!("model-00002-of-00002.safetensors"));
+    }
+    let index = json!({"metadata": {}, "weight_map": map});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+}
+
+fn err_of(dir: &Path, ctx: &ExecContext) -> String {
+    match CausalLm::from_pretrained(ctx, dir, DType::F32) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn sharded_checkpoints_load_and_fail_cleanly() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let lm = CausalLm::new(&ctx, &cfg(llama()), DType::F32, 5).unwrap();
+    let dir = tmp("sharded");
+    lm.save_pretrained(&dir).unwrap();
+    shard(&dir, &ctx);
+    let back = CausalLm::from_pretrained(&ctx, &dir, DType::F32).unwrap();
+    assert_eq!(logits_of(&back), logits_of(&lm));
+    drop(back);
+
+    // A missing shard: the index names a file that is not there.
+    let s2 = dir.join("model-00002-of-00002.safetensors");
+    let bytes = std::fs::read(&s2).unwrap();
+    std::fs::remove_file(&s2).unwrap();
+    let e = err_of(&dir, &ctx);
+    assert!(
+        e.contains("model.safetensors.index.json") && e.contains("model-00002-of-00002"),
+        "{e}"
+    );
+
+    // A truncated shard.
+    std::fs::write(&s2, &bytes[..bytes.len() / 2]).unwrap();
+    let e = err_of(&dir, &ctx);
+    assert!(e.contains("model-00002-of-00002"), "{e}");
+
+    // The index places a key in a shard that lacks it.
+    std::fs::write(&s2, &bytes).unwrap();
+    let ip = dir.join("model.safetensors.index.json");
+    let mut index: Value = serde_json::from_str(&std::fs::read_to_string(&ip).unwrap()).unwrap();
+    let map = index["weight_map"].as_object_mut().unwrap();
+    let key = map.keys().next().unwrap().clone();
+    let other = if map[&key] == "model-00001-of-00002.safetensors" {
+        "model-00002-of-00002.safetensors"
+    } else {
+        "model-00001-of-00002.safetensors"
+    };
+    map.insert(key.clone(), json!(other));
+    std::fs::write(&ip, index.to_string()).unwrap();
+    let e = err_of(&dir, &ctx);
+    assert!(e.contains(&key), "{e}");
+
+    // An index naming a path outside the directory.
+    map_set(&ip, &key, "../elsewhere.safetensors");
+    let e = err_of(&dir, &ctx);
+    assert!(e.contains("elsewhere"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn map_set(ip: &Path, key: &str, file: &str) {
+    let mut index: Value = serde_json::from_str(&std::fs::read_to_string(ip).unwrap()).unwrap();
+    index["weight_map"][key] = json!(file);
+    std::fs::write(ip, index.to_string()).unwrap();
+}
+
+#[test]
+fn wrong_shape_and_unused_tensor_name_the_key() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let lm = CausalLm::new(&ctx, &cfg(llama()), DType::F32, 5).unwrap();
+    let dir = tmp("shape");
+    lm.save_pretrained(&dir).unwrap();
+    // A config whose MLP is wider than the file's.
+    let mut c: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    c["intermediate_size"] = json!(14);
+    std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
+    let e = err_of(&dir, &ctx);
+    assert!(
+        e.contains("model.safetensors") && e.contains("gate_proj.weight") && e.contains("shape"),
+        "{e}"
+    );
+    // A tensor the model does not use.
+    c["intermediate_size"] = json!(12);
+    std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
+    let mut tensors = lm.checkpoint_tensors().unwrap();
+    tensors.push((
+        "model.extra.weight".into(),
+        Tensor::zeros(&ctx, DType::F32, &[2]).unwrap(),
+    ));
+    save_state_dict(
+        &dir.join("model.safetensors"),
+        &tensors,
+        &SaveOptions::default(),
+    )
+    .unwrap();
+    let e = err_of(&dir, &ctx);
+    assert!(e.contains("model.extra.weight"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn config_err(v: Value) -> String {
+    DecoderConfig::from_json(Path::new("/m/config.json"), &v)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn bad_configs_name_the_file_and_field() {
+    let mut c = llama();
+    c["model_type"] = json!("falcon");
+    let e = config_err(c);
+    assert!(
+        e.contains("/m/config.json") && e.contains("`model_type` `falcon`"),
+        "{e}"
+    );
+
+    let mut c = llama();
+    c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 2.0});
+    let e = config_err(c);
+    assert!(e.contains("rope_scaling") && e.contains("yarn"), "{e}");
+
+    let mut c = llama();
+    c["hidden_size"] = json!(10);
+    let e = config_err(c);
+    assert!(
+        e.contains("hidden_size") && e.contains("num_attention_heads"),
+        "{e}"
+    );
+
+    let mut c = gpt2();
+    c["n_embd"] = json!(9);
+    let e = config_err(c);
+    assert!(e.contains("n_embd") && e.contains("n_head"), "{e}");
+
+    let mut c = llama();
+    c["num_key_value_heads"] = json!(3);
+    let e = config_err(c);
+    assert!(
+        e.contains("num_key_value_heads") && e.contains("does not divide"),
+        "{e}"
+    );
+
+    let mut c = llama();
+    c["vocab_size"] = json!(1u64 << 40);
+    let e = config_err(c);
+    assert!(e.contains("vocab_size"), "{e}");
+
+    let mut c = llama();
+    c["num_hidden_layers"] = json!(1 << 20);
+    c["hidden_size"] = json!(1 << 16);
+    let e = config_err(c);
+    assert!(e.contains("parameters"), "{e}");
+
+    let mut c = llama();
+    c["sliding_window"] = json!(4096);
+    let e = config_err(c);
+    assert!(e.contains("sliding_window"), "{e}");
+
+    let mut c = llama();
+    c.as_object_mut().unwrap().remove("vocab_size");
+    let e = config_err(c);
+    assert!(e.contains("vocab_size"), "{e}");
+}
+
+#[test]
+fn config_files_that_are_not_regular_files_are_refused() {
+    let e = DecoderConfig::from_file(Path::new("/dev/zero"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/dev/zero") && e.contains("not a regular file"),
+        "{e}"
+    );
+    let dir = tmp("nodir");
+    let e = CausalLm::from_pretrained(&ExecContext::with_threads(1).unwrap(), &dir, DType::F32)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("config.json"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn generate_is_seeded_and_checks_its_arguments() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let lm = CausalLm::new(&ctx, &cfg(llama()), DType::F32, 1).unwrap();
+    let sampled = GenerateOptions {
+        sampling: fucina_nn::Sampling::Sample {
+            temperature: 0.9,
+            top_k: 5,
+            top_p: 0.9,
+            seed: 4,
+        },
+        ..GenerateOptions::greedy(6)
+    };
+    let a = lm.generate(&[vec![1, 2], vec![3, 4, 5]], &sampled).unwrap();
+    let b = lm.generate(&[vec![1, 2], vec![3, 4, 5]], &sampled).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.tokens[1].len(), 6);
+    // A budget past max_position_embeddings, an id out of the vocabulary, an empty prompt.
+    assert!(lm
+        .generate(&[vec![1; 10]], &GenerateOptions::greedy(10))
+        .is_err());
+    assert!(lm
+        .generate(&[vec![13]], &GenerateOptions::greedy(1))
+        .is_err());
+    assert!(lm.generate(&[vec![]], &GenerateOptions::greedy(1)).is_err());
+    // Stops at eos.
+    let first = lm
+        .generate(&[vec![1, 2]], &GenerateOptions::greedy(1))
+        .unwrap()
+        .tokens[0][0];
+    let opts = GenerateOptions {
+        eos_token_ids: vec![first],
+        ..GenerateOptions::greedy(6)
+    };
+    assert_eq!(
+        lm.generate(&[vec![1, 2]], &opts).unwrap().tokens[0],
+        vec![first]
+    );
+}
