@@ -6,6 +6,7 @@
 
 pub mod gemm;
 pub mod gpt;
+pub mod llama;
 pub mod minilm;
 pub mod train;
 pub mod train_mlp;
@@ -18,7 +19,15 @@ use fucina_core::ExecContext;
 use crate::Workload;
 
 /// Workloads this build implements, in `--workload all` order (the reference's).
-pub const AVAILABLE: &[&str] = &["tiny", "mlp", "gpt", "minilm", "gemm"];
+pub const AVAILABLE: &[&str] = &[
+    "tiny",
+    "mlp",
+    "gpt",
+    "minilm",
+    "gemm",
+    "llama",
+    "llama-lora",
+];
 
 /// Per-workload options from the command line.
 #[derive(Clone, Debug, Default)]
@@ -45,6 +54,8 @@ pub fn build(name: &str, ctx: &ExecContext, opts: &Options) -> Option<Result<Box
         "tiny" => boxed(train_mlp::MlpTrain::tiny(ctx)),
         "mlp" => boxed(train_mlp::MlpTrain::mlp(ctx)),
         "gpt" => boxed(gpt::GptTrain::workload(ctx)),
+        "llama" => boxed(llama::LlamaTrain::workload(ctx, false)),
+        "llama-lora" => boxed(llama::LlamaTrain::workload(ctx, true)),
         "minilm" => boxed(minilm::MiniLmTrain::workload(
             ctx,
             opts.minilm_dir.as_deref(),

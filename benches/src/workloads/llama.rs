@@ -1,0 +1,108 @@
+//! The `llama` and `llama-lora` training workloads of
+//! `reference/torch_workloads.py`, on fucina-nn's [`CausalLm`]: a
+//! Llama/SmolLM-style decoder (vocab 8192, width 384, 6 layers, 6 query
+//! heads sharing 2 key/value heads, SwiGLU 1024, RMSNorm eps 1e-5, RoPE θ
+//! 10⁴, tied embeddings, N(0, 0.02) init), a batch of 4 × 256 token ids
+//! with uniform random targets, cross-entropy over every position.
+//!
+//! `llama`: AdamW(lr 3e-4, weight decay 0.1) over every parameter.
+//! `llama-lora`: the base frozen, LoRA r 8, alpha 16 on q/k/v/o/gate/up/down
+//! (A kaiming-uniform, B zero, as PEFT), AdamW(lr 1e-3, no decay) over the
+//! adapters only. Ids from a seeded SplitMix64 (torch's generator differs;
+//! shapes and distributions are the same).
+
+use std::path::Path;
+
+use fucina::Result;
+use fucina_autograd::{CrossEntropyOpts, Tensor};
+use fucina_core::rng::SplitMix64;
+use fucina_core::{DType, ExecContext};
+use fucina_nn::hf::DecoderConfig;
+use fucina_nn::{apply_lora, CausalLm, Init, LoraConfig, Module};
+use fucina_optim::AdamW;
+
+use super::train::{adamw, train_step};
+
+/// Batch size.
+pub const BATCH: usize = 4;
+/// Sequence length.
+pub const SEQ: usize = 256;
+
+/// The reference's `LLAMA_CFG` as a `config.json`.
+pub fn config() -> Result<DecoderConfig> {
+    let v = serde_json::json!({
+        "model_type": "llama", "vocab_size": 8192, "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 1024,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+        "max_position_embeddings": SEQ, "initializer_range": 0.02
+    });
+    Ok(DecoderConfig::from_json(Path::new("llama workload"), &v)?)
+}
+
+/// A Llama train step with its data and optimizer.
+pub struct LlamaTrain {
+    ctx: ExecContext,
+    model: CausalLm,
+    idx: Tensor,
+    tgt: Tensor,
+    opt: AdamW,
+}
+
+impl LlamaTrain {
+    /// The workload; `lora` freezes the base and trains r-8 adapters.
+    pub fn workload(ctx: &ExecContext, lora: bool) -> Result<LlamaTrain> {
+        let cfg = config()?;
+        let mut model = CausalLm::new(ctx, &cfg, DType::F32, 0)?;
+        model.train();
+        let opt = if lora {
+            model.freeze("");
+            let targets = [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ];
+            apply_lora(
+                &mut model,
+                &LoraConfig::new(8, 16.0, &targets),
+                &mut Init::new(ctx, DType::F32, 1),
+            )?;
+            adamw(model.trainable_parameters(), 1e-3, 0.0)?
+        } else {
+            adamw(model.parameters(), 3e-4, 0.1)?
+        };
+        let mut rng = SplitMix64::new(0);
+        let mut ids = || -> Vec<i64> {
+            (0..BATCH * SEQ)
+                .map(|_| rng.below(cfg.vocab_size as u64) as i64)
+                .collect()
+        };
+        let (idx, tgt) = (ids(), ids());
+        Ok(LlamaTrain {
+            ctx: ctx.clone(),
+            model,
+            idx: Tensor::constant(ctx, &idx, &[BATCH, SEQ])?,
+            tgt: Tensor::constant(ctx, &tgt, &[BATCH * SEQ])?,
+            opt,
+        })
+    }
+
+    /// One step: zero_grad + forward + cross-entropy + backward + AdamW step.
+    pub fn train_step(&mut self) -> Result<f64> {
+        let (model, idx, tgt) = (&self.model, &self.idx, &self.tgt);
+        let v = model.config.vocab_size as isize;
+        train_step(&self.ctx, &mut self.opt, || {
+            let logits = model.forward(idx, None)?.reshape([-1, v])?;
+            Ok(logits.cross_entropy(tgt, CrossEntropyOpts::default())?)
+        })
+    }
+}
+
+impl crate::Workload for LlamaTrain {
+    fn step(&mut self) -> Result<()> {
+        self.train_step().map(|_| ())
+    }
+}
