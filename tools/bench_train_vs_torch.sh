@@ -5,7 +5,8 @@
 # per workload, each round's medians and ratio, the median of the per-round medians
 # and the ratio of those, and each side's peak RSS.
 # Usage: tools/bench_train_vs_torch.sh [ROUNDS] [THREADS] [WORKLOADS]
-#   WORKLOADS: comma-separated, default all five: tiny,mlp,gpt,minilm,gemm.
+#   WORKLOADS: comma-separated, default tiny,mlp,gpt,minilm,gemm; also llama, llama-lora
+#   (and the torch side's gpt-sdpa, which fucina-bench does not have).
 #   env: PYTHON (a python with torch; default python3), STEPS (default 50; tiny runs 20x
 #   that, as the torch script does), WARMUP (default 5), TORCH_WL (the torch side of the
 #   workloads; default ../shared/reference/torch_workloads.py beside the repository),
