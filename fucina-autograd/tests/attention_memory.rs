@@ -1,5 +1,6 @@
 //! Streaming attention's memory through autograd: the peak live pool bytes of one
-//! forward + backward grow linearly in the sequence length (no `[T, S]` block is saved).
+//! forward + backward grow linearly in the sequence length (no `[T, S]` block is saved),
+//! and grouped-query attention never holds k or v repeated to the query heads.
 
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::Tensor;
@@ -52,5 +53,58 @@ fn attention_forward_backward_memory_is_linear_in_t() {
             large <= 5 * small,
             "causal={causal}: peak {large} B at T=1024 vs {small} B at T=256 (> 5x)"
         );
+    }
+}
+
+/// Grouped-query attention (f32, B = 1, H = 8 query heads sharing Hkv = 2 k/v heads, so
+/// G = 4; T = 32 queries over S = 1024 keys, D = 64): one forward + backward through autograd
+/// keeps its peak live pool bytes, above the inputs, below the bytes of ONE k repeated to
+/// `[B, H, S, D]`. A `repeat_kv` implementation holds two such copies (k and v) through the
+/// forward, and their gradients in the backward, so it fails this.
+#[test]
+fn grouped_query_attention_never_repeats_kv() {
+    let (b, h, hkv, t, s, d) = (1, 8, 2, 32, 1024, 64);
+    let repeated_k_bytes = b * h * s * d * std::mem::size_of::<f32>();
+    for causal in [false, true] {
+        let ctx = TestCtx::with_threads(2).unwrap();
+        let mut rng = SplitMix64::new(9);
+        let mut var = |shape: [usize; 4]| {
+            let n: usize = shape.iter().product();
+            let x: Vec<f32> = rng
+                .vec_uniform(n, -1.0, 1.0)
+                .into_iter()
+                .map(|x| x as f32)
+                .collect();
+            Tensor::variable(&ctx, &x, &shape).unwrap()
+        };
+        let (q, k, v) = (var([b, h, t, d]), var([b, hkv, s, d]), var([b, hkv, s, d]));
+        let opts = AttentionOpts {
+            causal,
+            scale: None,
+        };
+        let base = ctx.stats().live_bytes;
+        ctx.pool().reset_peak();
+        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, None, opts).unwrap();
+        assert_eq!(out.shape(), &[b, h, t, d]);
+        out.sum_all().unwrap().backward().unwrap();
+        drop(out);
+        let peak = ctx.stats().peak_live_bytes - base;
+        for (x, shape) in [
+            (&q, [b, h, t, d]),
+            (&k, [b, hkv, s, d]),
+            (&v, [b, hkv, s, d]),
+        ] {
+            let g = x.grad().unwrap();
+            assert_eq!(g.shape(), &shape);
+            let g = g.to_vec::<f32>().unwrap();
+            assert!(g.iter().all(|v| v.is_finite()));
+            assert!(g.iter().any(|&v| v != 0.0));
+        }
+        assert!(
+            peak < repeated_k_bytes,
+            "causal={causal}: peak {peak} B >= one repeated k ({repeated_k_bytes} B)"
+        );
+        eprintln!("causal={causal}: peak {peak} B, one repeated k {repeated_k_bytes} B");
+        drop((q, k, v));
     }
 }

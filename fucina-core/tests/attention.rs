@@ -1,7 +1,8 @@
 //! Streaming attention forward/backward vs the scalar reference (awkward sizes, masks,
 //! causal, strided q/k/v, several key and query blocks), bitwise equality at 1 and 2
 //! threads, fully masked rows, f64 finite differences, argument errors, and memory that
-//! grows linearly in the sequence length.
+//! grows linearly in the sequence length; grouped-query attention (k/v heads shared by
+//! groups of query heads, multi-query), and keys read in place from a narrowed KV cache.
 
 use fucina_core::kernels::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::attention::{materialising, AttentionOpts};
@@ -55,6 +56,8 @@ enum MaskKind {
     Causal,
     PadBias,
     Keep,
+    /// A `[1, H, T, S]` bias that differs per query head (and row).
+    HeadBias,
 }
 
 /// Builds the mask tensor for a case and its full `[B,H,T,S]` expansion.
@@ -94,6 +97,12 @@ fn make_mask<T: Element>(
             let f = t.broadcast_to(&full).unwrap().to_vec::<u8>().unwrap();
             (Some(t), vec![], f)
         }
+        MaskKind::HeadBias => {
+            let m = rand_vec::<T>(rng, d.h * d.t * d.s);
+            let t = ctx.from_slice(&m, &[1, d.h, d.t, d.s]).unwrap();
+            let f = t.broadcast_to(&full).unwrap().to_vec::<T>().unwrap();
+            (Some(t), f, vec![])
+        }
     }
 }
 
@@ -102,6 +111,8 @@ fn make_mask<T: Element>(
 struct Case {
     b: usize,
     h: usize,
+    /// K/V heads (dividing `h`).
+    hkv: usize,
     t: usize,
     s: usize,
     d: usize,
@@ -128,6 +139,7 @@ fn cases() -> Vec<Case> {
             out.push(Case {
                 b,
                 h,
+                hkv: h,
                 t,
                 s,
                 d: DIMS[n % 4],
@@ -149,6 +161,7 @@ fn cases() -> Vec<Case> {
         out.push(Case {
             b: 1,
             h: 2,
+            hkv: 2,
             t,
             s,
             d,
@@ -186,14 +199,59 @@ fn assert_bits_eq<T: Element>(a: &RawTensor, b: &RawTensor, what: &str) {
     );
 }
 
+/// Grouped-query cases: (H, Hkv) in (4, 2), (6, 2), (8, 2), (8, 1) and (3, 1) (groups of 2,
+/// 3, 4, 8 and 3 query heads; the last two multi-query), T, S in {1, 7, 63, 65, 130} (every
+/// pair, twice), every mask kind (a per-query-head bias included) with and without causal,
+/// three layouts.
+fn gqa_cases() -> Vec<Case> {
+    const LENS: [usize; 5] = [1, 7, 63, 65, 130];
+    const DIMS: [usize; 4] = [1, 7, 16, 33];
+    const HEADS: [(usize, usize); 5] = [(4, 2), (6, 2), (8, 2), (8, 1), (3, 1)];
+    let kinds = [
+        MaskKind::None,
+        MaskKind::PadBias,
+        MaskKind::Keep,
+        MaskKind::HeadBias,
+    ];
+    let mut out = Vec::new();
+    let mut n = 0;
+    for pass in 0..2 {
+        for &t in &LENS {
+            for &s in &LENS {
+                let (h, hkv) = HEADS[(n + pass) % 5];
+                out.push(Case {
+                    b: if t * s >= 64 * 64 { 1 } else { 2 },
+                    h,
+                    hkv,
+                    t,
+                    s,
+                    d: DIMS[n % 4],
+                    dv: DIMS[(n / 4 + n + 1) % 4],
+                    kind: kinds[n % 4],
+                    causal: (n / 2) % 2 == 1,
+                    layout: n % 3,
+                    scale: if n % 5 == 0 { Some(0.3) } else { None },
+                });
+                n += 1;
+            }
+        }
+    }
+    out
+}
+
 fn fwd_bwd_case<T: Float>(tol: f64) {
+    fwd_bwd_cases::<T>(&cases(), tol, 21);
+}
+
+fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
     let c1 = TestCtx::with_threads(1).unwrap();
     let c2 = TestCtx::with_threads(2).unwrap();
-    let mut rng = SplitMix64::new(21);
-    for (n, case) in cases().into_iter().enumerate() {
+    let mut rng = SplitMix64::new(seed);
+    for (n, &case) in cases.iter().enumerate() {
         let Case {
             b,
             h,
+            hkv,
             t,
             s,
             d: dd,
@@ -206,14 +264,15 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
         let dims = AttnDims {
             b,
             h,
+            hkv,
             t,
             s,
             d: dd,
             dv,
         };
         let q = heads_view::<T>(&c1, &mut rng, [b, h, t, dd]);
-        let k = layout_tensor::<T>(&c1, &mut rng, layout, [b, h, s, dd]);
-        let v = layout_tensor::<T>(&c1, &mut rng, (layout + 2) % 3, [b, h, s, dv]);
+        let k = layout_tensor::<T>(&c1, &mut rng, layout, [b, hkv, s, dd]);
+        let v = layout_tensor::<T>(&c1, &mut rng, (layout + 2) % 3, [b, hkv, s, dv]);
         let (mask, fbias, fkeep) = make_mask::<T>(&c1, &mut rng, kind, dims);
         let opts = AttentionOpts { causal, scale };
         let sc = opts.scale_for(dd);
@@ -223,7 +282,7 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
             v.to_vec::<T>().unwrap(),
         );
         let rmask = match kind {
-            MaskKind::PadBias => RefMask::Bias(&fbias),
+            MaskKind::PadBias | MaskKind::HeadBias => RefMask::Bias(&fbias),
             MaskKind::Keep => RefMask::Keep(&fkeep),
             _ => RefMask::None,
         };
@@ -299,8 +358,12 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
                 }
             }
         }
-        // The materialising kernel (the benchmark's comparison) still matches the spec.
-        if n % 4 == 0 {
+        // The materialising kernel (the benchmark's comparison) still matches the spec; it
+        // has no grouped-query path and says so.
+        if hkv != h {
+            let err = materialising::attention(&c2, &q, &k, &v, mask.as_ref(), opts);
+            assert!(matches!(err, Err(Error::InvalidArgument { .. })), "{what}");
+        } else if n % 4 == 0 {
             let (mo, mp) = materialising::attention(&c2, &q, &k, &v, mask.as_ref(), opts).unwrap();
             close(
                 &mo.to_vec::<T>().unwrap(),
@@ -331,6 +394,16 @@ fn attention_matches_reference_f32() {
 #[test]
 fn attention_matches_reference_f64() {
     fwd_bwd_case::<f64>(1e-11);
+}
+
+#[test]
+fn grouped_query_attention_matches_reference_f32() {
+    fwd_bwd_cases::<f32>(&gqa_cases(), 2e-5, 23);
+}
+
+#[test]
+fn grouped_query_attention_matches_reference_f64() {
+    fwd_bwd_cases::<f64>(&gqa_cases(), 1e-11, 24);
 }
 
 #[test]
@@ -418,11 +491,30 @@ fn loss(
 }
 
 fn finite_difference_case(t: usize, s: usize, mask_kind: MaskKind, seed: u64) {
+    finite_difference_heads(t, s, mask_kind, seed, (2, 2));
+}
+
+/// As [`finite_difference_case`] with `heads` = (H, Hkv) query and k/v heads.
+fn finite_difference_heads(
+    t: usize,
+    s: usize,
+    mask_kind: MaskKind,
+    seed: u64,
+    (h, hkv): (usize, usize),
+) {
     let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(seed);
-    let (b, h, d, dv) = (2, 2, 4, 3);
-    let shapes = [[b, h, t, d], [b, h, s, d], [b, h, s, dv]];
-    let dims = AttnDims { b, h, t, s, d, dv };
+    let (b, d, dv) = (2, 4, 3);
+    let shapes = [[b, h, t, d], [b, hkv, s, d], [b, hkv, s, dv]];
+    let dims = AttnDims {
+        b,
+        h,
+        hkv,
+        t,
+        s,
+        d,
+        dv,
+    };
     let mut vals: Vec<Vec<f64>> = shapes
         .iter()
         .map(|sh| rand_vec::<f64>(&mut rng, sh.iter().product()))
@@ -482,6 +574,13 @@ fn finite_difference_case(t: usize, s: usize, mask_kind: MaskKind, seed: u64) {
 fn backward_matches_finite_differences_causal() {
     finite_difference_case(5, 5, MaskKind::Causal, 31);
     finite_difference_case(3, 6, MaskKind::Causal, 32);
+}
+
+#[test]
+fn grouped_query_backward_matches_finite_differences() {
+    finite_difference_heads(5, 5, MaskKind::Causal, 36, (4, 2));
+    finite_difference_heads(4, 6, MaskKind::Keep, 37, (3, 1));
+    finite_difference_heads(3, 5, MaskKind::HeadBias, 38, (4, 1));
 }
 
 #[test]
@@ -601,5 +700,169 @@ fn memory_grows_linearly_in_sequence_length() {
         );
         // And nothing close to one head's [T, S] block is ever live.
         assert!(large < 1024 * 1024 * 4, "peak {large} bytes at T=1024");
+    }
+}
+
+#[test]
+fn grouped_query_argument_errors() {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let q = ctx.zeros(DType::F32, &[1, 4, 3, 8]).unwrap();
+    let o = AttentionOpts::default();
+    // 3 k/v heads cannot serve 4 query heads, nor can 0.
+    for hkv in [3, 0, 8] {
+        let k = ctx.zeros(DType::F32, &[1, hkv, 5, 8]).unwrap();
+        let v = ctx.zeros(DType::F32, &[1, hkv, 5, 8]).unwrap();
+        let err = ctx.attention(&q, &k, &v, None, o).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument {
+                    op: "attention",
+                    ..
+                }
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("[1, 4, 3, 8]") && msg.contains(&format!("[1, {hkv}, 5, 8]")));
+        let g = ctx.zeros(DType::F32, &[1, 4, 3, 8]).unwrap();
+        let lse = ctx.zeros(DType::F32, &[1, 4, 3]).unwrap();
+        assert!(matches!(
+            ctx.attention_backward(&q, &k, &v, None, &g, &lse, &g, o, [true; 3]),
+            Err(Error::InvalidArgument {
+                op: "attention_backward",
+                ..
+            })
+        ));
+        drop((k, v, g, lse));
+    }
+    // k and v must agree on the k/v heads.
+    let k = ctx.zeros(DType::F32, &[1, 2, 5, 8]).unwrap();
+    let v = ctx.zeros(DType::F32, &[1, 4, 5, 8]).unwrap();
+    assert!(matches!(
+        ctx.attention(&q, &k, &v, None, o),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // The mask broadcasts to the query heads [B, H, T, S], not to the k/v heads.
+    let v2 = ctx.zeros(DType::F32, &[1, 2, 5, 8]).unwrap();
+    let m_kv = ctx.zeros(DType::F32, &[1, 2, 3, 5]).unwrap();
+    assert!(matches!(
+        ctx.attention(&q, &k, &v2, Some(&m_kv), o),
+        Err(Error::Broadcast { .. })
+    ));
+    let m_q = ctx.zeros(DType::F32, &[1, 4, 3, 5]).unwrap();
+    let (out, lse) = ctx.attention(&q, &k, &v2, Some(&m_q), o).unwrap();
+    assert_eq!(out.shape(), &[1, 4, 3, 8]);
+    assert_eq!(lse.shape(), &[1, 4, 3]);
+    drop((q, k, v, v2, m_kv, m_q, out, lse));
+}
+
+/// Keys and values narrowed out of a `[B, Hkv, Smax, D]` KV cache to the filled length `S`
+/// (the cache's strides) are read in place: forward and backward give the same bits as
+/// on contiguous copies, and the forward allocates nothing beyond its outputs.
+fn narrowed_cache_case<T: Float>(h: usize, hkv: usize, t: usize, s: usize, causal: bool) {
+    let ctx = TestCtx::with_threads(2).unwrap();
+    let mut rng = SplitMix64::new(51 + (h * 131 + hkv * 17 + t * 7 + s) as u64);
+    let (b, d, dv, smax) = (2, 16, 8, s + 37);
+    let q = heads_view::<T>(&ctx, &mut rng, [b, h, t, d]);
+    let kc = ctx
+        .from_slice(
+            &rand_vec::<T>(&mut rng, b * hkv * smax * d),
+            &[b, hkv, smax, d],
+        )
+        .unwrap();
+    let vc = ctx
+        .from_slice(
+            &rand_vec::<T>(&mut rng, b * hkv * smax * dv),
+            &[b, hkv, smax, dv],
+        )
+        .unwrap();
+    let (k, v) = (kc.narrow(2, 0, s).unwrap(), vc.narrow(2, 0, s).unwrap());
+    assert_eq!(k.strides(), &[hkv * smax * d, smax * d, d, 1]);
+    let (kk, vv) = (ctx.contiguous(&k).unwrap(), ctx.contiguous(&v).unwrap());
+    assert_eq!(kk.strides(), &[hkv * s * d, s * d, d, 1]);
+    let opts = AttentionOpts {
+        causal,
+        scale: None,
+    };
+    let base = ctx.stats().live_bytes;
+    ctx.pool().reset_peak();
+    let (o1, l1) = ctx.attention(&q, &k, &v, None, opts).unwrap();
+    let peak_view = ctx.stats().peak_live_bytes - base;
+    drop((o1, l1));
+    ctx.pool().reset_peak();
+    let (o2, l2) = ctx.attention(&q, &kk, &vv, None, opts).unwrap();
+    let peak_copy = ctx.stats().peak_live_bytes - base;
+    assert_eq!(
+        peak_view, peak_copy,
+        "a copy of the narrowed k or v was made"
+    );
+    let (o1, l1) = ctx.attention(&q, &k, &v, None, opts).unwrap();
+    let what = format!("h {h} hkv {hkv} t {t} s {s} causal {causal}");
+    assert_eq!(
+        bits(&o1.to_vec::<T>().unwrap()),
+        bits(&o2.to_vec::<T>().unwrap()),
+        "{what}"
+    );
+    assert_eq!(
+        bits(&l1.to_vec::<T>().unwrap()),
+        bits(&l2.to_vec::<T>().unwrap()),
+        "{what}"
+    );
+    // Against the spec too (causal with T < S: bottom-right aligned, as a decode step).
+    let dims = AttnDims {
+        b,
+        h,
+        hkv,
+        t,
+        s,
+        d,
+        dv,
+    };
+    let (qv, kv, vvv) = (
+        q.to_vec::<T>().unwrap(),
+        kk.to_vec::<T>().unwrap(),
+        vv.to_vec::<T>().unwrap(),
+    );
+    let sc = opts.scale_for(d);
+    let (want_o, want_p) = reference::attention(&qv, &kv, &vvv, dims, RefMask::None, causal, sc);
+    close(&o1.to_vec::<T>().unwrap(), &want_o, 1e-5, &what);
+    let g = heads_view::<T>(&ctx, &mut rng, [b, h, t, dv]);
+    let r1 = ctx
+        .attention_backward(&q, &k, &v, None, &o1, &l1, &g, opts, [true; 3])
+        .unwrap();
+    let r2 = ctx
+        .attention_backward(&q, &kk, &vv, None, &o2, &l2, &g, opts, [true; 3])
+        .unwrap();
+    let gvv = g.to_vec::<T>().unwrap();
+    let want = reference::attention_backward(&qv, &kv, &vvv, &want_p, &gvv, dims, sc);
+    for (name, a, bb, w) in [
+        ("gq", r1.0, r2.0, want.0),
+        ("gk", r1.1, r2.1, want.1),
+        ("gv", r1.2, r2.2, want.2),
+    ] {
+        let (a, bb) = (a.unwrap(), bb.unwrap());
+        assert_eq!(
+            bits(&a.to_vec::<T>().unwrap()),
+            bits(&bb.to_vec::<T>().unwrap())
+        );
+        close(
+            &a.to_vec::<T>().unwrap(),
+            &w,
+            1e-5,
+            &format!("{name} {what}"),
+        );
+    }
+    drop((q, kc, vc, k, v, kk, vv, o1, l1, o2, l2, g));
+}
+
+#[test]
+fn narrowed_kv_cache_is_read_in_place() {
+    // A decode step (T = 1), a chunk of queries (T < S), and T = S, grouped and not.
+    for (h, hkv, t, s) in [(8, 2, 1, 65), (4, 4, 1, 130), (6, 2, 7, 63), (8, 1, 65, 65)] {
+        for causal in [true, false] {
+            narrowed_cache_case::<f32>(h, hkv, t, s, causal);
+            narrowed_cache_case::<f64>(h, hkv, t, s, causal);
+        }
     }
 }

@@ -2,6 +2,9 @@
 //! (kernels in `fucina-core/src/kernels/fused/attention.rs`), and its gradcheck rows.
 //! The node keeps q, k, v, the mask, the output and each row's logsumexp (`[B, H, T]`):
 //! no `[T, S]` probability block is saved, the backward recomputes it tile by tile.
+//! Grouped-query attention (k, v with fewer heads than q) is the same op: k/v heads are
+//! shared by groups of query heads in place, never repeated, and their gradients come back
+//! in the k/v shape.
 
 pub use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::{ExecContext, RawTensor};
@@ -16,6 +19,7 @@ use crate::tape::tensor::Tensor;
 /// P = softmax(QKᵀ·s + M), O = P·V, saved lse = ln Σ_j e^(QKᵀ·s + M)_ij; P is recomputed
 /// as e^(QKᵀ·s + M − lse). With Δ = rowsum(gO ⊙ O) (= rowsum(gP ⊙ P)):
 /// gV = Pᵀ·gO; gP = gO·Vᵀ; gS = P ⊙ (gP − Δ); gQ = s·gS·K; gK = s·gSᵀ·Q.
+/// With grouped k/v heads, gK and gV of a k/v head sum over its query heads.
 /// The mask is a constant: it gets no gradient.
 struct AttentionBackward {
     q: RawTensor,
@@ -48,10 +52,14 @@ impl Backward for AttentionBackward {
 }
 
 impl Tensor {
-    /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]`;
-    /// `mask`: an additive float bias or a U8 keep-mask broadcastable to
-    /// `[B,H,T,S]` (a constant, e.g. a `[B,1,1,S]` key-padding mask); `opts`: causal flag
-    /// and scale (default 1/√D). Memory is linear in T and S: no `[T, S]` block is kept.
+    /// Scaled dot-product attention: q `[B,H,T,D]`, k `[B,Hkv,S,D]`, v `[B,Hkv,S,Dv]`, with
+    /// `Hkv` dividing `H` (grouped-query attention; `Hkv == H` is plain multi-head,
+    /// `Hkv == 1` multi-query): query head `h` reads k/v head `h / (H / Hkv)`, as PyTorch's
+    /// `scaled_dot_product_attention(enable_gqa=True)`, without repeating k or v. `mask`: an
+    /// additive float bias or a U8 keep-mask broadcastable to `[B,H,T,S]` (a constant, e.g.
+    /// a `[B,1,1,S]` key-padding mask); `opts`: causal flag (bottom-right aligned when
+    /// T < S, as a KV cache) and scale (default 1/√D). Returns `[B,H,T,Dv]`; the gradients of
+    /// k and v have their shapes. Memory is linear in T and S: no `[T, S]` block is kept.
     ///
     /// ```
     /// use fucina_autograd::Tensor;
@@ -64,6 +72,13 @@ impl Tensor {
     /// assert_eq!(o.shape(), &[1, 2, 4, 8]);
     /// o.sum_all()?.backward()?;
     /// assert_eq!(q.grad().unwrap().shape(), &[1, 2, 4, 8]);
+    /// // Grouped-query: 4 query heads share the 2 k/v heads.
+    /// let q4 = Tensor::randn(&ctx, fucina_core::DType::F32, &[1, 4, 4, 8], 3)?;
+    /// let kv2 = Tensor::randn(&ctx, fucina_core::DType::F32, &[1, 2, 4, 8], 4)?.requires_grad_(true)?;
+    /// let o = Tensor::scaled_dot_product_attention(&q4, &kv2, &kv2, None, opts)?;
+    /// assert_eq!(o.shape(), &[1, 4, 4, 8]);
+    /// o.sum_all()?.backward()?;
+    /// assert_eq!(kv2.grad().unwrap().shape(), &[1, 2, 4, 8]);
     /// # Ok::<(), fucina_autograd::Error>(())
     /// ```
     pub fn scaled_dot_product_attention(
@@ -102,8 +117,10 @@ impl Tensor {
     }
 }
 
-/// The gradcheck rows: plain, causal with a scale, and a key-padding bias
-/// (the torch side's `sdpa` is the generator's reference attention).
+/// The gradcheck rows: plain, causal with a scale, a key-padding bias, and grouped-query
+/// (2 query heads per k/v head, causal; a decode step, T = 1 < S, causal) and multi-query
+/// (one k/v head) rows (the torch side's `sdpa` is the generator's reference attention; it
+/// gets k and v repeated per query head, `repeat_interleave` as transformers' `repeat_kv`).
 pub(crate) fn cases() -> Vec<OpCase> {
     vec![
         row(
@@ -163,6 +180,60 @@ pub(crate) fn cases() -> Vec<OpCase> {
                     Some(&m),
                     AttentionOpts {
                         causal: false,
+                        scale: None,
+                    },
+                )
+            },
+        ),
+        row(
+            "sdpa_gqa",
+            "lambda x: sdpa(x[0], x[1].repeat_interleave(2, dim=1), \
+             x[2].repeat_interleave(2, dim=1), causal=True)",
+            vec![f(&[2, 4, 5, 3]), f(&[2, 2, 5, 3]), f(&[2, 2, 5, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: true,
+                        scale: None,
+                    },
+                )
+            },
+        ),
+        row(
+            "sdpa_mqa",
+            "lambda x: sdpa(x[0], x[1].repeat_interleave(3, dim=1), \
+             x[2].repeat_interleave(3, dim=1), scale=0.6)",
+            vec![f(&[2, 3, 4, 4]), f(&[2, 1, 6, 4]), f(&[2, 1, 6, 2])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: false,
+                        scale: Some(0.6),
+                    },
+                )
+            },
+        ),
+        row(
+            "sdpa_gqa_decode",
+            "lambda x: sdpa(x[0], x[1].repeat_interleave(2, dim=1), \
+             x[2].repeat_interleave(2, dim=1), causal=True)",
+            vec![f(&[1, 4, 1, 3]), f(&[1, 2, 6, 3]), f(&[1, 2, 6, 3])],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    None,
+                    AttentionOpts {
+                        causal: true,
                         scale: None,
                     },
                 )

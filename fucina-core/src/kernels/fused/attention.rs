@@ -204,13 +204,22 @@ fn prepare_mask(
     Ok(Some(m.broadcast_to(&full).map_err(|_| bad(&m))?))
 }
 
-/// Shape checks shared by forward and backward; returns (B, H, T, S, D, Dv).
-fn check_qkv(
-    op: &'static str,
-    q: &RawTensor,
-    k: &RawTensor,
-    v: &RawTensor,
-) -> Result<(usize, usize, usize, usize, usize, usize)> {
+/// The validated sizes of an attention problem: q `[b, h, t, d]`, k `[b, hkv, s, d]`,
+/// v `[b, hkv, s, dv]`, with `hkv` dividing `h`.
+#[derive(Clone, Copy, Debug)]
+struct QkvDims {
+    b: usize,
+    h: usize,
+    hkv: usize,
+    t: usize,
+    s: usize,
+    d: usize,
+    dv: usize,
+}
+
+/// Shape checks shared by forward and backward: q `[B, H, T, D]`, k `[B, Hkv, S, D]`,
+/// v `[B, Hkv, S, Dv]`, one dtype, `Hkv` dividing `H` (grouped-query attention).
+fn check_qkv(op: &'static str, q: &RawTensor, k: &RawTensor, v: &RawTensor) -> Result<QkvDims> {
     for t in [q, k, v] {
         if t.rank() != 4 {
             return Err(Error::InvalidArgument {
@@ -227,21 +236,40 @@ fn check_qkv(
         }
     }
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    if ks[0] != qs[0] || ks[1] != qs[1] || ks[3] != qs[3] {
+    if ks[0] != qs[0] || ks[3] != qs[3] {
         return Err(Error::ShapeMismatch {
             op,
             lhs: qs.to_vec(),
             rhs: ks.to_vec(),
         });
     }
-    if vs[0] != qs[0] || vs[1] != qs[1] || vs[2] != ks[2] {
+    // Query head h reads kv head h / (H / Hkv); H = Hkv = 0 is an empty problem.
+    if ks[1] != qs[1] && (ks[1] == 0 || qs[1] % ks[1] != 0) {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "the k/v head count must divide the query head count (grouped-query \
+                 attention): q {:?}, k {:?}",
+                qs, ks
+            ),
+        });
+    }
+    if vs[0] != ks[0] || vs[1] != ks[1] || vs[2] != ks[2] {
         return Err(Error::ShapeMismatch {
             op,
             lhs: ks.to_vec(),
             rhs: vs.to_vec(),
         });
     }
-    Ok((qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]))
+    Ok(QkvDims {
+        b: qs[0],
+        h: qs[1],
+        hkv: ks[1],
+        t: qs[2],
+        s: ks[2],
+        d: qs[3],
+        dv: vs[3],
+    })
 }
 
 fn expect_shape(op: &'static str, t: &RawTensor, want: &[usize], dtype: DType) -> Result<()> {
@@ -292,7 +320,15 @@ impl ExecContext {
         opts: AttentionOpts,
     ) -> Result<(RawTensor, RawTensor)> {
         const OP: &str = "attention";
-        let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+        let QkvDims {
+            b: nb,
+            h: nh,
+            t: nt,
+            s: ns,
+            d,
+            dv,
+            ..
+        } = check_qkv(OP, q, k, v)?;
         let mask = prepare_mask(self, OP, mask, q.dtype(), [nb, nh, nt, ns])?;
         let (q, k, v) = (
             rows_readable(self, q)?,
@@ -331,7 +367,15 @@ impl ExecContext {
         needs: [bool; 3],
     ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
         const OP: &str = "attention_backward";
-        let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+        let QkvDims {
+            b: nb,
+            h: nh,
+            t: nt,
+            s: ns,
+            d,
+            dv,
+            ..
+        } = check_qkv(OP, q, k, v)?;
         expect_shape(OP, out, &[nb, nh, nt, dv], q.dtype())?;
         expect_shape(OP, lse, &[nb, nh, nt], q.dtype())?;
         expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
@@ -356,13 +400,16 @@ impl ExecContext {
 pub mod reference {
     use crate::dtype::Float;
 
-    /// Problem sizes: q `[b,h,t,d]`, k `[b,h,s,d]`, v `[b,h,s,dv]`.
+    /// Problem sizes: q `[b,h,t,d]`, k `[b,hkv,s,d]`, v `[b,hkv,s,dv]`; query head `i`
+    /// reads k/v head `i / (h / hkv)` (`hkv == h`: one each; `hkv == 1`: multi-query).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub struct AttnDims {
         /// Batch.
         pub b: usize,
-        /// Heads.
+        /// Query heads.
         pub h: usize,
+        /// K/V heads (dividing `h`).
+        pub hkv: usize,
         /// Query length.
         pub t: usize,
         /// Key length.
@@ -371,6 +418,14 @@ pub mod reference {
         pub d: usize,
         /// Value head dim.
         pub dv: usize,
+    }
+
+    impl AttnDims {
+        /// The k/v head row (`b·hkv + j`) that query head row `bh` (= `b·h + i`) reads.
+        pub fn kv_head(&self, bh: usize) -> usize {
+            let (b, i) = (bh / self.h, bh % self.h);
+            b * self.hkv + i / (self.h / self.hkv)
+        }
     }
 
     /// A full `[B, H, T, S]` mask.
@@ -396,7 +451,7 @@ pub mod reference {
         row: usize,
     ) -> Vec<T> {
         let AttnDims { t, s, d, .. } = dims;
-        let (bh, i) = (row / t, row % t);
+        let (kvh, i) = (dims.kv_head(row / t), row % t);
         let mut sc = vec![T::NEG_INFINITY; s];
         for j in 0..s {
             if causal && j + t > i + s {
@@ -404,7 +459,7 @@ pub mod reference {
             }
             let mut acc = T::ZERO;
             for x in 0..d {
-                acc += q[row * d + x] * k[(bh * s + j) * d + x];
+                acc += q[row * d + x] * k[(kvh * s + j) * d + x];
             }
             sc[j] = match mask {
                 RefMask::None => acc * scale,
@@ -437,7 +492,7 @@ pub mod reference {
         let mut out = vec![T::ZERO; b * h * t * dv];
         let mut probs = vec![T::ZERO; b * h * t * s];
         for row in 0..b * h * t {
-            let bh = row / t;
+            let kvh = dims.kv_head(row / t);
             let sc = scores(q, k, dims, mask, causal, scale, row);
             let m = sc.iter().fold(T::NEG_INFINITY, |a, &x| a.max(x));
             if m == T::NEG_INFINITY {
@@ -449,7 +504,7 @@ pub mod reference {
                 let p = e[j] / sum;
                 probs[row * s + j] = p;
                 for x in 0..dv {
-                    out[row * dv + x] += p * v[(bh * s + j) * dv + x];
+                    out[row * dv + x] += p * v[(kvh * s + j) * dv + x];
                 }
             }
         }
@@ -482,7 +537,8 @@ pub mod reference {
 
     /// Returns `(gq, gk, gv)` from the probabilities of [`attention`] (per head, s = scale):
     /// `gv = probsᵀ·g`, `gp = g·vᵀ`, `gs = probs ∘ (gp − rowsum(gp ∘ probs))`,
-    /// `gq = s·gs·k`, `gk = s·gsᵀ·q`.
+    /// `gq = s·gs·k`, `gk = s·gsᵀ·q`; a shared k/v head's `gk`, `gv` sum over its query
+    /// heads.
     pub fn attention_backward<T: Float>(
         q: &[T],
         k: &[T],
@@ -492,18 +548,27 @@ pub mod reference {
         dims: AttnDims,
         scale: f64,
     ) -> (Vec<T>, Vec<T>, Vec<T>) {
-        let AttnDims { b, h, t, s, d, dv } = dims;
+        let AttnDims {
+            b,
+            h,
+            hkv,
+            t,
+            s,
+            d,
+            dv,
+        } = dims;
         let scale = T::from_f64(scale);
         let mut gq = vec![T::ZERO; b * h * t * d];
-        let mut gk = vec![T::ZERO; b * h * s * d];
-        let mut gv = vec![T::ZERO; b * h * s * dv];
-        for bh in 0..b * h {
+        let mut gk = vec![T::ZERO; b * hkv * s * d];
+        let mut gv = vec![T::ZERO; b * hkv * s * dv];
+        for qh in 0..b * h {
+            let kvh = dims.kv_head(qh);
             for i in 0..t {
-                let row = bh * t + i;
+                let row = qh * t + i;
                 let gp: Vec<T> = (0..s)
                     .map(|j| {
                         (0..dv)
-                            .map(|x| g[row * dv + x] * v[(bh * s + j) * dv + x])
+                            .map(|x| g[row * dv + x] * v[(kvh * s + j) * dv + x])
                             .sum()
                     })
                     .collect();
@@ -512,11 +577,11 @@ pub mod reference {
                     let p = probs[row * s + j];
                     let gs = p * (gp[j] - r);
                     for x in 0..dv {
-                        gv[(bh * s + j) * dv + x] += p * g[row * dv + x];
+                        gv[(kvh * s + j) * dv + x] += p * g[row * dv + x];
                     }
                     for x in 0..d {
-                        gq[row * d + x] += scale * gs * k[(bh * s + j) * d + x];
-                        gk[(bh * s + j) * d + x] += scale * gs * q[row * d + x];
+                        gq[row * d + x] += scale * gs * k[(kvh * s + j) * d + x];
+                        gk[(kvh * s + j) * d + x] += scale * gs * q[row * d + x];
                     }
                 }
             }

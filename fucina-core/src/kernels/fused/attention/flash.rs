@@ -63,7 +63,12 @@ pub(super) struct Problem<'a, T> {
     v: Heads<'a, T>,
     mask: Mask<'a, T>,
     nb: usize,
+    /// Query heads.
     nh: usize,
+    /// K/V heads (dividing `nh`).
+    nhk: usize,
+    /// Query heads per k/v head: query head h reads k/v head `h / group`.
+    group: usize,
     nt: usize,
     ns: usize,
     d: usize,
@@ -73,8 +78,8 @@ pub(super) struct Problem<'a, T> {
 }
 
 impl<'a, T: Float> Problem<'a, T> {
-    /// Reads q `[B,H,T,D]`, k `[B,H,S,D]`, v `[B,H,S,Dv]` (validated, last axis unit-stride)
-    /// and a mask prepared by `prepare_mask`.
+    /// Reads q `[B,H,T,D]`, k `[B,Hkv,S,D]`, v `[B,Hkv,S,Dv]` (validated: `Hkv` divides `H`,
+    /// last axes unit-stride) and a mask prepared by `prepare_mask`.
     pub(super) fn new(
         q: &'a RawTensor,
         k: &'a RawTensor,
@@ -92,6 +97,9 @@ impl<'a, T: Float> Problem<'a, T> {
             mask: Mask::new(mask)?,
             nb: qs[0],
             nh: qs[1],
+            nhk: ks[1],
+            // H = Hkv = 0 (no head at all) reads nothing.
+            group: if ks[1] == 0 { 1 } else { qs[1] / ks[1] },
             nt: qs[2],
             ns: ks[2],
             d: qs[3],
@@ -208,13 +216,15 @@ fn fwd_block_impl<T: RowFloat>(
     let n_qb = nt.div_ceil(BR);
     let (bh, i0) = (chunk / n_qb, (chunk % n_qb) * BR);
     let (b, h) = (bh / p.nh, bh % p.nh);
+    // The k/v head this query head reads (itself without grouping).
+    let kh = h / p.group;
     let br = BR.min(nt - i0);
     let (o, lse) = (&mut o[..br * dv], &mut lse[..br]);
     o.fill(T::ZERO);
     let (kt, s) = buf.split_at_mut(BC * d);
     // Operands read in place: row r of this query block is at qs[q0 + r·qsr..].
     let (qs, q0, qsr) = (p.q.st, p.q.start(b, h) + i0 * p.q.sr, p.q.sr);
-    let (vs, v0, vsr) = (p.v.st, p.v.start(b, h), p.v.sr);
+    let (vs, v0, vsr) = (p.v.st, p.v.start(b, kh), p.v.sr);
     let mut m = [T::NEG_INFINITY; BR];
     let mut l = [T::ZERO; BR];
     let mut alpha = [T::ONE; BR];
@@ -233,10 +243,10 @@ fn fwd_block_impl<T: RowFloat>(
         // A band of rows needs the columns its last row sees, and P·V only those keys
         // (the other rows' weights there are exactly 0).
         let band_end = |m_end: usize| vend[m_end - 1];
-        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
+        pack_t(bc, |c| p.k.row(b, kh, j0 + c), d, kt);
         // P·V below reads this block's V rows in place: start fetching them now.
         for c in 0..bc {
-            prefetch_row(&p.v.row(b, h, j0 + c)[..dv]);
+            prefetch_row(&p.v.row(b, kh, j0 + c)[..dv]);
         }
         // S = Q·Kᵀ over the columns each band sees (padding columns of its last panel are
         // computed and ignored; columns past it are left stale and hidden below).
@@ -352,8 +362,8 @@ fn probs_row<T: RowFloat>(
     }
 }
 
-/// One head's rows of the backward's outputs (zero-initialised, `None` when not needed) and
-/// of Δ = rowsum(gO ∘ O).
+/// Rows of the backward's outputs (zero-initialised, `None` when not needed) and of
+/// Δ = rowsum(gO ∘ O): per chunk, gk and gv of one k/v head and gq and Δ of its query heads.
 struct BwdOut<'a, T> {
     gq: Option<&'a mut [T]>,
     gk: Option<&'a mut [T]>,
@@ -361,11 +371,52 @@ struct BwdOut<'a, T> {
     delta: Option<&'a mut [T]>,
 }
 
-/// The backward of head `bh`: accumulates its rows of gq, gk, gv.
+/// The backward of k/v head `bj` = (b, j): for its query heads h = j·G .. j·G + G − 1 in
+/// ascending order, accumulates their rows of gq and the k/v head's rows of gk, gv (so each
+/// gK/gV row sums over query heads, then query blocks, in a fixed order).
 #[inline(always)]
 fn bwd_head_impl<T: RowFloat>(
     p: &Problem<'_, T>,
-    bh: usize,
+    bj: usize,
+    g_out: &Heads<'_, T>,
+    out: &Heads<'_, T>,
+    lse: &[T],
+    dst: BwdOut<'_, T>,
+    buf: &mut [T],
+) {
+    let (nt, d, group) = (p.nt, p.d, p.group);
+    let (b, kh) = (bj / p.nhk, bj % p.nhk);
+    let BwdOut {
+        mut gq,
+        mut gk,
+        mut gv,
+        mut delta,
+    } = dst;
+    for g in 0..group {
+        let h = kh * group + g;
+        let bh = b * p.nh + h;
+        let dst = BwdOut {
+            gq: gq
+                .as_deref_mut()
+                .map(|x| &mut x[g * nt * d..(g + 1) * nt * d]),
+            gk: gk.as_deref_mut(),
+            gv: gv.as_deref_mut(),
+            delta: delta.as_deref_mut().map(|x| &mut x[g * nt..(g + 1) * nt]),
+        };
+        let lse = &lse[bh * nt..(bh + 1) * nt];
+        bwd_query_head(p, b, h, kh, g_out, out, lse, dst, buf);
+    }
+}
+
+/// Query head (b, h)'s share of the backward, reading k/v head (b, kh): accumulates into
+/// its rows of gq (`dst.gq`, `dst.delta`: this head's) and into gk, gv (the k/v head's).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn bwd_query_head<T: RowFloat>(
+    p: &Problem<'_, T>,
+    b: usize,
+    h: usize,
+    kh: usize,
     g_out: &Heads<'_, T>,
     out: &Heads<'_, T>,
     lse: &[T],
@@ -373,8 +424,6 @@ fn bwd_head_impl<T: RowFloat>(
     buf: &mut [T],
 ) {
     let (nt, ns, d, dv) = (p.nt, p.ns, p.d, p.dv);
-    let (b, h) = (bh / p.nh, bh % p.nh);
-    let lse = &lse[bh * nt..(bh + 1) * nt];
     let BwdOut {
         mut gq,
         mut gk,
@@ -397,7 +446,7 @@ fn bwd_head_impl<T: RowFloat>(
     let (s, dp) = rest.split_at_mut(BR * BC);
     // Operands read in place: row r of head (b, h) of x is at xs[x0 + r·xsr..].
     let (qs, q0, qsr) = (p.q.st, p.q.start(b, h), p.q.sr);
-    let (ks, k0, ksr) = (p.k.st, p.k.start(b, h), p.k.sr);
+    let (ks, k0, ksr) = (p.k.st, p.k.start(b, kh), p.k.sr);
     let (gs, g0, gsr) = (g_out.st, g_out.start(b, h), g_out.sr);
     let scale = p.scale;
     // Keys from `mend` on are masked out of every row of the head: their gK and gV rows stay
@@ -409,9 +458,9 @@ fn bwd_head_impl<T: RowFloat>(
     while j0 < mend {
         let bc = BC.min(ns - j0);
         let bcp = bc.next_multiple_of(NR);
-        pack_t(bc, |c| p.k.row(b, h, j0 + c), d, kt);
+        pack_t(bc, |c| p.k.row(b, kh, j0 + c), d, kt);
         if need_s {
-            pack_t(bc, |c| p.v.row(b, h, j0 + c), dv, vt);
+            pack_t(bc, |c| p.v.row(b, kh, j0 + c), dv, vt);
         }
         // Causal: query rows before j0 − (S − T) see no key of this block.
         let i_first = if p.causal {
@@ -549,7 +598,7 @@ fn bwd_head_impl<T: RowFloat>(
     }
 }
 
-simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bh: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<'_, T>, buf: &mut [T]) }
+simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bj: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<'_, T>, buf: &mut [T]) }
 
 /// The streaming backward from the forward's `out` and `lse` (contiguous) and the upstream
 /// `g_out` (last axis unit-stride): `(gq, gk, gv)` for those `needs` asks.
@@ -561,7 +610,7 @@ pub(super) fn backward<T: RowFloat>(
     g_out: &RawTensor,
     needs: [bool; 3],
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
-    let (nb, nh, nt, ns, d, dv) = (p.nb, p.nh, p.nt, p.ns, p.d, p.dv);
+    let (nb, nh, nhk, nt, ns, d, dv) = (p.nb, p.nh, p.nhk, p.nt, p.ns, p.d, p.dv);
     let zeros = |need: bool, shape: &[usize]| -> Result<Option<RawTensor>> {
         Ok(if need {
             Some(ctx.zeros(T::DTYPE, shape)?)
@@ -570,38 +619,45 @@ pub(super) fn backward<T: RowFloat>(
         })
     };
     let mut gq = zeros(needs[0], &[nb, nh, nt, d])?;
-    let mut gk = zeros(needs[1], &[nb, nh, ns, d])?;
-    let mut gv = zeros(needs[2], &[nb, nh, ns, dv])?;
+    let mut gk = zeros(needs[1], &[nb, nhk, ns, d])?;
+    let mut gv = zeros(needs[2], &[nb, nhk, ns, dv])?;
     if !needs.iter().any(|&n| n) {
         return Ok((gq, gk, gv));
     }
     let mut delta = zeros(needs[0] || needs[1], &[nb, nh, nt])?;
-    // Chunk bh owns head bh's rows of each output (an absent output is an empty slice with
-    // chunk length 0).
+    // Chunk bj = (b, j) owns k/v head j's rows of gk, gv and the rows of gq and Δ of its
+    // query heads j·G .. j·G + G − 1, which are consecutive (an absent output is an empty
+    // slice with chunk length 0).
     fn part<T: Float>(t: &mut Option<RawTensor>, per: usize) -> Result<(&mut [T], usize)> {
         Ok(match t {
             Some(t) => (t.as_mut_slice::<T>()?, per),
             None => (&mut [][..], 0),
         })
     }
-    let (gqs, gq_len) = part(&mut gq, nt * d)?;
+    let (gqs, gq_len) = part(&mut gq, p.group * nt * d)?;
     let (gks, gk_len) = part(&mut gk, ns * d)?;
     let (gvs, gv_len) = part(&mut gv, ns * dv)?;
-    let (dls, dl_len) = part(&mut delta, nt)?;
+    let (dls, dl_len) = part(&mut delta, p.group * nt)?;
     let lens = [gq_len, gk_len, gv_len, dl_len];
     let (g_h, o_h) = (Heads::<T>::new(g_out)?, Heads::<T>::new(out)?);
     let lse = lse.as_slice::<T>()?;
     let len = BC * (d + dv) + 2 * BR * BC;
     let outs = [gqs, gks, gvs, dls];
-    ctx.par_chunks_mut_n(outs, lens, nb * nh, p.parallel(), |bh, [gq, gk, gv, dl]| {
-        let dst = BwdOut {
-            gq: (lens[0] > 0).then_some(gq),
-            gk: (lens[1] > 0).then_some(gk),
-            gv: (lens[2] > 0).then_some(gv),
-            delta: (lens[3] > 0).then_some(dl),
-        };
-        with_scratch::<T, _>(len, |buf| bwd_head(p, bh, &g_h, &o_h, lse, dst, buf));
-    });
+    ctx.par_chunks_mut_n(
+        outs,
+        lens,
+        nb * nhk,
+        p.parallel(),
+        |bj, [gq, gk, gv, dl]| {
+            let dst = BwdOut {
+                gq: (lens[0] > 0).then_some(gq),
+                gk: (lens[1] > 0).then_some(gk),
+                gv: (lens[2] > 0).then_some(gv),
+                delta: (lens[3] > 0).then_some(dl),
+            };
+            with_scratch::<T, _>(len, |buf| bwd_head(p, bj, &g_h, &o_h, lse, dst, buf));
+        },
+    );
     drop(delta);
     Ok((gq, gk, gv))
 }
@@ -612,16 +668,22 @@ mod tests {
     use crate::kernels::fused::attention::{prepare_mask, AttentionOpts};
 
     /// The runtime-dispatched (AVX2/AVX-512) tile kernels give the same bits as the
-    /// baseline build of the same code.
+    /// baseline build of the same code, with one k/v head per query head and grouped.
     #[test]
     fn dispatched_blocks_match_baseline_bitwise() -> Result<()> {
+        dispatched_blocks_case(2, 2)?;
+        dispatched_blocks_case(6, 2)
+    }
+
+    fn dispatched_blocks_case(nh: usize, nhk: usize) -> Result<()> {
         let ctx = ExecContext::with_threads(1)?;
         let mut g = crate::rng::SplitMix64::new(11);
-        let (nb, nh, nt, ns, d, dv) = (1, 2, 70, 77, 19, 24);
+        let (nb, nt, ns, d, dv) = (1, 70, 77, 19, 24);
+        let group = nh / nhk;
         let mut rnd = |n: usize| -> Vec<f32> { (0..n).map(|_| g.next_normal() as f32).collect() };
         let q = ctx.from_slice(&rnd(nb * nh * nt * d), &[nb, nh, nt, d])?;
-        let k = ctx.from_slice(&rnd(nb * nh * ns * d), &[nb, nh, ns, d])?;
-        let v = ctx.from_slice(&rnd(nb * nh * ns * dv), &[nb, nh, ns, dv])?;
+        let k = ctx.from_slice(&rnd(nb * nhk * ns * d), &[nb, nhk, ns, d])?;
+        let v = ctx.from_slice(&rnd(nb * nhk * ns * dv), &[nb, nhk, ns, dv])?;
         let go = ctx.from_slice(&rnd(nb * nh * nt * dv), &[nb, nh, nt, dv])?;
         let bias = ctx.from_slice(&rnd(ns), &[1, 1, 1, ns])?;
         let mask = prepare_mask(&ctx, "test", Some(&bias), q.dtype(), [nb, nh, nt, ns])?;
@@ -648,24 +710,26 @@ mod tests {
         let out = ctx.from_slice(&o1, &[nb, nh, nt, dv])?;
         let (oh, gh) = (Heads::<f32>::new(&out)?, Heads::<f32>::new(&go)?);
         let n = |len: usize| vec![0f32; len];
+        let (nq, nk) = (nb * nh, nb * nhk);
         let mut bufs = [
-            (n(nt * d * 2), n(ns * d * 2), n(ns * dv * 2), n(nt * 2)),
-            (n(nt * d * 2), n(ns * d * 2), n(ns * dv * 2), n(nt * 2)),
+            (n(nq * nt * d), n(nk * ns * d), n(nk * ns * dv), n(nq * nt)),
+            (n(nq * nt * d), n(nk * ns * d), n(nk * ns * dv), n(nq * nt)),
         ];
         let len = BC * (d + dv) + 2 * BR * BC;
         for (which, (gq, gk, gv, dl)) in bufs.iter_mut().enumerate() {
             let mut sc = vec![0f32; len];
-            for bh in 0..nb * nh {
+            for bj in 0..nk {
+                let (q0, q1) = (bj * group, (bj + 1) * group);
                 let dst = BwdOut {
-                    gq: Some(&mut gq[bh * nt * d..(bh + 1) * nt * d]),
-                    gk: Some(&mut gk[bh * ns * d..(bh + 1) * ns * d]),
-                    gv: Some(&mut gv[bh * ns * dv..(bh + 1) * ns * dv]),
-                    delta: Some(&mut dl[bh * nt..(bh + 1) * nt]),
+                    gq: Some(&mut gq[q0 * nt * d..q1 * nt * d]),
+                    gk: Some(&mut gk[bj * ns * d..(bj + 1) * ns * d]),
+                    gv: Some(&mut gv[bj * ns * dv..(bj + 1) * ns * dv]),
+                    delta: Some(&mut dl[q0 * nt..q1 * nt]),
                 };
                 if which == 0 {
-                    bwd_head(&p, bh, &gh, &oh, &l1, dst, &mut sc);
+                    bwd_head(&p, bj, &gh, &oh, &l1, dst, &mut sc);
                 } else {
-                    bwd_head_impl(&p, bh, &gh, &oh, &l1, dst, &mut sc);
+                    bwd_head_impl(&p, bj, &gh, &oh, &l1, dst, &mut sc);
                 }
             }
         }

@@ -7,7 +7,7 @@
 //! results are bitwise identical for any thread count. Fully masked rows give zero
 //! probabilities, not NaN.
 
-use super::{check_qkv, expect_shape, prepare_mask, rows_readable, Heads, Mask};
+use super::{check_qkv, expect_shape, prepare_mask, rows_readable, Heads, Mask, QkvDims};
 use crate::dtype::{Element, Float};
 use crate::error::Result;
 use crate::exec::ExecContext;
@@ -257,7 +257,7 @@ pub fn attention(
     opts: super::AttentionOpts,
 ) -> Result<(RawTensor, RawTensor)> {
     const OP: &str = "attention_materialising";
-    let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+    let (nb, nh, nt, ns, d, dv) = same_heads(OP, check_qkv(OP, q, k, v)?)?;
     let full = [nb, nh, nt, ns];
     let mask = prepare_mask(ctx, OP, mask, q.dtype(), full)?;
     let (q, k, v) = (
@@ -294,7 +294,7 @@ pub fn attention_backward(
     needs: [bool; 3],
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
     const OP: &str = "attention_materialising_backward";
-    let (nb, nh, nt, ns, d, dv) = check_qkv(OP, q, k, v)?;
+    let (nb, nh, nt, ns, d, dv) = same_heads(OP, check_qkv(OP, q, k, v)?)?;
     expect_shape(OP, probs, &[nb, nh, nt, ns], q.dtype())?;
     expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
     let (q, k, v) = (
@@ -308,4 +308,30 @@ pub fn attention_backward(
     crate::dispatch_float!(q.dtype(), OP, T => {
         attention_bwd::<T>(ctx, &q, &k, &v, &probs, &g_out, T::from_f64(scale), needs)
     })
+}
+
+/// The materialising kernel reads one k/v head per query head: grouped-query shapes
+/// (`Hkv < H`) are the streaming kernel's only. Returns (B, H, T, S, D, Dv).
+fn same_heads(
+    op: &'static str,
+    dims: QkvDims,
+) -> Result<(usize, usize, usize, usize, usize, usize)> {
+    let QkvDims {
+        b,
+        h,
+        hkv,
+        t,
+        s,
+        d,
+        dv,
+    } = dims;
+    if hkv != h {
+        return Err(crate::error::Error::InvalidArgument {
+            op,
+            msg: format!(
+                "grouped-query attention (q heads {h}, k/v heads {hkv}) is not supported here"
+            ),
+        });
+    }
+    Ok((b, h, t, s, d, dv))
 }
