@@ -180,17 +180,6 @@ impl DecoderAttention {
             }
             None => (k.permute(&[0, 2, 1, 3])?, v.permute(&[0, 2, 1, 3])?),
         };
-        let (k, v) = if hkv == h {
-            (k, v)
-        } else {
-            // Each KV head serves `h / hkv` consecutive query heads (transformers'
-            // `repeat_kv`). The streaming kernel takes K/V of `h` heads, so the
-            // groups are gathered here (a copy of K and V per step).
-            let g = h / hkv;
-            let idx: Vec<i64> = (0..h).map(|i| (i / g) as i64).collect();
-            let idx = Tensor::constant(x.ctx(), &idx, &[h])?;
-            (k.index_select(1, &idx)?, v.index_select(1, &idx)?)
-        };
         let opts = AttentionOpts {
             causal: true,
             scale: None,
