@@ -99,7 +99,7 @@ impl<'a, T: Float> Problem<'a, T> {
             nh: qs[1],
             nhk: ks[1],
             // H = Hkv = 0 (no head at all) reads nothing.
-            group: if ks[1] == 0 { 1 } else { qs[1] / ks[1] },
+            group: qs[1].checked_div(ks[1]).unwrap_or(1),
             nt: qs[2],
             ns: ks[2],
             d: qs[3],
