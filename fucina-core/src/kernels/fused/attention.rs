@@ -4,11 +4,15 @@
 //! Invariants: no `[T, S]` score or probability block wider than one (query block, key
 //! block) tile ever exists: the forward keeps a running max, a running sum and the output
 //! accumulator per query row and saves only the row logsumexp; the backward recomputes each
-//! tile's probabilities from q, k and that logsumexp (`flash.rs`). q, k, v may be any view whose
-//! last axis has stride 1 (e.g. heads transposed out of `[B, T, H, D]`) and are read in
-//! place; other layouts are copied once. Chunks are fixed (head, query block) pairs forward
-//! and heads backward, each reduced in a fixed order, so results are bitwise identical for
-//! any thread count. Fully masked rows give a zero output and zero gradients, not NaN.
+//! tile's probabilities from q, k and that logsumexp (`flash.rs`). Grouped-query attention:
+//! k, v may have `Hkv` heads for q's `H` (`Hkv` dividing `H`; 1 is multi-query), query head
+//! `h` reading k/v head `h / (H / Hkv)` in place (never repeated). q, k, v may be any view
+//! whose last axis has stride 1 (e.g. heads transposed out of `[B, T, H, D]`, or k, v
+//! narrowed out of a `[B, Hkv, Smax, D]` KV cache) and are read in place; other layouts are
+//! copied once. Chunks are fixed (query head, query block) pairs forward and k/v heads
+//! backward (their query heads in ascending order), each reduced in a fixed order, so
+//! results are bitwise identical for any thread count. Fully masked rows give a zero output
+//! and zero gradients, not NaN.
 //! [`materialising`] keeps the previous kernel for the benchmark comparison only.
 
 mod flash;
@@ -79,6 +83,8 @@ impl<'a, T: Float> Heads<'a, T> {
 }
 
 /// `t` itself when its last axis is unit-stride (or of length ≤ 1), else a contiguous copy.
+/// The other axes may have any strides: a view narrowed out of a bigger buffer (a KV cache
+/// `[B, Hkv, Smax, D]` narrowed to `S` keys) is read in place through the buffer's strides.
 fn rows_readable(ctx: &ExecContext, t: &RawTensor) -> Result<RawTensor> {
     if t.strides()[3] == 1 || t.shape()[3] <= 1 {
         Ok(t.clone_view())
@@ -291,10 +297,17 @@ fn expect_shape(op: &'static str, t: &RawTensor, want: &[usize], dtype: DType) -
 }
 
 impl ExecContext {
-    /// Scaled dot-product attention. `q [B,H,T,D]`, `k [B,H,S,D]`, `v [B,H,S,Dv]` (f32/f64,
-    /// any strides). `mask`: an additive f32/f64 bias broadcastable to `[B,H,T,S]` (e.g. a
-    /// `[B,1,1,S]` padding bias of 0 / -1e4 or -inf) or a U8 keep-mask broadcastable to
-    /// `[B,H,T,S]` (0 = masked). Causal masks `j > i + (S - T)`.
+    /// Scaled dot-product attention. `q [B,H,T,D]`, `k [B,Hkv,S,D]`, `v [B,Hkv,S,Dv]`
+    /// (f32/f64, any strides; views with a unit-stride last axis, such as k, v narrowed out
+    /// of a KV cache, are read in place). `Hkv` must divide `H` (grouped-query attention;
+    /// `Hkv == H` is plain multi-head, `Hkv == 1` multi-query): query head `h` reads k/v head
+    /// `h / (H / Hkv)`, so k/v head `j` serves query heads `j·G .. j·G + G − 1` with
+    /// `G = H / Hkv` (PyTorch's `enable_gqa=True`, transformers' `repeat_kv`), without
+    /// repeating k or v; another `Hkv` is an [`Error::InvalidArgument`] naming both shapes.
+    /// `mask`: an additive f32/f64 bias broadcastable to `[B,H,T,S]` (e.g. a `[B,1,1,S]`
+    /// padding bias of 0 / -1e4 or -inf) or a U8 keep-mask broadcastable to `[B,H,T,S]`
+    /// (0 = masked), over the query heads. Causal masks `j > i + (S - T)` (bottom-right
+    /// aligned: a decode step with T = 1 sees every key).
     ///
     /// Returns `(out [B,H,T,Dv], lse [B,H,T])`: `lse` is each row's logsumexp of the masked,
     /// scaled scores (what [`ExecContext::attention_backward`] needs); a fully masked row
@@ -347,7 +360,10 @@ impl ExecContext {
 
     /// Backward of [`ExecContext::attention`] from its inputs (`mask` as given to the
     /// forward), its outputs `out` and `lse`, and the upstream `g_out` `[B,H,T,Dv]`;
-    /// `needs` = which of (gq, gk, gv) to compute. Per (query block, key block) tile the
+    /// `needs` = which of (gq, gk, gv) to compute: gq `[B,H,T,D]`, gk `[B,Hkv,S,D]`,
+    /// gv `[B,Hkv,S,Dv]` (grouped k/v heads: a k/v head's gk, gv sum over its query heads,
+    /// in ascending order, so the bits do not depend on the thread count). Per (query
+    /// block, key block) tile the
     /// probabilities are recomputed, P = exp(s·QKᵀ + M − lse), then with Δ = rowsum(gO ∘ O):
     /// ```text
     /// gV += Pᵀ · gO          gP = gO · Vᵀ          gS = P ∘ (gP − Δ)   (softmax backward)

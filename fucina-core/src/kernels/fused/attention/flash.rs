@@ -3,9 +3,14 @@
 //! Forward, per (head, block of `BR` query rows): loop over blocks of `BC` keys, skipping
 //! blocks wholly above the causal diagonal; per tile compute S = Q·Kᵀ, fold it into the
 //! running row max `m`, the running sum `l` and the output accumulator O (rescaled by
-//! e^(m_old − m_new)), and at the end write O / l and `lse = m + ln l`. Backward, per head:
-//! loop over key blocks, and inside over query blocks in increasing order, recompute
-//! P = e^(S − lse) per tile and accumulate gV, gK (key-block rows), gQ (query rows).
+//! e^(m_old − m_new)), and at the end write O / l and `lse = m + ln l`. Backward, per k/v
+//! head: for each of its query heads in ascending order, loop over key blocks, and inside
+//! over query blocks in increasing order, recompute P = e^(S − lse) per tile and accumulate
+//! gV, gK (key-block rows of the k/v head), gQ (query rows of the query head).
+//!
+//! Grouped-query attention: query head h reads k/v head `h / G` (`G = H / Hkv`) in place;
+//! without grouping (G = 1) each k/v head has one query head and this is the per-head
+//! kernel, bit for bit.
 //!
 //! Keys a row cannot see (causally hidden, or after the last key a keep-mask lets its rows
 //! see) have weight exactly 0, so the tile products skip them: whole key blocks past every
