@@ -357,3 +357,57 @@ fn generate_is_seeded_and_checks_its_arguments() {
         vec![first]
     );
 }
+
+/// The models `saved_models_load_in_transformers` checks: each family's tiny
+/// config, fresh from seed 11, in f32.
+fn saved_models() -> Vec<(&'static str, CausalLm)> {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    [("llama", llama()), ("qwen3", qwen3()), ("gpt2", gpt2())]
+        .into_iter()
+        .map(|(n, c)| (n, CausalLm::new(&ctx, &cfg(c), DType::F32, 11).unwrap()))
+        .collect()
+}
+
+/// The ids whose logits the golden holds.
+const SAVED_IDS: [i64; 6] = [1, 4, 2, 9, 0, 3];
+
+/// Writes the models to `$FUCINA_SAVE_DIR/<family>` for
+/// `tools/check_save_pretrained.py` (run by it; ignored otherwise).
+#[test]
+#[ignore]
+fn write_saved_models() {
+    let root = PathBuf::from(std::env::var("FUCINA_SAVE_DIR").expect("FUCINA_SAVE_DIR"));
+    for (name, lm) in saved_models() {
+        lm.save_pretrained(&root.join(name)).unwrap();
+    }
+}
+
+/// `save_pretrained` → transformers' `AutoModelForCausalLM.from_pretrained`
+/// → logits equal to fucina's within 1e-6 of the largest (the golden is transformers'
+/// output on the saved directories, `tools/check_save_pretrained.py`).
+#[test]
+fn saved_models_load_in_transformers() {
+    let golden: Value = serde_json::from_str(include_str!("goldens/save_pretrained.json")).unwrap();
+    for (name, lm) in saved_models() {
+        let ids = Tensor::constant(lm.ctx(), &SAVED_IDS, &[2, 3]).unwrap();
+        let got = lm.forward(&ids, None).unwrap().to_vec_f64().unwrap();
+        let want: Vec<f64> = golden[name]["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(got.len(), want.len(), "{name}");
+        // Relative to the largest logit, as every golden comparison here.
+        let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst <= 1e-6 * scale,
+            "{name}: transformers' logits differ by {worst:e} (largest {scale})"
+        );
+    }
+}
