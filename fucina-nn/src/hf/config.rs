@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{file_err, read_json};
+use super::{file_err, read_json, GenerationConfig};
 use crate::activation::Activation;
 use crate::error::Result;
 use crate::rope::RopeScaling;
@@ -645,18 +645,21 @@ impl DecoderConfig {
         v["tie_word_embeddings"] = json!(self.tie_word_embeddings);
         v["initializer_range"] = json!(self.initializer_range);
         v["torch_dtype"] = json!("float32");
-        if let Some(b) = self.bos_token_id {
-            v["bos_token_id"] = json!(b);
-        }
-        match self.eos_token_ids.as_slice() {
-            [] => {}
-            [one] => v["eos_token_id"] = json!(one),
-            many => v["eos_token_id"] = json!(many),
-        }
-        if let Some(p) = self.pad_token_id {
-            v["pad_token_id"] = json!(p);
+        if let Value::Object(ids) = self.generation_config().to_json() {
+            for (k, id) in ids {
+                v[k] = id;
+            }
         }
         v
+    }
+
+    /// The token ids of this config as a `generation_config.json`.
+    pub fn generation_config(&self) -> GenerationConfig {
+        GenerationConfig {
+            bos_token_id: self.bos_token_id,
+            eos_token_ids: self.eos_token_ids.clone(),
+            pad_token_id: self.pad_token_id,
+        }
     }
 
     /// The path `config.json` would have in `dir`.

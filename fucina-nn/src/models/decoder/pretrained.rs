@@ -24,7 +24,7 @@ use super::names::{is_conv1d, is_recomputed_buffer, names_of};
 use super::CausalLm;
 use crate::error::Result;
 use crate::hf::save::{copy_tokenizer_files, create_dir, write_json};
-use crate::hf::{file_err, Checkpoint, DecoderConfig, GenerationConfig};
+use crate::hf::{file_err, Checkpoint, DecoderConfig};
 use crate::init::Dist;
 use crate::module::Module;
 
@@ -170,15 +170,8 @@ impl CausalLm {
             &opts,
         )?;
         let c = &self.config;
-        let gen = GenerationConfig {
-            bos_token_id: c.bos_token_id,
-            eos_token_ids: c.eos_token_ids.clone(),
-            pad_token_id: c.pad_token_id,
-        };
-        write_json(
-            &dir.join(crate::hf::generation_config::FILE),
-            &gen.to_json(),
-        )?;
+        let gen = c.generation_config().to_json();
+        write_json(&dir.join(crate::hf::generation_config::FILE), &gen)?;
         write_json(&DecoderConfig::path_in(dir), &c.to_hf_json())?;
         if let Some(from) = &self.source {
             copy_tokenizer_files(from, dir)?;
