@@ -24,7 +24,7 @@ use super::names::{is_conv1d, is_recomputed_buffer, names_of};
 use super::CausalLm;
 use crate::error::Result;
 use crate::hf::save::{copy_tokenizer_files, create_dir, write_json};
-use crate::hf::{file_err, Checkpoint, DecoderConfig};
+use crate::hf::{file_err, Checkpoint, DecoderConfig, GenerationConfig};
 use crate::init::Dist;
 use crate::module::Module;
 
@@ -32,7 +32,9 @@ impl CausalLm {
     /// Builds the model a Hugging Face directory describes (`config.json`)
     /// and loads its `model.safetensors` (or the shards of
     /// `model.safetensors.index.json`) strictly, in `dtype` (f32 or f64;
-    /// stored f16/bf16/f32/f64 convert). The model starts in eval mode.
+    /// stored f16/bf16/f32/f64 convert); the token ids of
+    /// `generation_config.json`, when present, replace `config.json`'s. The
+    /// model starts in eval mode.
     ///
     /// ```no_run
     /// let ctx = fucina_core::ExecContext::with_threads(2)?;
@@ -42,7 +44,14 @@ impl CausalLm {
     /// # Ok::<(), fucina_nn::Error>(())
     /// ```
     pub fn from_pretrained(ctx: &ExecContext, dir: &Path, dtype: DType) -> Result<CausalLm> {
-        let config = DecoderConfig::from_file(&dir.join("config.json"))?;
+        let mut config = DecoderConfig::from_file(&dir.join("config.json"))?;
+        // generation_config.json's token ids win over config.json's, as in transformers.
+        let gen = GenerationConfig::from_dir(dir)?;
+        if !gen.eos_token_ids.is_empty() {
+            config.eos_token_ids = gen.eos_token_ids;
+        }
+        config.bos_token_id = gen.bos_token_id.or(config.bos_token_id);
+        config.pad_token_id = gen.pad_token_id.or(config.pad_token_id);
         let ckpt = Checkpoint::open(dir)?;
         let mut model = Self::from_checkpoint(ctx, &config, &ckpt, dtype)?;
         model.source = Some(dir.to_path_buf());
