@@ -2,7 +2,8 @@
 //! random-init fixtures of `tools/gen_hf_decoder_fixtures.py`
 //! (`fucina-nn/tests/fixtures/hf/<family>/`): each loads strictly (llama's
 //! from three shards and an index); logits, the causal-LM loss and every
-//! parameter's gradient match transformers in f32 (and in f64 for GPT-2); 32 greedy tokens for a left-padded batch of two prompts
+//! parameter's gradient match transformers in f32 and f64 (the f64 reference
+//! computed in float64 throughout, see the generator); 32 greedy tokens for a left-padded batch of two prompts
 //! equal `generate(do_sample=False)`; decoding with the KV cache gives the
 //! logits of recomputing the whole sequence. One test per family.
 
@@ -183,35 +184,30 @@ fn check_cache_matches_recompute(family: &str) {
     assert_close(&format!("{family} cached decode"), &got, &want, 1e-6);
 }
 
-fn family_f32(name: &str) {
+fn family(name: &str) {
     check_against_goldens(name, DType::F32);
     check_generate(name, DType::F32);
     check_cache_matches_recompute(name);
+    check_against_goldens(name, DType::F64);
+    check_generate(name, DType::F64);
 }
 
 #[test]
 fn gpt2() {
-    family_f32("gpt2");
-    check_against_goldens("gpt2", DType::F64);
-    check_generate("gpt2", DType::F64);
+    family("gpt2");
 }
-
-// The RoPE families are checked in f32 only for now: the generator's f64
-// reference (transformers with its rotary patched to float64) still differs
-// from an f64 RoPE by ~2e-6 in the logits and decodes padding rows to eos,
-// so its f64 goldens are not yet a reference (see the decoder issue's note).
 
 #[test]
 fn llama() {
-    family_f32("llama");
+    family("llama");
 }
 
 #[test]
 fn qwen2() {
-    family_f32("qwen2");
+    family("qwen2");
 }
 
 #[test]
 fn qwen3() {
-    family_f32("qwen3");
+    family("qwen3");
 }
