@@ -186,7 +186,6 @@ impl Rope {
         }
         let n = fucina_core::shape::numel_of("Rope", &[max_positions, head_dim])?;
         let inv = inv_freq(head_dim, theta, scaling);
-        let h = head_dim / 2;
         let (mut cos, mut sin) = (
             fucina_core::tensor::try_vec_with_capacity::<f64>(n)?,
             fucina_core::tensor::try_vec_with_capacity::<f64>(n)?,
@@ -200,12 +199,11 @@ impl Rope {
                     .collect(),
                 _ => inv.iter().map(|&f| p as f64 * f).collect(),
             };
-            for half in 0..2 {
-                let _ = half;
+            // Both halves of a row hold the same angles (transformers' cat(freqs, freqs)).
+            for _ in 0..2 {
                 cos.extend(row.iter().map(|a| a.cos()));
                 sin.extend(row.iter().map(|a| a.sin()));
             }
-            debug_assert_eq!(cos.len(), (p + 1) * 2 * h);
         }
         let shape = [max_positions, head_dim];
         let make = |v: &[f64]| -> Result<Tensor> {

@@ -347,9 +347,10 @@ impl CausalLm {
                     ));
                 }
                 let p = Tensor::from_raw(ctx, ctx.to_dtype(&p.raw()?, DType::I64)?, false);
-                let max = p.to_vec::<i64>()?.into_iter().fold(0i64, i64::max);
-                if p.to_vec::<i64>()?.iter().any(|&x| x < 0)
-                    || max as usize >= self.config.max_positions
+                let ids = p.to_vec::<i64>()?;
+                if ids
+                    .iter()
+                    .any(|&x| x < 0 || x as u64 >= self.config.max_positions as u64)
                 {
                     return Err(Error::input(
                         M,
