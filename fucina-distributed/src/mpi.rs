@@ -63,12 +63,23 @@ impl Mpi {
 
     /// Prints `fucina-distributed: rank R of N failed: {message}; aborting the
     /// job` to stderr and aborts every rank (`MPI_Abort`, exit code 1).
+    ///
+    /// The line is formatted first and written with one `write` call:
+    /// `eprintln!` writes each formatted piece separately to the unbuffered
+    /// stderr, and `mpirun` can then splice another rank's output into the
+    /// middle of the line.
     pub fn abort(&self, message: &str) -> ! {
-        eprintln!(
-            "fucina-distributed: rank {} of {} failed: {message}; aborting the job",
+        use std::io::Write;
+        let line = format!(
+            "fucina-distributed: rank {} of {} failed: {message}; aborting the job\n",
             self.rank(),
             self.size()
         );
+        let mut err = std::io::stderr().lock();
+        // Nothing to do if stderr is gone: the abort below still ends the job.
+        let _ = err.write_all(line.as_bytes());
+        let _ = err.flush();
+        drop(err);
         self.world.abort(1)
     }
 
