@@ -191,7 +191,11 @@ fn backward_is_the_transpose() {
     let (xv, gv) = (randn(1, n, 1.0), randn(2, n, 1.0));
     let x = ctx.from_slice(&xv, &[b, t, h, d]).unwrap();
     let g = ctx.from_slice(&gv, &[b, t, h, d]).unwrap();
-    let y = ctx.rope(&x, &cos, &sin, &pos).unwrap().to_vec::<f64>().unwrap();
+    let y = ctx
+        .rope(&x, &cos, &sin, &pos)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
     let gx = ctx
         .rope_backward(&g, &cos, &sin, &pos)
         .unwrap()
@@ -199,7 +203,10 @@ fn backward_is_the_transpose() {
         .unwrap();
     let lhs: f64 = y.iter().zip(&gv).map(|(a, b)| a * b).sum();
     let rhs: f64 = xv.iter().zip(&gx).map(|(a, b)| a * b).sum();
-    assert!((lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0), "{lhs} vs {rhs}");
+    assert!(
+        (lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0),
+        "{lhs} vs {rhs}"
+    );
     let yt = ctx.from_slice(&y, &[b, t, h, d]).unwrap();
     let back = ctx.rope_backward(&yt, &cos, &sin, &pos).unwrap();
     for (a, w) in back.to_vec::<f64>().unwrap().iter().zip(&xv) {
@@ -299,7 +306,12 @@ fn bad_inputs_are_errors_naming_the_op() {
     let far = ctx.from_slice(&[0i64, 1, 2, 3, 4, 5], &[2, 3]).unwrap();
     assert!(matches!(
         ctx.rope(&x, &cos, &sin, &far),
-        Err(Error::OutOfRange { op: "rope", index: 5, bound: 5, .. })
+        Err(Error::OutOfRange {
+            op: "rope",
+            index: 5,
+            bound: 5,
+            ..
+        })
     ));
     assert!(matches!(
         ctx.rope_backward(&x, &cos, &sin, &far),
@@ -311,7 +323,11 @@ fn bad_inputs_are_errors_naming_the_op() {
     let neg = ctx.from_slice(&[0i32, 1, -1, 3, 4, 0], &[2, 3]).unwrap();
     assert!(matches!(
         ctx.rope(&x, &cos, &sin, &neg),
-        Err(Error::OutOfRange { op: "rope", index: -1, .. })
+        Err(Error::OutOfRange {
+            op: "rope",
+            index: -1,
+            ..
+        })
     ));
     let msg = ctx.rope(&x, &cos, &sin, &far).unwrap_err().to_string();
     assert!(msg.starts_with("rope:"), "{msg}");
@@ -325,7 +341,10 @@ fn empty_axes() {
     let sin = ctx.zeros(DType::F64, &[3, 2]).unwrap();
     let x = ctx.zeros(DType::F64, &[2, 0, 3, 4]).unwrap();
     let pos = ctx.zeros(DType::I64, &[2, 0]).unwrap();
-    assert_eq!(ctx.rope(&x, &cos, &sin, &pos).unwrap().shape(), &[2, 0, 3, 4]);
+    assert_eq!(
+        ctx.rope(&x, &cos, &sin, &pos).unwrap().shape(),
+        &[2, 0, 3, 4]
+    );
     let x = ctx.zeros(DType::F64, &[1, 2, 0, 4]).unwrap();
     let pos = ctx.zeros(DType::I64, &[1, 2]).unwrap();
     let gx = ctx.rope_backward(&x, &cos, &sin, &pos).unwrap();
