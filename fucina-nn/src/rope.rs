@@ -322,7 +322,7 @@ impl Rope {
         theta: f64,
         scaling: &RopeScaling,
     ) -> Result<Rope> {
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::config(
                 "Rope",
                 format!("head_dim must be even and > 0, got {head_dim}"),

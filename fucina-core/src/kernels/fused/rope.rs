@@ -50,7 +50,7 @@ fn check(
         });
     }
     let (b, t, h, d) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-    if d == 0 || d % 2 != 0 {
+    if d == 0 || !d.is_multiple_of(2) {
         return Err(Error::InvalidArgument {
             op,
             msg: format!(
