@@ -7,7 +7,7 @@ The rows (names, input shapes, domains) come from the project itself:
 JSON, and for the fused ops also their torch side ("torch": "lambda x: ...",
 written next to each op in fucina-autograd/src/ops/fused/<op>.rs). This
 script holds the rest of the torch side: the TORCH lambdas and the helpers
-the project's lambdas call (causal_mask, sdpa).
+the project's lambdas call (causal_mask, sdpa, rotate_half, rope_hf).
 
 For each case NAME and dtype D in {f64, f32} the file holds
     D/NAME/in{i}    the inputs (float, int64 indices or uint8 masks)
@@ -65,6 +65,26 @@ def sdpa(q, k, v, bias=None, causal=False, scale=None):
     if causal:
         s = s.masked_fill(causal_mask(s.shape[-2], s.shape[-1]), float("-inf"))
     return s.softmax(-1) @ v
+
+
+def rotate_half(x):
+    """Hugging Face's rotate_half: cat(-x2, x1) over the last axis."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_hf(x, positions, theta):
+    """HF's rotary embedding x * cos + rotate_half(x) * sin on x [B, T, H, D] at
+    positions [B, T], with the default inv_freq = theta^(-2i/D); the angles
+    are computed in float64 and the tables rounded to x's dtype (fucina's row
+    builds its tables the same way)."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    freqs = positions.to(torch.float64)[..., None] * inv
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = emb.cos().to(x.dtype)[:, :, None, :]
+    sin = emb.sin().to(x.dtype)[:, :, None, :]
+    return x * cos + rotate_half(x) * sin
 
 
 # The rows whose torch side the project writes next to the op: the fused
@@ -210,7 +230,10 @@ def project_lambda(row):
     src = row["torch"] or ""
     if not src.startswith("lambda x: "):
         return None
-    return eval(src, {"torch": torch, "F": F, "math": math, "causal_mask": causal_mask, "sdpa": sdpa})
+    return eval(src, {
+        "torch": torch, "F": F, "math": math, "causal_mask": causal_mask, "sdpa": sdpa,
+        "rotate_half": rotate_half, "rope_hf": rope_hf,
+    })
 
 
 def lambdas(table):

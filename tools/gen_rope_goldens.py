@@ -1,67 +1,116 @@
 #!/usr/bin/env python3
-"""RoPE goldens from transformers: writes fucina-nn/tests/goldens/rope.json.
+"""Writes fucina-nn/tests/goldens/rope.json: transformers' own rotary tables and
+rotation for fucina-nn's `Rope` (fucina-nn/src/rope.rs) to be compared with
+(fucina-nn/tests/rope.rs).
 
-For head_dim 16, rope_theta 10000 and 64 positions (chosen so that llama3's
-smooth band holds some frequencies: wavelengths 6.3, 19.9, 62.8, ... against
-original_max_position_embeddings 32 with low/high factors 1 and 4):
-  inv_freq            transformers' rope-init functions (default, linear factor 2,
-                      llama3 factor 8), as transformers returns them (float32)
-  cos, sin (llama3)   LlamaRotaryEmbedding's float32 tables for positions 0..64
-  q, k, rotated       apply_rotary_pos_emb (rotate-half) of fixed q, k [1, 2, 5, 16]
-                      at positions [3, 0, 7, 63, 12], float32
-The Rust test fucina-nn/tests/rope.rs compares fucina's Rope with them.
+For head_dim 16, rope_theta 10000 and each rope_scaling type fucina supports
+(default; linear, factor 2; llama3, factor 8, low/high freq factors 1/4,
+original_max_position_embeddings 64, so that two of the eight frequencies
+fall in llama3's smooth band), the file holds, under "cases"[type]:
+    rope_scaling   the config field as given to LlamaConfig (null for default)
+    inv_freq       transformers' inv_freq (float32: LlamaRotaryEmbedding's
+                   compute_default_rope_parameters, or ROPE_INIT_FUNCTIONS[type])
+    cos, sin       [64, 8]: the float32 tables LlamaRotaryEmbedding produces for
+                   positions 0..64, first half only (the script checks that HF's
+                   full-width table is cat(half, half))
+    q_embed, k_embed  apply_rotary_pos_emb(q, k, cos, sin) for the fixed q, k
+                   ([B, H, T, D] = [2, 2, 5, 16], HF's layout) at `positions`
+and at the top level q, k and positions ([2, 5], not an arange). Everything
+is float32, written as exact decimal doubles.
 
-Run (needs torch, transformers; CI never runs this):  python3 tools/gen_rope_goldens.py
+Regenerate (needs torch and transformers; CI never runs this):
+    ${PYTHON:-python3} tools/gen_rope_goldens.py
 """
 import json
-import pathlib
+import os
 
 import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT = ROOT / "fucina-nn" / "tests" / "goldens" / "rope.json"
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+HEAD_DIM = 16
+THETA = 10000.0
+MAX_POS = 64
+SCALINGS = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+}
+POSITIONS = [[0, 0, 1, 2, 3], [10, 11, 12, 13, 63]]
 
 
 def config(scaling):
-    return LlamaConfig(hidden_size=32, num_attention_heads=2, head_dim=16, max_position_embeddings=64,
-                       rope_theta=10000.0, rope_scaling=scaling)
+    kw = {} if scaling is None else {"rope_scaling": dict(scaling)}
+    return LlamaConfig(
+        head_dim=HEAD_DIM,
+        hidden_size=64,
+        num_attention_heads=4,
+        rope_theta=THETA,
+        max_position_embeddings=128,
+        **kw,
+    )
+
+
+def flat(t):
+    return [float(v) for v in t.detach().reshape(-1).tolist()]
 
 
 def main():
-    out = {"head_dim": 16, "theta": 10000.0, "max_positions": 64, "llama3": LLAMA3}
-    for name, scaling in (("default", None), ("linear", {"rope_type": "linear", "factor": 2.0}),
-                          ("llama3", LLAMA3)):
-        c = config(scaling)
-        kind = "default" if scaling is None else scaling["rope_type"]
-        if kind == "default":
-            # transformers v5 has no "default" entry in ROPE_INIT_FUNCTIONS; this is
-            # LlamaRotaryEmbedding.compute_default_rope_parameters' formula.
-            inv = 1.0 / (10000.0 ** (torch.arange(0, 16, 2, dtype=torch.int64).float() / 16))
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 2, 5, HEAD_DIM, generator=g, dtype=torch.float32)
+    k = torch.randn(2, 2, 5, HEAD_DIM, generator=g, dtype=torch.float32)
+    positions = torch.tensor(POSITIONS, dtype=torch.int64)
+    cases = {}
+    for name, scaling in SCALINGS.items():
+        cfg = config(scaling)
+        if name == "default":
+            inv_freq, scale = LlamaRotaryEmbedding.compute_default_rope_parameters(cfg)
         else:
-            inv, _ = ROPE_INIT_FUNCTIONS[kind](c, None)
-        out[f"inv_freq_{name}"] = [float(x) for x in inv]
-    rot = LlamaRotaryEmbedding(config(LLAMA3))
-    pos = torch.arange(64)[None]
-    x = torch.zeros(1, 64, 16)
-    cos, sin = rot(x, pos)
-    out["cos_llama3"] = [float(v) for v in cos[0, :, :8].flatten()]
-    out["sin_llama3"] = [float(v) for v in sin[0, :, :8].flatten()]
-    g = torch.Generator().manual_seed(5)
-    q = torch.randn(1, 2, 5, 16, generator=g)
-    k = torch.randn(1, 2, 5, 16, generator=g)
-    positions = torch.tensor([[3, 0, 7, 63, 12]])
-    c5, s5 = rot(q.transpose(1, 2).reshape(1, 5, 32), positions)
-    qr, kr = apply_rotary_pos_emb(q, k, c5, s5)
-    out["positions"] = positions[0].tolist()
-    for n, t in (("q", q), ("k", k), ("q_rot", qr), ("k_rot", kr)):
-        out[n] = [float(v) for v in t.flatten()]
-    OUT.write_text(json.dumps(out) + "\n")
-    print("wrote", OUT)
+            inv_freq, scale = ROPE_INIT_FUNCTIONS[name](cfg, None)
+        assert scale == 1.0 and inv_freq.dtype == torch.float32
+        emb = LlamaRotaryEmbedding(cfg)
+        assert emb.rope_type == name, (emb.rope_type, name)
+        assert torch.equal(emb.inv_freq, inv_freq)
+        x = torch.zeros(1, dtype=torch.float32)
+        cos, sin = emb(x, torch.arange(MAX_POS)[None, :])
+        cos, sin = cos[0], sin[0]
+        half = HEAD_DIM // 2
+        assert torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])
+        pc, ps = emb(x, positions)
+        q_embed, k_embed = apply_rotary_pos_emb(q, k, pc, ps)
+        cases[name] = {
+            "rope_scaling": scaling,
+            "inv_freq": flat(inv_freq),
+            "cos": flat(cos[:, :half]),
+            "sin": flat(sin[:, :half]),
+            "q_embed": flat(q_embed),
+            "k_embed": flat(k_embed),
+        }
+    out = {
+        "generator": "tools/gen_rope_goldens.py",
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "head_dim": HEAD_DIM,
+        "theta": THETA,
+        "max_positions": MAX_POS,
+        "qk_shape": list(q.shape),
+        "q": flat(q),
+        "k": flat(k),
+        "positions": POSITIONS,
+        "cases": cases,
+    }
+    path = os.path.join(os.path.dirname(__file__), "..", "fucina-nn", "tests", "goldens", "rope.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"wrote {len(cases)} cases to {os.path.normpath(path)}")
 
 
 if __name__ == "__main__":

@@ -1,114 +1,212 @@
-//! Rotary position embedding in Hugging Face's rotate-half convention:
-//! `rope(x) = x·cos + rotate_half(x)·sin`, `rotate_half([x₁, x₂]) = [−x₂, x₁]`
-//! over the last axis (head width D, halves of D/2), with angles
-//! `position · inv_freq` from `rope_theta` and `rope_scaling` (`default`,
-//! `linear`, `llama3`; any other type is an error naming it).
+//! Rotary position embedding tables in Hugging Face's layout: `RopeScaling`
+//! (the `rope_scaling` field of a `config.json`: default, linear, llama3),
+//! `inv_freq` exactly as transformers computes it, and `Rope`, the
+//! `[max_positions, head_dim/2]` cos/sin tables applied through autograd's
+//! fused `Tensor::rope` (rotate-half convention).
 //!
-//! The tables are buffers of the model (recomputed from the config, never
-//! saved). [`Rope::apply`] is composed from differentiable ops (an index
-//! of the tables by position, products, a concat), so its backward is
-//! theirs: `gx = g·cos + rotate_halfᵀ(g·sin)`, `rotate_halfᵀ([a, b]) = [b, −a]`.
-//!
-//! Numerics follow transformers: for f32 models the inverse frequencies
-//! are rounded to f32 and the angles formed in f32, as
-//! `LlamaRotaryEmbedding` does; f64 models compute everything in f64.
+//! Numerics: transformers computes `inv_freq`, the angles `position · inv_freq`
+//! and their cos/sin in float32. F32 tables replicate that step by step
+//! ([`inv_freq_f32`], the angle rounded to f32, its cos/sin computed in f64
+//! and rounded), so they match `LlamaRotaryEmbedding` to within an f32 ulp or
+//! two; F64 tables compute everything in f64 ([`inv_freq`]).
 
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-/// `rope_scaling` of a Hugging Face config.
+/// The frequency scaling of a rotary embedding (HF's `rope_scaling`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RopeScaling {
-    /// Plain RoPE.
+    /// No scaling: `inv_freq[i] = theta^(−2i/d)`.
     Default,
-    /// Positions divided by `factor` (all frequencies over `factor`).
+    /// Position interpolation: every frequency divided by `factor`.
     Linear {
-        /// The scale.
+        /// The divisor of every frequency (> 0).
         factor: f64,
     },
-    /// Llama 3.1's frequency-dependent scaling.
+    /// Llama 3.1's scaling: wavelengths above `original_max_position_embeddings /
+    /// low_freq_factor` are divided by `factor`, those below
+    /// `original_max_position_embeddings / high_freq_factor` are kept, and the band
+    /// between is interpolated smoothly.
     Llama3 {
-        /// Low frequencies are divided by this.
+        /// The divisor of the low frequencies (> 0).
         factor: f64,
-        /// Wavelengths above `original / low_freq_factor` are scaled fully.
+        /// Sets the long-wavelength threshold (> 0, < `high_freq_factor`).
         low_freq_factor: f64,
-        /// Wavelengths below `original / high_freq_factor` are kept.
+        /// Sets the short-wavelength threshold (> `low_freq_factor`).
         high_freq_factor: f64,
-        /// The context length the model was trained with.
+        /// The context length the model was pretrained with (> 0).
         original_max_position_embeddings: usize,
     },
 }
 
+const SUPPORTED: &str = "supported: default, linear, llama3";
+
+/// The field `name` of `obj` as a finite number > 0.
+fn positive(obj: &serde_json::Map<String, Value>, kind: &str, name: &str) -> Result<f64> {
+    let v = obj.get(name).ok_or_else(|| {
+        Error::config(
+            "RopeScaling",
+            format!("rope_scaling type `{kind}` needs the field `{name}`"),
+        )
+    })?;
+    match v.as_f64() {
+        Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(Error::config(
+            "RopeScaling",
+            format!("rope_scaling field `{name}` must be a finite number > 0, got {v}"),
+        )),
+    }
+}
+
 impl RopeScaling {
-    /// Parses `rope_scaling` (or transformers v5's `rope_parameters`):
-    /// absent or null is [`RopeScaling::Default`]; the type is `rope_type`
-    /// (or the legacy `type`).
-    pub fn from_hf(v: Option<&Value>) -> Result<RopeScaling> {
-        let Some(v) = v.filter(|v| !v.is_null()) else {
-            return Ok(RopeScaling::Default);
+    /// Parses HF `config.json`'s `rope_scaling` field: absent or `null` is
+    /// [`RopeScaling::Default`]; an object names its type in `rope_type` (or
+    /// the legacy `type`), one of `default`, `linear` (`factor`) and `llama3`
+    /// (`factor`, `low_freq_factor`, `high_freq_factor`,
+    /// `original_max_position_embeddings`); other fields are ignored.
+    ///
+    /// Errors: [`Error::InvalidConfig`] naming an unsupported type, or a
+    /// missing or invalid field.
+    ///
+    /// ```
+    /// use fucina_nn::RopeScaling;
+    /// let v = serde_json::json!({"rope_type": "linear", "factor": 2.0});
+    /// assert_eq!(RopeScaling::from_hf(Some(&v))?, RopeScaling::Linear { factor: 2.0 });
+    /// assert_eq!(RopeScaling::from_hf(None)?, RopeScaling::Default);
+    /// let yarn = serde_json::json!({"type": "yarn", "factor": 4.0});
+    /// assert!(RopeScaling::from_hf(Some(&yarn)).unwrap_err().to_string().contains("`yarn`"));
+    /// # Ok::<(), fucina_nn::Error>(())
+    /// ```
+    pub fn from_hf(value: Option<&Value>) -> Result<RopeScaling> {
+        let obj = match value {
+            None | Some(Value::Null) => return Ok(RopeScaling::Default),
+            Some(Value::Object(obj)) => obj,
+            Some(other) => {
+                return Err(Error::config(
+                    "RopeScaling",
+                    format!("rope_scaling must be an object or null, got {other}"),
+                ))
+            }
         };
-        let err = |msg: String| Error::config("RopeScaling", msg);
-        let Some(obj) = v.as_object() else {
-            return Err(err(format!("must be an object or null, got {v}")));
+        let kind = match obj.get("rope_type").or_else(|| obj.get("type")) {
+            Some(Value::String(s)) => s.as_str(),
+            Some(other) => {
+                return Err(Error::config(
+                    "RopeScaling",
+                    format!("rope_scaling field `rope_type` must be a string, got {other}"),
+                ))
+            }
+            None => {
+                return Err(Error::config(
+                    "RopeScaling",
+                    "rope_scaling has no `rope_type` (or legacy `type`) field",
+                ))
+            }
         };
-        let ty = obj
-            .get("rope_type")
-            .or_else(|| obj.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let num = |name: &str| -> Result<f64> {
-            obj.get(name)
-                .and_then(Value::as_f64)
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| err(format!("`{name}` is missing or not a positive number")))
-        };
-        Ok(match ty {
+        let scaling = match kind {
             "default" => RopeScaling::Default,
             "linear" => RopeScaling::Linear {
-                factor: num("factor")?,
+                factor: positive(obj, kind, "factor")?,
             },
             "llama3" => {
-                let (low, high) = (num("low_freq_factor")?, num("high_freq_factor")?);
-                if high <= low {
-                    return Err(err(format!(
-                        "`high_freq_factor` {high} must exceed `low_freq_factor` {low}"
-                    )));
-                }
-                let orig = num("original_max_position_embeddings")?;
-                if orig.fract() != 0.0 || orig > (1u64 << 32) as f64 {
-                    return Err(err(format!(
-                        "`original_max_position_embeddings` {orig} is not a position count"
-                    )));
-                }
+                let field = "original_max_position_embeddings";
+                let v = obj.get(field).ok_or_else(|| {
+                    Error::config(
+                        "RopeScaling",
+                        format!("rope_scaling type `llama3` needs the field `{field}`"),
+                    )
+                })?;
+                let original = v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        Error::config(
+                            "RopeScaling",
+                            format!("rope_scaling field `{field}` must be an integer > 0, got {v}"),
+                        )
+                    })?;
                 RopeScaling::Llama3 {
-                    factor: num("factor")?,
-                    low_freq_factor: low,
-                    high_freq_factor: high,
-                    original_max_position_embeddings: orig as usize,
+                    factor: positive(obj, kind, "factor")?,
+                    low_freq_factor: positive(obj, kind, "low_freq_factor")?,
+                    high_freq_factor: positive(obj, kind, "high_freq_factor")?,
+                    original_max_position_embeddings: original,
                 }
             }
             other => {
-                return Err(err(format!(
-                "rope_scaling type `{other}` is not supported (supported: default, linear, llama3)"
-            )))
+                return Err(Error::config(
+                    "RopeScaling",
+                    format!("rope_scaling type `{other}` is not supported ({SUPPORTED})"),
+                ))
             }
-        })
+        };
+        scaling.validate()?;
+        Ok(scaling)
     }
 
-    /// The `rope_scaling` value of a config (null for the default).
-    pub fn to_hf(&self) -> Value {
+    /// Checks the parameters: factors finite and > 0, llama3's
+    /// `low_freq_factor < high_freq_factor` (the smooth band's denominator)
+    /// and `original_max_position_embeddings > 0`.
+    pub fn validate(&self) -> Result<()> {
+        let check = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::config(
+                    "RopeScaling",
+                    format!("rope_scaling field `{name}` must be a finite number > 0, got {v}"),
+                ))
+            }
+        };
         match *self {
-            RopeScaling::Default => Value::Null,
-            RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
+            RopeScaling::Default => Ok(()),
+            RopeScaling::Linear { factor } => check("factor", factor),
             RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position_embeddings,
-            } => json!({
+            } => {
+                check("factor", factor)?;
+                check("low_freq_factor", low_freq_factor)?;
+                check("high_freq_factor", high_freq_factor)?;
+                if low_freq_factor >= high_freq_factor {
+                    return Err(Error::config(
+                        "RopeScaling",
+                        format!(
+                            "rope_scaling field `low_freq_factor` ({low_freq_factor}) must be \
+                             below `high_freq_factor` ({high_freq_factor})"
+                        ),
+                    ));
+                }
+                if original_max_position_embeddings == 0 {
+                    return Err(Error::config(
+                        "RopeScaling",
+                        "rope_scaling field `original_max_position_embeddings` must be > 0",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The `rope_scaling` value of a config (null for the default): what
+    /// [`RopeScaling::from_hf`] reads back to the same value.
+    pub fn to_hf(&self) -> Value {
+        match *self {
+            RopeScaling::Default => Value::Null,
+            RopeScaling::Linear { factor } => {
+                serde_json::json!({"rope_type": "linear", "factor": factor})
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => serde_json::json!({
                 "rope_type": "llama3",
                 "factor": factor,
                 "low_freq_factor": low_freq_factor,
@@ -119,12 +217,15 @@ impl RopeScaling {
     }
 }
 
-/// The inverse frequencies `[D/2]`: `1 / θ^(2i/D)`, then scaled
-/// (transformers' `_compute_default_rope_parameters`, linear and
-/// `_compute_llama3_parameters`).
+/// The `head_dim / 2` inverse frequencies in f64, as transformers'
+/// `_compute_default_rope_parameters` (`1 / theta^(2i/d)`), linear scaling
+/// (divided by `factor`) and `_compute_llama3_parameters` compute them, with
+/// every step in f64. Expects an even `head_dim` and a validated `scaling`
+/// ([`Rope::new`] checks both).
 pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f64> {
+    let d = head_dim as f64;
     let base: Vec<f64> = (0..head_dim / 2)
-        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / d))
         .collect();
     match *scaling {
         RopeScaling::Default => base,
@@ -135,20 +236,19 @@ pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f64> 
             high_freq_factor,
             original_max_position_embeddings,
         } => {
-            let orig = original_max_position_embeddings as f64;
-            let low_wavelen = orig / low_freq_factor;
-            let high_wavelen = orig / high_freq_factor;
+            let old = original_max_position_embeddings as f64;
+            let low_wavelen = old / low_freq_factor;
+            let high_wavelen = old / high_freq_factor;
             base.into_iter()
                 .map(|f| {
                     let wavelen = 2.0 * std::f64::consts::PI / f;
-                    if wavelen > low_wavelen {
-                        f / factor
-                    } else if wavelen < high_wavelen {
-                        f
-                    } else {
-                        let smooth = (orig / wavelen - low_freq_factor)
+                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                    if wavelen >= high_wavelen && wavelen <= low_wavelen {
+                        let smooth = (old / wavelen - low_freq_factor)
                             / (high_freq_factor - low_freq_factor);
-                        (1.0 - smooth) * f / factor + smooth * f
+                        (1.0 - smooth) * scaled / factor + smooth * scaled
+                    } else {
+                        scaled
                     }
                 })
                 .collect()
@@ -156,20 +256,87 @@ pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f64> 
     }
 }
 
-/// RoPE's cos and sin tables `[max_positions, D]` (each row `[c, c]`, the
-/// half-width angles repeated, as transformers' `cat(freqs, freqs)`).
-#[derive(Debug)]
+/// The inverse frequencies as transformers computes them in float32, op by
+/// op: the exponent `2i / d` in f32, `theta^e` rounded to f32, its f32
+/// reciprocal, then the scaling with its Python scalars rounded to f32 and
+/// every tensor op in f32. Same preconditions as [`inv_freq`].
+pub fn inv_freq_f32(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f32> {
+    let d = head_dim as f32;
+    let th = theta as f32 as f64;
+    let base: Vec<f32> = (0..head_dim / 2)
+        .map(|i| {
+            let e = (2 * i) as f32 / d;
+            1.0f32 / (th.powf(e as f64) as f32)
+        })
+        .collect();
+    match *scaling {
+        RopeScaling::Default => base,
+        RopeScaling::Linear { factor } => {
+            let factor = factor as f32;
+            base.into_iter().map(|f| f / factor).collect()
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            // Python scalars (f64 arithmetic) meet f32 tensors: rounded to f32 there.
+            let old64 = original_max_position_embeddings as f64;
+            let low_wavelen = (old64 / low_freq_factor) as f32;
+            let high_wavelen = (old64 / high_freq_factor) as f32;
+            let band = (high_freq_factor - low_freq_factor) as f32;
+            let (old, factor, low) = (old64 as f32, factor as f32, low_freq_factor as f32);
+            let two_pi = (2.0 * std::f64::consts::PI) as f32;
+            base.into_iter()
+                .map(|f| {
+                    let wavelen = two_pi / f;
+                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                    if wavelen >= high_wavelen && wavelen <= low_wavelen {
+                        let smooth = (old / wavelen - low) / band;
+                        (1.0 - smooth) * scaled / factor + smooth * scaled
+                    } else {
+                        scaled
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// Rotary embedding tables: `cos` and `sin` of shape `[max_positions,
+/// head_dim/2]` (row `p` holds `cos(p · inv_freq)`: HF's full-width table is
+/// `cat(row, row)`), constants of the requested dtype.
+#[derive(Clone, Debug)]
 pub struct Rope {
-    /// `cos(position · inv_freq)`, halves repeated.
+    /// `cos(p · inv_freq[i])`, `[max_positions, head_dim/2]`.
     pub cos: Tensor,
-    /// `sin(position · inv_freq)`, halves repeated.
+    /// `sin(p · inv_freq[i])`, `[max_positions, head_dim/2]`.
     pub sin: Tensor,
     head_dim: usize,
+    max_positions: usize,
 }
 
 impl Rope {
-    /// The tables for head width `head_dim` (even) and positions
-    /// `0..max_positions`, in `dtype` (f32 or f64).
+    /// The tables for `head_dim` (even, > 0) and positions `0..max_positions`
+    /// (> 0), base `theta` (finite, > 0), scaled by `scaling`, in `dtype`
+    /// (F32: transformers' float32 arithmetic, see the module doc; F64: all in f64).
+    ///
+    /// Errors: [`Error::InvalidConfig`] naming the field for a bad size, theta,
+    /// dtype or scaling, or a table size that overflows.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_core::{DType, ExecContext};
+    /// use fucina_nn::{Rope, RopeScaling};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let rope = Rope::new(&ctx, DType::F32, 8, 16, 10000.0, &RopeScaling::Default)?;
+    /// assert_eq!(rope.cos.shape(), &[16, 4]);
+    /// let x = Tensor::randn(&ctx, DType::F32, &[1, 3, 2, 8], 0)?; // [B, T, H, D]
+    /// let pos = Tensor::constant(&ctx, &[0i64, 1, 2], &[1, 3])?;
+    /// assert_eq!(rope.apply(&x, &pos)?.shape(), &[1, 3, 2, 8]);
+    /// # Ok::<(), fucina_nn::Error>(())
+    /// ```
     pub fn new(
         ctx: &ExecContext,
         dtype: DType,
@@ -178,78 +345,106 @@ impl Rope {
         theta: f64,
         scaling: &RopeScaling,
     ) -> Result<Rope> {
-        if head_dim == 0 || !head_dim.is_multiple_of(2) || max_positions == 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::config(
                 "Rope",
-                format!("head_dim {head_dim} must be even and positive, max_positions {max_positions} positive"),
+                format!("head_dim must be even and > 0, got {head_dim}"),
             ));
         }
-        let n = fucina_core::shape::numel_of("Rope", &[max_positions, head_dim])?;
-        let inv = inv_freq(head_dim, theta, scaling);
-        let (mut cos, mut sin) = (
-            fucina_core::tensor::try_vec_with_capacity::<f64>(n)?,
-            fucina_core::tensor::try_vec_with_capacity::<f64>(n)?,
-        );
-        for p in 0..max_positions {
-            let row: Vec<f64> = match dtype {
-                // transformers: f32 inv_freq, f32 product, then cos/sin.
-                DType::F32 => inv
-                    .iter()
-                    .map(|&f| ((p as f32) * (f as f32)) as f64)
-                    .collect(),
-                _ => inv.iter().map(|&f| p as f64 * f).collect(),
-            };
-            // Both halves of a row hold the same angles (transformers' cat(freqs, freqs)).
-            for _ in 0..2 {
-                cos.extend(row.iter().map(|a| a.cos()));
-                sin.extend(row.iter().map(|a| a.sin()));
-            }
+        if max_positions == 0 {
+            return Err(Error::config("Rope", "max_positions must be > 0, got 0"));
         }
-        let shape = [max_positions, head_dim];
-        let make = |v: &[f64]| -> Result<Tensor> {
-            let raw = ctx.to_dtype(&ctx.from_slice(v, &shape)?, dtype)?;
-            Ok(Tensor::from_raw(ctx, raw, false))
+        if !(theta.is_finite() && theta > 0.0) {
+            return Err(Error::config(
+                "Rope",
+                format!("theta must be finite and > 0, got {theta}"),
+            ));
+        }
+        scaling.validate()?;
+        let half = head_dim / 2;
+        let n = max_positions.checked_mul(half).ok_or_else(|| {
+            Error::config(
+                "Rope",
+                format!("a table of {max_positions} x {half} elements overflows usize"),
+            )
+        })?;
+        let (cos, sin) = match dtype {
+            DType::F32 => {
+                let inv = inv_freq_f32(head_dim, theta, scaling);
+                let (mut c, mut s) = (reserve::<f32>(n)?, reserve::<f32>(n)?);
+                for p in 0..max_positions {
+                    for &f in &inv {
+                        let a = (p as f32 * f) as f64;
+                        c.push(a.cos() as f32);
+                        s.push(a.sin() as f32);
+                    }
+                }
+                let shape = [max_positions, half];
+                (
+                    Tensor::constant(ctx, &c, &shape)?,
+                    Tensor::constant(ctx, &s, &shape)?,
+                )
+            }
+            DType::F64 => {
+                let inv = inv_freq(head_dim, theta, scaling);
+                let (mut c, mut s) = (reserve::<f64>(n)?, reserve::<f64>(n)?);
+                for p in 0..max_positions {
+                    for &f in &inv {
+                        let a = p as f64 * f;
+                        c.push(a.cos());
+                        s.push(a.sin());
+                    }
+                }
+                let shape = [max_positions, half];
+                (
+                    Tensor::constant(ctx, &c, &shape)?,
+                    Tensor::constant(ctx, &s, &shape)?,
+                )
+            }
+            other => {
+                return Err(Error::config(
+                    "Rope",
+                    format!("dtype must be F32 or F64, got {other}"),
+                ))
+            }
         };
         Ok(Rope {
-            cos: make(&cos)?,
-            sin: make(&sin)?,
+            cos,
+            sin,
             head_dim,
+            max_positions,
         })
     }
 
-    /// The head width.
+    /// The head dim `D` the tables were built for.
     pub fn head_dim(&self) -> usize {
         self.head_dim
     }
 
-    /// The longest position + 1.
+    /// The number of positions the tables cover.
     pub fn max_positions(&self) -> usize {
-        self.cos.shape()[0]
+        self.max_positions
     }
 
-    /// Rotates `x [B, T, H, D]` by the angles of `positions` (integer `[B, T]`).
+    /// Rotates `x` (`[B, T, H, D]`, `D = head_dim`, the tables' dtype) by the
+    /// angles of `positions` (I64 `[B, T]`, each below `max_positions`):
+    /// autograd's fused [`Tensor::rope`], differentiable in `x`.
     pub fn apply(&self, x: &Tensor, positions: &Tensor) -> Result<Tensor> {
-        let s = x.shape();
-        if x.rank() != 4 || s[3] != self.head_dim || positions.shape() != &s[..2] {
+        if x.shape().len() != 4 || x.shape()[3] != self.head_dim {
             return Err(Error::input(
                 "Rope",
-                format!(
-                    "x must be [B, T, H, {}] and positions [B, T] (positions {:?})",
-                    self.head_dim,
-                    positions.shape()
-                ),
-                s,
+                format!("expected x of shape [B, T, H, {}]", self.head_dim),
+                x.shape(),
             ));
         }
-        let (b, t, d) = (s[0], s[1], s[3]);
-        let idx = positions.reshape([(b * t) as isize])?;
-        let shape = [b as isize, t as isize, 1, d as isize];
-        let cos = self.cos.index_select(0, &idx)?.reshape(shape)?;
-        let sin = self.sin.index_select(0, &idx)?.reshape(shape)?;
-        let h = d / 2;
-        let x1 = x.narrow(3, 0, h)?;
-        let x2 = x.narrow(3, h, h)?;
-        let rot = Tensor::concat(&[&x2.neg()?, &x1], 3)?;
-        Ok(x.mul(&cos)?.add(&rot.mul(&sin)?)?)
+        Ok(x.rope(&self.cos, &self.sin, positions)?)
     }
+}
+
+/// An empty vector with room for `n` elements, or an error (never an abort).
+fn reserve<T>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::config("Rope", format!("cannot allocate a table of {n} elements")))?;
+    Ok(v)
 }

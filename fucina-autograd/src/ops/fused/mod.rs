@@ -54,4 +54,5 @@ fused_ops! {
     norm,
     loss,
     attention,
+    rope,
 }

@@ -17,4 +17,5 @@
 pub mod attention;
 pub mod loss;
 pub mod norm;
+pub mod rope;
 pub mod softmax;
