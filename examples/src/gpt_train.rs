@@ -286,24 +286,6 @@ fn gpt_config(args: &TrainGptArgs, vocab_size: usize) -> GptConfig {
     }
 }
 
-/// Every dropout's call counter, in a fixed order (the embedding dropout, then each block's).
-fn dropout_calls(gpt: &Gpt) -> Vec<u64> {
-    std::iter::once(gpt.drop.calls())
-        .chain(gpt.blocks.iter().map(|b| b.dropout.calls()))
-        .collect()
-}
-
-fn set_dropout_calls(gpt: &Gpt, calls: &[u64]) -> bool {
-    if calls.len() != gpt.blocks.len() + 1 {
-        return false;
-    }
-    gpt.drop.set_calls(calls[0]);
-    for (b, &c) in gpt.blocks.iter().zip(&calls[1..]) {
-        b.dropout.set_calls(c);
-    }
-    true
-}
-
 /// Mean validation loss over `args.eval_batches` fixed windows (eval mode, no grad).
 fn evaluate(ctx: &ExecContext, gpt: &Gpt, data: &CharData, args: &TrainGptArgs) -> Result<f64> {
     gpt.eval();
@@ -434,7 +416,9 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
     let unigram = data.unigram_entropy();
     let gcfg = gpt_config(args, data.vocab_size());
     let gpt = Gpt::new(&mut Init::new(&ctx, DType::F32, args.seed), &gcfg)?;
-    let named = gpt.named_parameters();
+    // The parameters and the persistent buffers (the dropout counters, so a
+    // resumed run draws the masks the uninterrupted one would).
+    let named = gpt.state_dict();
     let num_params = gpt.num_parameters();
 
     let [decay, no_decay] = gpt.decay_groups();
@@ -506,9 +490,7 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
             .map_err(|e| resume_err(format!("bad loss history: {e}")))?;
         val = serde_json::from_value(get("val"))
             .map_err(|e| resume_err(format!("bad validation history: {e}")))?;
-        let calls: Vec<u64> = serde_json::from_value(get("dropout_calls"))
-            .map_err(|e| resume_err(format!("bad dropout counters: {e}")))?;
-        if !set_dropout_calls(&gpt, &calls) || losses.len() as u64 != ck.state.step {
+        if losses.len() as u64 != ck.state.step {
             return Err(resume_err("inconsistent trainer state".into()));
         }
         step0 = ck.state.step;
@@ -615,7 +597,6 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
                     "run": identity,
                     "losses": losses,
                     "val": val,
-                    "dropout_calls": dropout_calls(&gpt),
                 }),
             };
             save_checkpoint(&ckpt_root, &named, &opt, &state)?;

@@ -1,5 +1,5 @@
 //! `#[derive(Module)]` for fucina-nn: generates the visits of the `Module`
-//! trait (`visit_params`, `visit_params_mut`, `visit_modules`,
+//! trait (`visit_params`, `visit_params_mut`, `visit_buffers`, `visit_modules`,
 //! `visit_modules_mut`, `set_training`) over a struct's fields, in
 //! declaration order. The struct must be `'static` (modules are owned), as
 //! `visit_modules` hands it out as `dyn Any`.
@@ -138,6 +138,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let mut training = Vec::new();
     let mut modules = Vec::new();
     let mut modules_mut = Vec::new();
+    let mut buffers = Vec::new();
     let members: Vec<(syn::Member, String, &syn::Field)> = match fields {
         Fields::Named(n) => n
             .named
@@ -176,6 +177,9 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         visit_mut.push(quote! {
             { #make_path #krate::Module::visit_params_mut(&mut self.#member, &#path, f); }
         });
+        buffers.push(quote! {
+            { #make_path #krate::Module::visit_buffers(&self.#member, &#path, f); }
+        });
         modules.push(quote! {
             { #make_path #krate::Module::visit_modules(&self.#member, &#path, f); }
         });
@@ -206,6 +210,10 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             #[allow(unused_variables)]
             fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut #krate::Tensor)) {
                 #(#visit_mut)*
+            }
+            #[allow(unused_variables)]
+            fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &#krate::Buffer)) {
+                #(#buffers)*
             }
             fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn ::core::any::Any)) {
                 f(prefix, self);

@@ -4,14 +4,14 @@
 //! RNG: call `k` uses seed `rng::at(seed, k)`, and autograd's `dropout`
 //! regenerates the mask in backward from `(seed, element index)`, so a run
 //! is reproducible from the seed and the sequence of calls on any thread
-//! count. In eval mode, or with `p = 0`, forward is the identity (the same
+//! count. The call counter is a persistent [`Buffer`] (`calls`, I64 `[1]`),
+//! so a state dict saved mid-run resumes the same masks. In eval mode, or with `p = 0`, forward is the identity (the same
 //! tensor handle, no op recorded).
 
-use std::cell::Cell;
-
 use fucina_autograd::Tensor;
-use fucina_core::rng;
+use fucina_core::{rng, ExecContext};
 
+use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::init::Init;
 use crate::module::{Forward, Mode};
@@ -37,8 +37,8 @@ pub struct Dropout {
     pub p: f64,
     #[module(skip)]
     seed: u64,
-    #[module(skip)]
-    calls: Cell<u64>,
+    /// Masks drawn so far (I64 `[1]`, the u64 count's bits).
+    calls: Buffer,
     /// Train/eval flag.
     pub mode: Mode,
 }
@@ -46,11 +46,12 @@ pub struct Dropout {
 impl Dropout {
     /// A dropout layer whose seed is the next stream of `init`.
     pub fn new(init: &mut Init, p: f64) -> Result<Dropout> {
-        Self::with_seed(p, init.next_seed())
+        let seed = init.next_seed();
+        Self::with_seed(init.ctx(), p, seed)
     }
 
     /// A dropout layer with an explicit seed.
-    pub fn with_seed(p: f64, seed: u64) -> Result<Dropout> {
+    pub fn with_seed(ctx: &ExecContext, p: f64, seed: u64) -> Result<Dropout> {
         if !(0.0..1.0).contains(&p) {
             return Err(Error::config(
                 "Dropout",
@@ -60,19 +61,22 @@ impl Dropout {
         Ok(Dropout {
             p,
             seed,
-            calls: Cell::new(0),
+            calls: Buffer::persistent(Tensor::constant(ctx, &[0i64], &[1])?)?,
             mode: Mode::new(),
         })
     }
 
     /// How many masks were drawn so far.
-    pub fn calls(&self) -> u64 {
-        self.calls.get()
+    pub fn calls(&self) -> Result<u64> {
+        Ok(self.calls.to_vec::<i64>()?[0] as u64)
     }
 
     /// Sets the call counter (to replay the masks of a resumed run).
-    pub fn set_calls(&self, calls: u64) {
-        self.calls.set(calls);
+    pub fn set_calls(&self, calls: u64) -> Result<()> {
+        self.calls.update_value(|v| {
+            v.as_mut_slice::<i64>()?[0] = calls as i64;
+            Ok::<(), Error>(())
+        })
     }
 
     /// Drops in training mode, identity in eval mode.
@@ -80,8 +84,12 @@ impl Dropout {
         if !self.mode.is_training() || self.p == 0.0 {
             return Ok(x.clone());
         }
-        let k = self.calls.get();
-        self.calls.set(k.wrapping_add(1));
+        let k = self.calls.update_value(|v| {
+            let c = &mut v.as_mut_slice::<i64>()?[0];
+            let k = *c as u64;
+            *c = k.wrapping_add(1) as i64;
+            Ok::<u64, Error>(k)
+        })?;
         Ok(x.dropout(self.p, rng::at(self.seed, k))?)
     }
 }

@@ -35,6 +35,7 @@ extern crate self as fucina_nn;
 
 pub mod activation;
 pub mod attention;
+pub mod buffer;
 pub mod dropout;
 pub mod embedding;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod transformer;
 
 pub use activation::Activation;
 pub use attention::SelfAttention;
+pub use buffer::Buffer;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{Error, Result};

@@ -10,8 +10,9 @@
 //! `set_training` reaches through the same visit.
 
 use std::any::Any;
-use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::buffer::Buffer;
 use crate::error::Result;
 use fucina_autograd::Tensor;
 
@@ -108,6 +109,11 @@ pub trait Module {
     /// loading, LoRA wrapping).
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor));
 
+    /// Calls `f(path, buffer)` for every [`Buffer`] (non-parameter state),
+    /// in declaration order. Leaves without buffers keep this default
+    /// (none); derived structs, containers and [`Buffer`] report theirs.
+    fn visit_buffers(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Buffer)) {}
+
     /// Calls `f(path, module)` for this module and every sub-module, parents
     /// first (a derived struct reports itself, then its fields; `Vec`,
     /// `Option`, `Box` are transparent; tensors and modes are not reported; a
@@ -131,6 +137,32 @@ pub trait Module {
         self.visit_params("", &mut |name, t| {
             if !out.iter().any(|(_, u)| u.same_as(t)) {
                 out.push((name.to_string(), t.clone()));
+            }
+        });
+        out
+    }
+
+    /// Every buffer with its dotted path, persistent or not, in declaration
+    /// order (a buffer reached twice is listed once). Buffers are never
+    /// parameters: no gradient, no optimizer.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = Vec::new();
+        self.visit_buffers("", &mut |name, b| {
+            if !out.iter().any(|(_, u)| u.same_as(b.tensor())) {
+                out.push((name.to_string(), b.tensor().clone()));
+            }
+        });
+        out
+    }
+
+    /// What is saved and loaded: every parameter
+    /// ([`Module::named_parameters`]), then every persistent buffer, by
+    /// dotted path (PyTorch's `state_dict`).
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.named_parameters();
+        self.visit_buffers("", &mut |name, b| {
+            if b.is_persistent() && !out.iter().any(|(_, u)| u.same_as(b.tensor())) {
+                out.push((name.to_string(), b.tensor().clone()));
             }
         });
         out
@@ -275,6 +307,11 @@ impl<M: Module> Module for Vec<M> {
             m.visit_params_mut(&join(prefix, &i.to_string()), f);
         }
     }
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
+        for (i, m) in self.iter().enumerate() {
+            m.visit_buffers(&join(prefix, &i.to_string()), f);
+        }
+    }
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
         for (i, m) in self.iter().enumerate() {
             m.visit_modules(&join(prefix, &i.to_string()), f);
@@ -302,6 +339,11 @@ impl<M: Module> Module for Option<M> {
             m.visit_params_mut(prefix, f);
         }
     }
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
+        if let Some(m) = self {
+            m.visit_buffers(prefix, f);
+        }
+    }
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
         if let Some(m) = self {
             m.visit_modules(prefix, f);
@@ -327,6 +369,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor)) {
         (**self).visit_params_mut(prefix, f);
     }
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
+        (**self).visit_buffers(prefix, f);
+    }
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn Any)) {
         (**self).visit_modules(prefix, f);
     }
@@ -342,16 +387,16 @@ impl<M: Module + ?Sized> Module for Box<M> {
 /// (dropout). A field of this type is reached by [`Module::set_training`];
 /// it holds no parameters. New modes start in training, as PyTorch's.
 #[derive(Debug)]
-pub struct Mode(Cell<bool>);
+pub struct Mode(AtomicBool);
 
 impl Mode {
     /// A flag in training mode.
     pub fn new() -> Mode {
-        Mode(Cell::new(true))
+        Mode(AtomicBool::new(true))
     }
     /// True in training mode.
     pub fn is_training(&self) -> bool {
-        self.0.get()
+        self.0.load(Ordering::Relaxed)
     }
 }
 
@@ -363,7 +408,7 @@ impl Default for Mode {
 
 impl Clone for Mode {
     fn clone(&self) -> Self {
-        Mode(Cell::new(self.0.get()))
+        Mode(AtomicBool::new(self.is_training()))
     }
 }
 
@@ -373,7 +418,7 @@ impl Module for Mode {
     fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
     fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
     fn set_training(&self, training: bool) {
-        self.0.set(training);
+        self.0.store(training, Ordering::Relaxed);
     }
 }
 
@@ -441,6 +486,15 @@ macro_rules! module_children {
                 let $s = self;
                 $( let n = $crate::module::join(prefix, $name);
                    $crate::module::Module::visit_params_mut(&mut $s.$field, &n, f); )*
+            }
+            fn visit_buffers(
+                &self,
+                prefix: &str,
+                f: &mut dyn FnMut(&str, &$crate::buffer::Buffer),
+            ) {
+                let $s = self;
+                $( $crate::module::Module::visit_buffers(
+                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
             }
             fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
                 f(prefix, self);

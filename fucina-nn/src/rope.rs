@@ -14,6 +14,7 @@ use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use serde_json::Value;
 
+use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 
 /// The frequency scaling of a rotary embedding (HF's `rope_scaling`).
@@ -306,14 +307,18 @@ pub fn inv_freq_f32(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f
 
 /// Rotary embedding tables: `cos` and `sin` of shape `[max_positions,
 /// head_dim/2]` (row `p` holds `cos(p · inv_freq)`: HF's full-width table is
-/// `cat(row, row)`), constants of the requested dtype.
-#[derive(Clone, Debug)]
+/// `cat(row, row)`), constants of the requested dtype, held as
+/// non-persistent [`Buffer`]s (recomputed from the config, never saved:
+/// transformers' `inv_freq` is non-persistent too).
+#[derive(Clone, Debug, crate::Module)]
 pub struct Rope {
     /// `cos(p · inv_freq[i])`, `[max_positions, head_dim/2]`.
-    pub cos: Tensor,
+    pub cos: Buffer,
     /// `sin(p · inv_freq[i])`, `[max_positions, head_dim/2]`.
-    pub sin: Tensor,
+    pub sin: Buffer,
+    #[module(skip)]
     head_dim: usize,
+    #[module(skip)]
     max_positions: usize,
 }
 
@@ -409,8 +414,8 @@ impl Rope {
             }
         };
         Ok(Rope {
-            cos,
-            sin,
+            cos: Buffer::non_persistent(cos)?,
+            sin: Buffer::non_persistent(sin)?,
             head_dim,
             max_positions,
         })
@@ -437,7 +442,7 @@ impl Rope {
                 x.shape(),
             ));
         }
-        Ok(x.rope(&self.cos, &self.sin, positions)?)
+        Ok(x.rope(self.cos.tensor(), self.sin.tensor(), positions)?)
     }
 }
 

@@ -1,11 +1,10 @@
 //! Module state dicts in safetensors, for any [`Module`]: its
-//! `named_parameters` saved and loaded by dotted name through
+//! [`Module::state_dict`] (the parameters, then the persistent buffers)
+//! saved and loaded by dotted name through
 //! `fucina_autograd::io` (the workspace's one state-dict implementation:
 //! strict by default with one error listing missing, unexpected and
 //! mismatched keys, prefix rules, f16/bf16 widening, memory-mapped reads,
 //! errors naming file and tensor, and a failed load changes nothing).
-//! Models with buffers (BERT's `position_ids`) add them in their own
-//! `state_dict`.
 
 use std::path::Path;
 
@@ -32,19 +31,22 @@ use crate::module::Module;
 /// # Ok::<(), fucina_nn::Error>(())
 /// ```
 pub trait StateDict: Module {
-    /// Writes every parameter to `path` (atomically), each in its own dtype.
+    /// Writes every parameter and persistent buffer to `path` (atomically),
+    /// each in its own dtype.
     fn save_state_dict(&self, path: &Path) -> Result<()> {
         self.save_state_dict_with(path, &SaveOptions::default())
     }
 
-    /// Writes every parameter to `path` with `opts` (e.g. stored as bf16).
+    /// Writes every parameter and persistent buffer to `path` with `opts`
+    /// (e.g. stored as bf16).
     fn save_state_dict_with(&self, path: &Path, opts: &SaveOptions) -> Result<()> {
-        Ok(sdio::save_state_dict(path, &self.named_parameters(), opts)?)
+        Ok(sdio::save_state_dict(path, &self.state_dict(), opts)?)
     }
 
-    /// Loads parameters from `path` by name (see [`LoadOptions`]).
+    /// Loads parameters and persistent buffers from `path` by name (see
+    /// [`LoadOptions`]).
     fn load_state_dict(&self, path: &Path, opts: &LoadOptions) -> Result<LoadReport> {
-        Ok(sdio::load_state_dict(path, &self.named_parameters(), opts)?)
+        Ok(sdio::load_state_dict(path, &self.state_dict(), opts)?)
     }
 }
 

@@ -130,7 +130,7 @@ fn hugging_face_names() {
     }
     assert_eq!(names.len(), 5 + 2 * 16);
     assert_eq!(
-        model.state_dict().last().unwrap().0,
+        model.checkpoint_tensors().last().unwrap().0,
         "embeddings.position_ids"
     );
 }
@@ -144,14 +144,18 @@ fn prefixed_state_dict_round_trips_bit_exact() {
         let a = BertModel::new(&mut Init::new(&ctx, DType::F32, 1), &tiny(), true).unwrap();
         let b = BertModel::new(&mut Init::new(&ctx, DType::F32, 2), &tiny(), true).unwrap();
         let sd: Vec<(String, Tensor)> = a
-            .state_dict()
+            .checkpoint_tensors()
             .into_iter()
             .map(|(n, t)| (format!("bert.{n}"), t))
             .collect();
         fucina_autograd::save_state_dict(&path, &sd, &SaveOptions::default()).unwrap();
         let rep = b.load_safetensors(&path, &LoadOptions::new()).unwrap();
         assert_eq!(rep.loaded.len(), sd.len());
-        for ((_, x), (_, y)) in a.state_dict().iter().zip(b.state_dict().iter()) {
+        for ((_, x), (_, y)) in a
+            .checkpoint_tensors()
+            .iter()
+            .zip(b.checkpoint_tensors().iter())
+        {
             assert_eq!(x.to_vec_f64().unwrap(), y.to_vec_f64().unwrap());
         }
     }

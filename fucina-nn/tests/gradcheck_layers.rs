@@ -120,13 +120,13 @@ fn activations() {
 fn dropout_in_training_with_a_replayed_mask() {
     let ctx = ctx();
     {
-        let drop = Dropout::with_seed(0.3, 9).unwrap();
+        let drop = Dropout::with_seed(&ctx, 0.3, 9).unwrap();
         // Each forward draws a new mask; replaying call 0 fixes it for the check.
         let r = gradcheck_module_with(
             &drop,
             &[input(&ctx, &[4, 8], 10)],
             |m, xs| {
-                m.set_calls(0);
+                m.set_calls(0).unwrap();
                 m.forward(&xs[0])
             },
             &opts(),

@@ -19,7 +19,7 @@ fn bad_configs_are_structured_errors() {
         cfg(Embedding::new(&mut init, 3, 0).map(drop), "Embedding");
         cfg(LayerNorm::new(&mut init, 3, -1.0).map(drop), "LayerNorm");
         cfg(RmsNorm::new(&mut init, 0, 1e-6).map(drop), "RmsNorm");
-        cfg(Dropout::with_seed(1.0, 0).map(drop), "Dropout");
+        cfg(Dropout::with_seed(&ctx, 1.0, 0).map(drop), "Dropout");
         cfg(Mlp::new(&mut init, &[3], Activation::Relu).map(drop), "Mlp");
         cfg(
             init.param(

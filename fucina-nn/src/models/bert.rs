@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 use crate::attention::multi_head_attention;
+use crate::buffer::Buffer;
 use crate::dropout::Dropout;
 use crate::embedding::Embedding;
 use crate::error::{Error, Result};
@@ -182,10 +183,9 @@ pub struct BertEmbeddings {
     pub layer_norm: LayerNorm,
     /// Embedding dropout.
     pub dropout: Dropout,
-    /// The buffer of position ids, I64 `[1, max_pos]` = `0..max_pos`: not a
-    /// parameter; in the state dict as `embeddings.position_ids`.
-    #[module(skip)]
-    pub position_ids: Tensor,
+    /// The position ids, I64 `[1, max_pos]` = `0..max_pos`: a persistent
+    /// buffer, in the checkpoint as `embeddings.position_ids`.
+    pub position_ids: Buffer,
 }
 
 /// Query, key and value projections (`attention.self`).
@@ -323,7 +323,7 @@ impl BertModel {
             token_type_embeddings: emb(init, config.type_vocab_size)?,
             layer_norm: ln(init)?,
             dropout: Dropout::new(init, p)?,
-            position_ids: Tensor::constant(&ctx, &pos, &[1, pos.len()])?,
+            position_ids: Buffer::persistent(Tensor::constant(&ctx, &pos, &[1, pos.len()])?)?,
         };
         let mut layer = Vec::with_capacity(config.num_hidden_layers);
         for _ in 0..config.num_hidden_layers {
@@ -397,13 +397,14 @@ impl BertModel {
         }
     }
 
-    /// The state dict: every parameter by its HF name, plus the
-    /// `embeddings.position_ids` buffer.
-    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+    /// What a Hugging Face checkpoint holds: every parameter by its HF
+    /// name, plus the `embeddings.position_ids` buffer (the dropout
+    /// counters of [`Module::state_dict`] are fucina's own state).
+    pub fn checkpoint_tensors(&self) -> Vec<(String, Tensor)> {
         let mut sd = self.named_parameters();
         sd.push((
             POSITION_IDS.to_string(),
-            self.embeddings.position_ids.clone(),
+            self.embeddings.position_ids.tensor().clone(),
         ));
         sd
     }
@@ -425,7 +426,7 @@ impl BertModel {
         if file.info(&format!("{prefix}{POSITION_IDS}")).is_some() {
             sd.push((
                 POSITION_IDS.to_string(),
-                self.embeddings.position_ids.clone(),
+                self.embeddings.position_ids.tensor().clone(),
             ));
         }
         Ok(sdio::load_state_dict_from(file, &sd, &opts)?)

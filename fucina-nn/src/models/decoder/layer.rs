@@ -107,7 +107,7 @@ module_children!(DecoderAttention, |s| [
     s.names.o => o_proj,
     s.names.q_norm => q_norm,
     s.names.k_norm => k_norm,
-    "" => dropout,
+    "dropout" => dropout,
 ]);
 
 /// What the attention of every layer shares in one forward.
@@ -211,7 +211,7 @@ module_children!(DecoderMlp, |s| [
     s.names.gate => gate,
     s.names.up => up,
     s.names.down => down,
-    "" => dropout,
+    "dropout" => dropout,
 ]);
 
 impl DecoderMlp {

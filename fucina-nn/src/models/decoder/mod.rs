@@ -66,10 +66,11 @@ pub struct CausalLm {
 module_children!(CausalLm, |s| [
     s.names.embed => embed_tokens,
     s.names.positions => embed_positions,
-    "" => embed_dropout,
+    "embed_dropout" => embed_dropout,
     s.names.layers => layers,
     s.names.final_norm => norm,
     s.names.head => lm_head,
+    "rotary_emb" => rope,
 ]);
 
 /// Where a model's parameters come from while it is built: called with
@@ -119,7 +120,7 @@ impl CausalLm {
             w
         };
         let mut seeds = fucina_core::rng::SplitMix64::new(seed ^ 0x000D_20F0_u64);
-        let mut dropout = || Dropout::with_seed(c.dropout, seeds.next_u64());
+        let mut dropout = || Dropout::with_seed(ctx, c.dropout, seeds.next_u64());
         let join = crate::module::join;
         let linear = |src: &mut ParamSource<'_>,
                       name: &str,
