@@ -142,23 +142,28 @@ impl Init {
     /// from `dist` with the next stream.
     pub fn param(&mut self, shape: &[usize], dist: Dist) -> Result<Tensor> {
         dist.validate()?;
-        let n = checked_numel(shape).ok_or_else(|| {
+        checked_numel(shape).ok_or_else(|| {
             Error::config(
                 "Init",
                 format!("shape {shape:?} overflows the element count"),
             )
         })?;
         let stream = self.next_seed();
+        // The pool first (under its limit, a clean error when it cannot
+        // grow), then the values drawn straight into it: no host copy.
         let raw = match self.dtype {
-            DType::F32 => {
-                let v: Vec<f32> = (0..n as u64)
-                    .map(|i| dist.sample(stream, i) as f32)
-                    .collect();
-                self.ctx.from_slice(&v, shape)?
-            }
-            DType::F64 => {
-                let v: Vec<f64> = (0..n as u64).map(|i| dist.sample(stream, i)).collect();
-                self.ctx.from_slice(&v, shape)?
+            DType::F32 | DType::F64 => {
+                let mut raw = self.ctx.empty(self.dtype, shape)?;
+                if self.dtype == DType::F32 {
+                    for (i, x) in raw.as_mut_slice::<f32>()?.iter_mut().enumerate() {
+                        *x = dist.sample(stream, i as u64) as f32;
+                    }
+                } else {
+                    for (i, x) in raw.as_mut_slice::<f64>()?.iter_mut().enumerate() {
+                        *x = dist.sample(stream, i as u64);
+                    }
+                }
+                raw
             }
             other => {
                 return Err(Error::config(

@@ -108,10 +108,7 @@ fn default_init_range() -> f64 {
 impl BertConfig {
     /// Reads a Hugging Face `config.json`.
     pub fn from_file(path: &Path) -> Result<BertConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::File {
-            file: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
+        let text = crate::hf::read_small_file(path, crate::hf::MAX_JSON_BYTES)?;
         let c: BertConfig = serde_json::from_str(&text).map_err(|e| Error::File {
             file: path.to_path_buf(),
             msg: format!("not a BERT config.json: {e}"),
@@ -316,16 +313,23 @@ impl BertModel {
         let ln = |init: &mut Init| LayerNorm::new(init, h, config.layer_norm_eps);
         let p = config.hidden_dropout_prob;
         let ctx = init.ctx().clone();
-        let pos: Vec<i64> = (0..config.max_position_embeddings as i64).collect();
+        // In the pool (a clean error when a config's size cannot be
+        // allocated), filled in place.
+        let mut pos = ctx.empty(DType::I64, &[1, config.max_position_embeddings])?;
+        for (i, x) in pos.as_mut_slice::<i64>()?.iter_mut().enumerate() {
+            *x = i as i64;
+        }
         let embeddings = BertEmbeddings {
             word_embeddings: emb(init, config.vocab_size)?,
             position_embeddings: emb(init, config.max_position_embeddings)?,
             token_type_embeddings: emb(init, config.type_vocab_size)?,
             layer_norm: ln(init)?,
             dropout: Dropout::new(init, p)?,
-            position_ids: Buffer::persistent(Tensor::constant(&ctx, &pos, &[1, pos.len()])?)?,
+            position_ids: Buffer::persistent(Tensor::from_raw(&ctx, pos, false))?,
         };
-        let mut layer = Vec::with_capacity(config.num_hidden_layers);
+        // Grown as the layers are made: a config's count never sizes an
+        // allocation up front.
+        let mut layer = Vec::new();
         for _ in 0..config.num_hidden_layers {
             layer.push(BertLayer {
                 attention: BertAttention {
@@ -377,11 +381,69 @@ impl BertModel {
         let file = SafetensorsFile::open(&path)?;
         let prefix = Self::file_prefix(&file);
         let with_pooler = file.info(&format!("{prefix}pooler.dense.weight")).is_some();
+        Self::check_header(&config, &file, prefix, &path)?;
         let mut init = Init::new(ctx, dtype, 0);
         let model = BertModel::new(&mut init, &config, with_pooler)?;
         model.load_from(&file, &LoadOptions::new())?;
         model.eval();
         Ok(model)
+    }
+
+    /// Checks every size of `config` against the shapes in the file's
+    /// header before a byte of the model is allocated (the strict load
+    /// afterwards checks every tensor): the embeddings give the vocabulary,
+    /// position, token-type and hidden sizes, the first layer's
+    /// intermediate dense the intermediate size, and the last layer must be
+    /// there with none after it.
+    fn check_header(
+        config: &BertConfig,
+        file: &SafetensorsFile<'_>,
+        prefix: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let h = config.hidden_size;
+        let last = config.num_hidden_layers - 1;
+        let want = [
+            ("embeddings.word_embeddings.weight".to_string(), vec![config.vocab_size, h]),
+            (
+                "embeddings.position_embeddings.weight".to_string(),
+                vec![config.max_position_embeddings, h],
+            ),
+            (
+                "embeddings.token_type_embeddings.weight".to_string(),
+                vec![config.type_vocab_size, h],
+            ),
+            (
+                "encoder.layer.0.intermediate.dense.weight".to_string(),
+                vec![config.intermediate_size, h],
+            ),
+            (format!("encoder.layer.{last}.output.dense.weight"), vec![h, config.intermediate_size]),
+        ];
+        let err = |msg: String| Error::File {
+            file: path.to_path_buf(),
+            msg,
+        };
+        for (name, shape) in want {
+            let key = format!("{prefix}{name}");
+            match file.info(&key) {
+                None => return Err(err(format!("tensor `{key}` is missing (config.json needs it)"))),
+                Some(info) if info.shape != shape => {
+                    return Err(err(format!(
+                        "tensor `{key}` has shape {:?}, config.json needs {shape:?}",
+                        info.shape
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let extra = format!("{prefix}encoder.layer.{}.output.dense.weight", last + 1);
+        if file.info(&extra).is_some() {
+            return Err(err(format!(
+                "the file has tensor `{extra}` past config.json's num_hidden_layers {}",
+                config.num_hidden_layers
+            )));
+        }
+        Ok(())
     }
 
     /// `"bert."` when the file's keys carry that prefix (a `BertFor*`
