@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use fucina_core::DType;
+use fucina_core::{DType, RawTensor};
 
 use crate::tape::tensor::Tensor;
 
@@ -157,21 +157,29 @@ fn shown_along(n: usize, summarize: bool) -> (Vec<usize>, bool) {
     }
 }
 
-/// Row-major flat indices of every element that is printed.
-fn shown_indices(shape: &[usize], summarize: bool) -> Vec<usize> {
-    let mut out = vec![0usize];
-    for &n in shape {
-        let (along, _) = shown_along(n, summarize);
-        out = out
-            .iter()
-            .flat_map(|&base| along.iter().map(move |&i| base * n + i))
-            .collect();
+/// The printed elements of `t` only, row-major: along each axis longer
+/// than `2 · PRINT_EDGE_ITEMS` (when summarizing) the two edges are cut out
+/// as views and joined, so a huge or broadcast tensor is never read whole.
+fn shown_values(t: &Tensor, summarize: bool) -> Option<RawTensor> {
+    let mut r = t.value().ok()?;
+    if summarize {
+        for (axis, &n) in t.shape().iter().enumerate() {
+            if n > 2 * PRINT_EDGE_ITEMS {
+                let head = r.narrow(axis, 0, PRINT_EDGE_ITEMS).ok()?;
+                let tail = r
+                    .narrow(axis, n - PRINT_EDGE_ITEMS, PRINT_EDGE_ITEMS)
+                    .ok()?;
+                r = t.ctx().concat(&[&head, &tail], axis).ok()?;
+            }
+        }
     }
-    out
+    Some(r)
 }
 
-/// The bracketed values of the sub-tensor at flat offset `base` (elements
-/// `base * numel(shape) ..`), PyTorch's `_tensor_str_with_formatter`.
+/// The bracketed values of the sub-tensor at flat offset `base` of the
+/// shown values (`values` holds only the printed elements: along a cut
+/// axis the `2 · PRINT_EDGE_ITEMS` edges), PyTorch's
+/// `_tensor_str_with_formatter`.
 fn tensor_str(
     values: &Values,
     fmt: &Formatter,
@@ -186,11 +194,11 @@ fn tensor_str(
             let n = shape[0];
             let (along, cut) = shown_along(n, summarize);
             let mut items: Vec<String> = Vec::with_capacity(along.len() + 1);
-            for (k, &i) in along.iter().enumerate() {
+            for k in 0..along.len() {
                 if cut && k == PRINT_EDGE_ITEMS {
                     items.push(" ...".into());
                 }
-                items.push(fmt.format(values, base * n + i));
+                items.push(fmt.format(values, base * along.len() + k));
             }
             let per_line = (PRINT_LINE_WIDTH.saturating_sub(indent) / (fmt.width + 2)).max(1);
             let lines: Vec<String> = items.chunks(per_line).map(|c| c.join(", ")).collect();
@@ -203,7 +211,7 @@ fn tensor_str(
             let n = shape[0];
             let (along, cut) = shown_along(n, summarize);
             let mut parts: Vec<String> = Vec::with_capacity(along.len() + 1);
-            for (k, &i) in along.iter().enumerate() {
+            for k in 0..along.len() {
                 if cut && k == PRINT_EDGE_ITEMS {
                     parts.push("...".into());
                 }
@@ -211,7 +219,7 @@ fn tensor_str(
                     values,
                     fmt,
                     &shape[1..],
-                    base * n + i,
+                    base * along.len() + k,
                     indent + 1,
                     summarize,
                 ));
@@ -228,19 +236,28 @@ fn values_str(t: &Tensor, indent: usize) -> Option<String> {
     if t.is_released() {
         return None;
     }
-    let values = if t.dtype().is_float() {
-        Values::Float(t.to_vec_f64().ok()?)
-    } else if t.dtype() == DType::I64 {
-        Values::Int(t.to_vec::<i64>().ok()?)
-    } else {
-        Values::Int(t.to_vec_f64().ok()?.into_iter().map(|x| x as i64).collect())
-    };
     let shape = t.shape();
     if shape.contains(&0) {
         return Some("[]".into());
     }
     let summarize = t.numel() > PRINT_THRESHOLD;
-    let fmt = Formatter::new(&values, &shown_indices(shape, summarize));
+    let shown = Tensor::from_raw(t.ctx(), shown_values(t, summarize)?, false);
+    let values = if t.dtype().is_float() {
+        Values::Float(shown.to_vec_f64().ok()?)
+    } else if t.dtype() == DType::I64 {
+        Values::Int(shown.to_vec::<i64>().ok()?)
+    } else {
+        Values::Int(
+            shown
+                .to_vec_f64()
+                .ok()?
+                .into_iter()
+                .map(|x| x as i64)
+                .collect(),
+        )
+    };
+    let all: Vec<usize> = (0..shown.numel()).collect();
+    let fmt = Formatter::new(&values, &all);
     Some(tensor_str(&values, &fmt, shape, 0, indent, summarize))
 }
 

@@ -10,8 +10,13 @@ use crate::tensor::RawTensor;
 impl ExecContext {
     /// A pooled tensor holding a copy of `a` (any memory order).
     pub fn from_ndarray<T: Element>(&self, a: &ndarray::ArrayViewD<'_, T>) -> Result<RawTensor> {
-        let data: Vec<T> = a.iter().copied().collect();
-        self.from_slice(&data, a.shape())
+        // The pool first (a broadcast view of a huge shape is a clean
+        // error), then the elements in logical order.
+        let mut t = self.empty(T::DTYPE, a.shape())?;
+        for (d, s) in t.as_mut_slice::<T>()?.iter_mut().zip(a.iter()) {
+            *d = *s;
+        }
+        Ok(t)
     }
 }
 

@@ -35,8 +35,8 @@ impl DistributedSampler {
     /// use fucina_distributed::DistributedSampler;
     /// let s0 = DistributedSampler::new(10, 0, 2, 7)?;
     /// let s1 = DistributedSampler::new(10, 1, 2, 7)?;
-    /// let mut all = s0.indices(3);
-    /// all.extend(s1.indices(3));
+    /// let mut all = s0.indices(3)?;
+    /// all.extend(s1.indices(3)?);
     /// all.sort();
     /// assert_eq!(all, (0..10).collect::<Vec<_>>()); // disjoint, and the union is everything
     /// # Ok::<(), fucina_distributed::Error>(())
@@ -83,8 +83,16 @@ impl DistributedSampler {
     }
 
     /// The order of the whole data set in `epoch` (the same on every rank).
-    pub fn epoch_order(&self, epoch: u64) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.len).collect();
+    /// Errors (never an abort) when `len` indices cannot be allocated.
+    pub fn epoch_order(&self, epoch: u64) -> Result<Vec<usize>> {
+        let mut order: Vec<usize> = Vec::new();
+        order.try_reserve_exact(self.len).map_err(|_| {
+            Error::InvalidConfig(format!(
+                "DistributedSampler: cannot allocate the order of {} samples",
+                self.len
+            ))
+        })?;
+        order.extend(0..self.len);
         if self.shuffle {
             let mut g = SplitMix64::new(rng::at(self.seed, epoch));
             for i in (1..self.len).rev() {
@@ -92,17 +100,18 @@ impl DistributedSampler {
                 order.swap(i, j);
             }
         }
-        order
+        Ok(order)
     }
 
     /// This rank's shard of `epoch`: positions `rank, rank + world, ...` of
     /// [`DistributedSampler::epoch_order`].
-    pub fn indices(&self, epoch: u64) -> Vec<usize> {
-        self.epoch_order(epoch)
+    pub fn indices(&self, epoch: u64) -> Result<Vec<usize>> {
+        Ok(self
+            .epoch_order(epoch)?
             .into_iter()
             .skip(self.rank)
             .step_by(self.world)
-            .collect()
+            .collect())
     }
 
     /// The number of samples in this rank's shard (shards differ by at most one).
@@ -130,7 +139,7 @@ impl DistributedSampler {
     pub fn batch(&self, step: u64, batch: usize) -> Result<Vec<usize>> {
         let per_epoch = self.batches_per_epoch(batch)? as u64;
         let (epoch, k) = (step / per_epoch, (step % per_epoch) as usize);
-        let shard = self.indices(epoch);
+        let shard = self.indices(epoch)?;
         Ok(shard[k * batch..(k + 1) * batch].to_vec())
     }
 }

@@ -14,7 +14,7 @@ fn shards_are_disjoint_and_cover_the_data_set() {
                 let mut all = Vec::new();
                 for rank in 0..world {
                     let s = DistributedSampler::new(len, rank, world, 42).unwrap();
-                    let shard = s.indices(epoch);
+                    let shard = s.indices(epoch).unwrap();
                     assert_eq!(shard.len(), s.shard_len());
                     all.extend(shard);
                 }
@@ -29,18 +29,24 @@ fn shards_are_disjoint_and_cover_the_data_set() {
 fn shuffles_are_seeded_per_epoch() {
     let s = DistributedSampler::new(50, 1, 2, 9).unwrap();
     assert_eq!(
-        s.indices(3),
-        DistributedSampler::new(50, 1, 2, 9).unwrap().indices(3)
+        s.indices(3).unwrap(),
+        DistributedSampler::new(50, 1, 2, 9)
+            .unwrap()
+            .indices(3)
+            .unwrap()
     );
-    assert_ne!(s.indices(0), s.indices(1));
+    assert_ne!(s.indices(0).unwrap(), s.indices(1).unwrap());
     assert_ne!(
-        s.indices(0),
-        DistributedSampler::new(50, 1, 2, 10).unwrap().indices(0)
+        s.indices(0).unwrap(),
+        DistributedSampler::new(50, 1, 2, 10)
+            .unwrap()
+            .indices(0)
+            .unwrap()
     );
     let plain = DistributedSampler::new(6, 1, 2, 9)
         .unwrap()
         .without_shuffle();
-    assert_eq!(plain.indices(5), vec![1, 3, 5]);
+    assert_eq!(plain.indices(5).unwrap(), vec![1, 3, 5]);
 }
 
 #[test]
@@ -150,4 +156,11 @@ fn chunks_pad_the_bucket_to_a_multiple_of_the_world() {
     assert_eq!(b.chunk_len(3), 4);
     assert_eq!(b.chunk_len(10), 1);
     assert_eq!(b.chunk_len(16), 1);
+}
+
+#[test]
+fn a_sampler_too_large_to_order_is_a_clean_error() {
+    let s = DistributedSampler::new(usize::MAX / 2, 0, 2, 1).unwrap();
+    assert!(s.indices(0).is_err());
+    assert!(s.batch(0, 4).is_err());
 }

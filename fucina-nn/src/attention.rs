@@ -57,11 +57,16 @@ pub fn padding_mask(ctx: &ExecContext, lengths: &[usize], s: usize) -> Result<Te
             format!("length {l} exceeds the sequence length {s}"),
         ));
     }
-    let v: Vec<u8> = lengths
-        .iter()
-        .flat_map(|&l| (0..s).map(move |j| u8::from(j < l)))
-        .collect();
-    Ok(Tensor::constant(ctx, &v, &[lengths.len(), s])?)
+    // In the pool (a clean error for a size that cannot be allocated).
+    let mut m = ctx.empty(fucina_core::DType::U8, &[lengths.len(), s])?;
+    if s > 0 {
+        for (row, &l) in m.as_mut_slice::<u8>()?.chunks_mut(s).zip(lengths) {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = u8::from(j < l);
+            }
+        }
+    }
+    Ok(Tensor::from_raw(ctx, m, false))
 }
 
 /// Attention over projected `q [B, T, D]`, `k [B, S, D]`, `v [B, S, Dv]`

@@ -55,7 +55,14 @@ fn cases() -> Vec<(&'static str, &'static str)> {
     ] {
         v.push(("llama", f));
     }
-    for f in ["vocab_size", "n_embd", "n_layer", "n_head", "n_positions", "n_inner"] {
+    for f in [
+        "vocab_size",
+        "n_embd",
+        "n_layer",
+        "n_head",
+        "n_positions",
+        "n_inner",
+    ] {
         v.push(("gpt2", f));
     }
     v
@@ -113,7 +120,10 @@ fn huge_config_child() {
     }
     .expect_err("a config claiming 2^40 must not load");
     let msg = err.to_string();
-    assert!(msg.contains("config.json") || msg.contains(field), "{case}: {msg}");
+    assert!(
+        msg.contains("config.json") || msg.contains(field),
+        "{case}: {msg}"
+    );
     let peak = peak_kb();
     println!("CASE {case} peak {peak} kB (before {before} kB): {msg}");
     assert!(peak < PEAK_LIMIT_KB, "{case}: peak {peak} kB: {msg}");
@@ -130,7 +140,12 @@ fn every_huge_config_is_a_clean_error_at_a_small_peak() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let out = Command::new(&exe)
-            .args(["--exact", "huge_config_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "huge_config_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("FUCINA_HUGE_CASE", format!("{family}:{field}"))
             .env("FUCINA_HUGE_DIR", &dir)
             .output()

@@ -404,7 +404,10 @@ impl BertModel {
         let h = config.hidden_size;
         let last = config.num_hidden_layers - 1;
         let want = [
-            ("embeddings.word_embeddings.weight".to_string(), vec![config.vocab_size, h]),
+            (
+                "embeddings.word_embeddings.weight".to_string(),
+                vec![config.vocab_size, h],
+            ),
             (
                 "embeddings.position_embeddings.weight".to_string(),
                 vec![config.max_position_embeddings, h],
@@ -417,7 +420,10 @@ impl BertModel {
                 "encoder.layer.0.intermediate.dense.weight".to_string(),
                 vec![config.intermediate_size, h],
             ),
-            (format!("encoder.layer.{last}.output.dense.weight"), vec![h, config.intermediate_size]),
+            (
+                format!("encoder.layer.{last}.output.dense.weight"),
+                vec![h, config.intermediate_size],
+            ),
         ];
         let err = |msg: String| Error::File {
             file: path.to_path_buf(),
@@ -426,7 +432,11 @@ impl BertModel {
         for (name, shape) in want {
             let key = format!("{prefix}{name}");
             match file.info(&key) {
-                None => return Err(err(format!("tensor `{key}` is missing (config.json needs it)"))),
+                None => {
+                    return Err(err(format!(
+                        "tensor `{key}` is missing (config.json needs it)"
+                    )))
+                }
                 Some(info) if info.shape != shape => {
                     return Err(err(format!(
                         "tensor `{key}` has shape {:?}, config.json needs {shape:?}",
