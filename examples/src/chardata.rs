@@ -123,16 +123,27 @@ pub fn sample_batch(
     block: usize,
     seed: u64,
     stream: u64,
-) -> (Vec<i64>, Vec<i64>) {
+) -> Result<(Vec<i64>, Vec<i64>)> {
     let span = (ids.len() - block) as u64; // valid starts: 0..span (CharData ensures > 0)
-    let mut x = Vec::with_capacity(batch * block);
-    let mut y = Vec::with_capacity(batch * block);
+    let n = batch.checked_mul(block).ok_or_else(|| {
+        Error::arg(
+            "--batch-size",
+            format!("{batch} x {block} tokens overflows"),
+        )
+    })?;
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    if x.try_reserve_exact(n).is_err() || y.try_reserve_exact(n).is_err() {
+        return Err(Error::arg(
+            "--batch-size",
+            format!("cannot allocate a batch of {batch} x {block} tokens"),
+        ));
+    }
     for row in 0..batch as u64 {
         let start = (rng::at(seed, (stream << 32) | row) % span) as usize;
         x.extend(ids[start..start + block].iter().map(|&v| v as i64));
         y.extend(ids[start + 1..start + block + 1].iter().map(|&v| v as i64));
     }
-    (x, y)
+    Ok((x, y))
 }
 
 #[cfg(test)]
@@ -146,12 +157,12 @@ mod tests {
         assert_eq!(d.chars, vec!['a', 'b', 'c', 'x', 'y', 'z']);
         assert_eq!(d.train.len() + d.val.len(), text.chars().count());
         assert_eq!(d.decode(&d.val), text[text.len() - d.val.len()..]);
-        let (x, y) = sample_batch(&d.train, 3, 4, 7, 5);
+        let (x, y) = sample_batch(&d.train, 3, 4, 7, 5).unwrap();
         assert_eq!((x.len(), y.len()), (12, 12));
         for r in 0..3 {
             assert_eq!(x[r * 4 + 1..r * 4 + 4], y[r * 4..r * 4 + 3]);
         }
-        assert_eq!(sample_batch(&d.train, 3, 4, 7, 5), (x, y));
+        assert_eq!(sample_batch(&d.train, 3, 4, 7, 5).unwrap(), (x, y));
         assert!(CharData::from_text("abc", 0.1, 4).is_err());
         // uniform over two symbols: ln 2
         let d = CharData::from_text(&"ab".repeat(50), 0.2, 4).unwrap();

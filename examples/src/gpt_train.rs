@@ -299,7 +299,7 @@ fn evaluate(ctx: &ExecContext, gpt: &Gpt, data: &CharData, args: &TrainGptArgs) 
             args.block_size,
             args.seed,
             VAL_STREAM - i as u64,
-        );
+        )?;
         let shape = [args.batch_size, args.block_size];
         let x = Tensor::constant(ctx, &x, &shape)?;
         let y = Tensor::constant(ctx, &y, &shape)?;
@@ -327,8 +327,7 @@ pub fn evaluate_full(
     for first in (0..windows).step_by(batch) {
         let rows = batch.min(windows - first);
         let _scope = ctx.scope();
-        let mut x = Vec::with_capacity(rows * block);
-        let mut y = Vec::with_capacity(rows * block);
+        let (mut x, mut y) = (Vec::new(), Vec::new());
         for w in first..first + rows {
             x.extend(val[w * block..(w + 1) * block].iter().map(|&v| v as i64));
             y.extend(
@@ -551,7 +550,7 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
             args.block_size,
             args.seed,
             step,
-        );
+        )?;
         let loss = {
             let _scope = ctx.scope();
             let x = Tensor::constant(&ctx, &x, &shape)?;
