@@ -1,0 +1,114 @@
+//! A metrics logger: every scalar goes to `metrics.jsonl` (one JSON object
+//! per line: `step`, `tag`, `value`, `wall_time`) and to a TensorBoard
+//! event file (`events.out.tfevents.<secs>.<host>.<pid>.<n>`) in the run
+//! directory, which `tensorboard --logdir` reads. Both are flushed on
+//! [`MetricsLogger::flush`] and on drop.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::tensorboard;
+
+/// Writes scalars to JSONL and TensorBoard.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("fucina-doc-metrics-{}", std::process::id()));
+/// let mut log = fucina_train::MetricsLogger::create(&dir)?;
+/// log.scalar("train/loss", 1, 2.5)?;
+/// log.flush()?;
+/// let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+/// assert!(text.contains("\"tag\":\"train/loss\""));
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), fucina_train::Error>(())
+/// ```
+pub struct MetricsLogger {
+    jsonl: BufWriter<File>,
+    events: BufWriter<File>,
+    jsonl_path: PathBuf,
+    events_path: PathBuf,
+}
+
+static FILE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl MetricsLogger {
+    /// Creates `dir` (if needed), appends to its `metrics.jsonl` and starts
+    /// a new event file there.
+    pub fn create(dir: &Path) -> Result<MetricsLogger> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, e.to_string()))?;
+        let jsonl_path = dir.join("metrics.jsonl");
+        let jsonl = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&jsonl_path)
+            .map_err(|e| Error::file(&jsonl_path, e.to_string()))?;
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+        let t = now();
+        let events_path = dir.join(format!(
+            "events.out.tfevents.{}.{host}.{}.{}",
+            t as u64,
+            std::process::id(),
+            FILE_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let events = File::create(&events_path).map_err(|e| Error::file(&events_path, e.to_string()))?;
+        let mut log = MetricsLogger {
+            jsonl: BufWriter::new(jsonl),
+            events: BufWriter::new(events),
+            jsonl_path,
+            events_path,
+        };
+        let first = tensorboard::record(&tensorboard::file_version_event(t));
+        log.write_events(&first)?;
+        Ok(log)
+    }
+
+    /// The event file's path.
+    pub fn event_file(&self) -> &Path {
+        &self.events_path
+    }
+
+    fn write_events(&mut self, bytes: &[u8]) -> Result<()> {
+        self.events
+            .write_all(bytes)
+            .map_err(|e| Error::file(&self.events_path, e.to_string()))
+    }
+
+    /// Logs `value` under `tag` at `step` (TensorBoard stores it as f32).
+    pub fn scalar(&mut self, tag: &str, step: u64, value: f64) -> Result<()> {
+        let t = now();
+        let line = serde_json::json!({"step": step, "tag": tag, "value": value, "wall_time": t});
+        writeln!(self.jsonl, "{line}").map_err(|e| Error::file(&self.jsonl_path, e.to_string()))?;
+        let step = i64::try_from(step).map_err(|_| {
+            Error::config("MetricsLogger", format!("step {step} does not fit TensorBoard's int64"))
+        })?;
+        let rec = tensorboard::record(&tensorboard::scalar_event(t, step, tag, value as f32));
+        self.write_events(&rec)
+    }
+
+    /// Writes everything buffered to disk.
+    pub fn flush(&mut self) -> Result<()> {
+        self.jsonl
+            .flush()
+            .map_err(|e| Error::file(&self.jsonl_path, e.to_string()))?;
+        self.events
+            .flush()
+            .map_err(|e| Error::file(&self.events_path, e.to_string()))
+    }
+}
+
+impl Drop for MetricsLogger {
+    fn drop(&mut self) {
+        // Errors here have no one to go to; call `flush` to see them.
+        let _ = self.flush();
+    }
+}
