@@ -1,19 +1,19 @@
 //! `Buffer`: a module's non-parameter state — RoPE's cos/sin tables,
 //! BERT's `position_ids`, a dropout layer's call counter. A buffer is a
 //! field of a module like a parameter is, named by its path, listed by
-//! [`Module::named_buffers`], and never handed to an optimizer
-//! ([`Module::parameters`] does not see it). A *persistent* buffer is part
-//! of [`Module::state_dict`] (saved and loaded with the parameters, as
+//! [`Module::named_buffers`](crate::Module::named_buffers), and never handed to an optimizer
+//! ([`Module::parameters`](crate::Module::parameters) does not see it). A *persistent* buffer is part
+//! of [`Module::state_dict`](crate::Module::state_dict) (saved and loaded with the parameters, as
 //! PyTorch's `register_buffer(persistent=True)`); a non-persistent one is
-//! recomputed from the configuration and never saved.
+//! recomputed from the configuration and never saved. Its `Module` impl
+//! (a leaf reporting itself to `visit_buffers`) lives with the trait in
+//! `module.rs`.
 
-use std::any::Any;
 use std::ops::Deref;
 
 use fucina_autograd::Tensor;
 
 use crate::error::Result;
-use crate::module::Module;
 
 /// A named tensor of a module that is not a parameter: it takes no
 /// gradient and is never optimised.
@@ -71,7 +71,7 @@ impl Buffer {
         &self.tensor
     }
 
-    /// True if [`Module::state_dict`] holds it.
+    /// True if [`Module::state_dict`](crate::Module::state_dict) holds it.
     pub fn is_persistent(&self) -> bool {
         self.persistent
     }
@@ -82,17 +82,4 @@ impl Deref for Buffer {
     fn deref(&self) -> &Tensor {
         &self.tensor
     }
-}
-
-/// A buffer is a leaf module with no parameters that reports itself to
-/// [`Module::visit_buffers`].
-impl Module for Buffer {
-    fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
-    fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
-        f(prefix, self);
-    }
-    fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
-    fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
-    fn set_training(&self, _training: bool) {}
 }

@@ -295,6 +295,19 @@ impl Module for Tensor {
     fn set_training(&self, _training: bool) {}
 }
 
+/// A buffer is a leaf module with no parameters that reports itself to
+/// [`Module::visit_buffers`].
+impl Module for Buffer {
+    fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
+    fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer)) {
+        f(prefix, self);
+    }
+    fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
+    fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
+    fn set_training(&self, _training: bool) {}
+}
+
 /// Items are named by index: `name.0`, `name.1`, ...
 impl<M: Module> Module for Vec<M> {
     fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor)) {

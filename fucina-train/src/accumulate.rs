@@ -39,7 +39,10 @@ pub fn accumulate_gradients(
     mut micro: impl FnMut(usize) -> Result<Tensor>,
 ) -> Result<f64> {
     if steps == 0 {
-        return Err(Error::config("accumulate_gradients", "steps must be positive"));
+        return Err(Error::config(
+            "accumulate_gradients",
+            "steps must be positive",
+        ));
     }
     let scale = 1.0 / steps as f64;
     let mut total = 0.0;
@@ -48,7 +51,10 @@ pub fn accumulate_gradients(
         if loss.numel() != 1 {
             return Err(Error::config(
                 "accumulate_gradients",
-                format!("micro-batch {k}'s loss has shape {:?}, not a scalar", loss.shape()),
+                format!(
+                    "micro-batch {k}'s loss has shape {:?}, not a scalar",
+                    loss.shape()
+                ),
             ));
         }
         total += loss.to_vec_f64()?[0];

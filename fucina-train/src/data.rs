@@ -68,7 +68,10 @@ impl<T: Clone + Send + Sync + 'static> Dataset for InMemory<T> {
 }
 
 fn out_of_range(what: &'static str, index: usize, len: usize) -> Error {
-    Error::config(what, format!("index {index} is out of range for {len} items"))
+    Error::config(
+        what,
+        format!("index {index} is out of range for {len} items"),
+    )
 }
 
 /// Windows of a token stream for causal language modelling: item `i` is
@@ -153,7 +156,10 @@ impl Dataset for TextWindows {
         let s = self.start(index);
         let w = self.window;
         let x = self.tokens[s..s + w].iter().map(|&t| t as i64).collect();
-        let y = self.tokens[s + 1..s + w + 1].iter().map(|&t| t as i64).collect();
+        let y = self.tokens[s + 1..s + w + 1]
+            .iter()
+            .map(|&t| t as i64)
+            .collect();
         Ok((x, y))
     }
 }
@@ -179,7 +185,10 @@ impl JsonlDataset {
             let v: serde_json::Value = serde_json::from_str(&line)
                 .map_err(|e| Error::file(path, format!("line {}: not JSON: {e}", i + 1)))?;
             if !v.is_object() {
-                return Err(Error::file(path, format!("line {}: not a JSON object", i + 1)));
+                return Err(Error::file(
+                    path,
+                    format!("line {}: not a JSON object", i + 1),
+                ));
             }
             rows.push(v);
         }
@@ -202,7 +211,10 @@ impl JsonlDataset {
                     .and_then(|v| v.as_str())
                     .map(str::to_string)
                     .ok_or_else(|| {
-                        Error::config("JsonlDataset", format!("row {i} has no string field `{key}`"))
+                        Error::config(
+                            "JsonlDataset",
+                            format!("row {i} has no string field `{key}`"),
+                        )
                     })
             })
             .collect()
@@ -308,7 +320,9 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
         }
         let (rank, world) = opts.shard;
         if world == 0 || rank >= world {
-            return err(format!("shard rank {rank} of world {world}: need rank < world"));
+            return err(format!(
+                "shard rank {rank} of world {world}: need rank < world"
+            ));
         }
         let loader = DataLoader {
             dataset: Arc::new(dataset),
@@ -321,7 +335,11 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
                 loader.dataset.len(),
                 loader.shard_len(),
                 loader.opts.batch_size,
-                if loader.opts.drop_last { " with drop_last" } else { "" }
+                if loader.opts.drop_last {
+                    " with drop_last"
+                } else {
+                    ""
+                }
             ));
         }
         Ok(loader)
@@ -353,9 +371,12 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
     pub fn batch_indices(&self, epoch: u64) -> Result<Vec<Vec<usize>>> {
         let n = self.dataset.len();
         let mut order: Vec<usize> = Vec::new();
-        order
-            .try_reserve_exact(n)
-            .map_err(|_| Error::config("DataLoader", format!("cannot allocate the order of {n} items")))?;
+        order.try_reserve_exact(n).map_err(|_| {
+            Error::config(
+                "DataLoader",
+                format!("cannot allocate the order of {n} items"),
+            )
+        })?;
         order.extend(0..n);
         if self.opts.shuffle {
             let mut g = SplitMix64::new(rng::at(self.opts.seed, epoch));
@@ -366,9 +387,15 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
         }
         let (rank, world) = self.opts.shard;
         let shard: Vec<usize> = order.into_iter().skip(rank).step_by(world).collect();
-        let mut batches: Vec<Vec<usize>> =
-            shard.chunks(self.opts.batch_size).map(<[usize]>::to_vec).collect();
-        if self.opts.drop_last && batches.last().is_some_and(|b| b.len() < self.opts.batch_size) {
+        let mut batches: Vec<Vec<usize>> = shard
+            .chunks(self.opts.batch_size)
+            .map(<[usize]>::to_vec)
+            .collect();
+        if self.opts.drop_last
+            && batches
+                .last()
+                .is_some_and(|b| b.len() < self.opts.batch_size)
+        {
             batches.pop();
         }
         Ok(batches)

@@ -25,14 +25,22 @@ pub enum Error {
     /// A worker thread panicked or went away while prefetching.
     #[error("data loader: {0}")]
     Worker(String),
-    /// From fucina-autograd (collate, accumulation).
+    /// From the layers below (tensors, autograd, modules), wrapped once:
+    /// fucina-nn's error already carries fucina-autograd's and
+    /// fucina-core's.
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
+    Nn(#[from] fucina_nn::Error),
+}
+
+impl From<fucina_autograd::Error> for Error {
+    fn from(e: fucina_autograd::Error) -> Self {
+        Error::Nn(e.into())
+    }
 }
 
 impl From<fucina_core::Error> for Error {
     fn from(e: fucina_core::Error) -> Self {
-        Error::Autograd(e.into())
+        Error::Nn(e.into())
     }
 }
 

@@ -34,7 +34,9 @@ pub mod policy;
 mod tensorboard;
 
 pub use accumulate::accumulate_gradients;
-pub use data::{DataLoader, Dataset, EpochIter, InMemory, JsonlDataset, LoaderOptions, TextWindows};
+pub use data::{
+    DataLoader, Dataset, EpochIter, InMemory, JsonlDataset, LoaderOptions, TextWindows,
+};
 pub use error::{Error, Result};
 pub use metrics::MetricsLogger;
 pub use policy::{EarlyStopping, KeepBest, KeepLast, Mode as MetricMode};

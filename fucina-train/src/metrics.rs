@@ -60,7 +60,8 @@ impl MetricsLogger {
             std::process::id(),
             FILE_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let events = File::create(&events_path).map_err(|e| Error::file(&events_path, e.to_string()))?;
+        let events =
+            File::create(&events_path).map_err(|e| Error::file(&events_path, e.to_string()))?;
         let mut log = MetricsLogger {
             jsonl: BufWriter::new(jsonl),
             events: BufWriter::new(events),
@@ -89,7 +90,10 @@ impl MetricsLogger {
         let line = serde_json::json!({"step": step, "tag": tag, "value": value, "wall_time": t});
         writeln!(self.jsonl, "{line}").map_err(|e| Error::file(&self.jsonl_path, e.to_string()))?;
         let step = i64::try_from(step).map_err(|_| {
-            Error::config("MetricsLogger", format!("step {step} does not fit TensorBoard's int64"))
+            Error::config(
+                "MetricsLogger",
+                format!("step {step} does not fit TensorBoard's int64"),
+            )
         })?;
         let rec = tensorboard::record(&tensorboard::scalar_event(t, step, tag, value as f32));
         self.write_events(&rec)

@@ -75,7 +75,7 @@ pub struct EarlyStopping {
 impl EarlyStopping {
     /// Errors on a negative or NaN `min_delta`.
     pub fn new(mode: Mode, patience: usize, min_delta: f64) -> Result<EarlyStopping> {
-        if !(min_delta >= 0.0) {
+        if min_delta.is_nan() || min_delta < 0.0 {
             return Err(Error::config(
                 "EarlyStopping",
                 format!("min_delta must be >= 0, got {min_delta}"),

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use fucina_autograd::Tensor;
 use fucina_core::ExecContext;
 use fucina_train::collate::{pad_labels, pad_sequences, IGNORE_INDEX};
-use fucina_train::{DataLoader, Dataset, Error, InMemory, JsonlDataset, LoaderOptions, TextWindows};
+use fucina_train::{
+    DataLoader, Dataset, Error, InMemory, JsonlDataset, LoaderOptions, TextWindows,
+};
 
 fn stream(n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919) % 61).collect()
@@ -22,7 +24,10 @@ fn run(prefetch: usize, workers: usize, threads: usize, epochs: u64) -> Vec<Vec<
     let c = ctx.clone();
     let loader = DataLoader::new(
         data,
-        LoaderOptions::new(5).seed(11).prefetch(prefetch).workers(workers),
+        LoaderOptions::new(5)
+            .seed(11)
+            .prefetch(prefetch)
+            .workers(workers),
         move |items: Vec<(Vec<i64>, Vec<i64>)>| {
             let x: Vec<i64> = items.iter().flat_map(|(x, _)| x.clone()).collect();
             Ok(Tensor::constant(&c, &x, &[items.len(), 8])?)
@@ -44,7 +49,11 @@ fn the_order_is_the_same_for_any_prefetch_depth_worker_and_thread_count() {
     assert_eq!(want.len(), 3 * 8); // 37 windows in batches of 5, tail kept
     for threads in [1, 2] {
         for (p, w) in [(0, 1), (1, 1), (4, 1), (1, 2), (4, 2)] {
-            assert_eq!(run(p, w, threads, 3), want, "prefetch {p}, workers {w}, threads {threads}");
+            assert_eq!(
+                run(p, w, threads, 3),
+                want,
+                "prefetch {p}, workers {w}, threads {threads}"
+            );
         }
     }
     // Epochs differ (the shuffle is per epoch).
@@ -73,7 +82,10 @@ fn a_resumed_epoch_continues_the_uninterrupted_one() {
 #[test]
 fn drop_last_shuffle_off_and_shards() {
     let data = InMemory::new((0..10u32).collect());
-    let opts = LoaderOptions::new(3).shuffle(false).drop_last(true).prefetch(0);
+    let opts = LoaderOptions::new(3)
+        .shuffle(false)
+        .drop_last(true)
+        .prefetch(0);
     let l = DataLoader::new(data.clone(), opts.clone(), Ok).unwrap();
     let b: Vec<Vec<u32>> = l.epoch(0).unwrap().map(Result::unwrap).collect();
     assert_eq!(b, [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]);
@@ -101,7 +113,9 @@ fn bad_input_is_a_clear_error() {
         .unwrap()
         .to_string();
     assert!(e.contains("drop_last") && e.contains("2 items"), "{e}");
-    let e = TextWindows::sequential(vec![1, 2, 3], 3).unwrap_err().to_string();
+    let e = TextWindows::sequential(vec![1, 2, 3], 3)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("window of 3"), "{e}");
     let dir = std::env::temp_dir().join(format!("fucina-train-jsonl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -114,11 +128,19 @@ fn bad_input_is_a_clear_error() {
     let e = JsonlDataset::open(&bad).unwrap_err().to_string();
     assert!(e.contains("line 2"), "{e}");
     let good = dir.join("good.jsonl");
-    std::fs::write(&good, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"c\"}\n").unwrap();
+    std::fs::write(
+        &good,
+        "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"c\"}\n",
+    )
+    .unwrap();
     let d = JsonlDataset::open(&good).unwrap();
     assert_eq!(d.len(), 2);
     assert_eq!(d.strings("prompt").unwrap(), ["a", "c"]);
-    assert!(d.strings("completion").unwrap_err().to_string().contains("row 1"));
+    assert!(d
+        .strings("completion")
+        .unwrap_err()
+        .to_string()
+        .contains("row 1"));
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(
         DataLoader::new(InMemory::new(vec![1u32]), LoaderOptions::new(0), Ok),
@@ -145,7 +167,11 @@ fn a_collate_error_ends_the_epoch_and_dropping_early_stops_the_workers() {
     .unwrap();
     let got: Vec<Result<u32, Error>> = loader.epoch(0).unwrap().collect();
     assert_eq!(got.len(), 4);
-    assert!(got[3].as_ref().unwrap_err().to_string().contains("bad item 3"));
+    assert!(got[3]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("bad item 3"));
     // Taking two batches and dropping the epoch: the workers stop soon
     // (bounded queues: at most a few batches past what was taken).
     built.store(0, Ordering::SeqCst);
@@ -154,7 +180,11 @@ fn a_collate_error_ends_the_epoch_and_dropping_early_stops_the_workers() {
     it.next();
     drop(it);
     std::thread::sleep(std::time::Duration::from_millis(50));
-    assert!(built.load(Ordering::SeqCst) < 12, "{}", built.load(Ordering::SeqCst));
+    assert!(
+        built.load(Ordering::SeqCst) < 12,
+        "{}",
+        built.load(Ordering::SeqCst)
+    );
 }
 
 #[test]

@@ -1,0 +1,187 @@
+//! The metrics logger's files: JSONL lines, and TensorBoard event records
+//! that TensorBoard's own reader reads. `tools/check_tensorboard_events.py`
+//! read the committed event file (`tests/fixtures/run.tfevents`, written
+//! by `write_fixture` below) with
+//! `tensorboard.backend.event_processing.event_accumulator` and wrote every
+//! scalar it saw to `tests/goldens/tensorboard.json`; this test checks that
+//! a fresh run writes the same records as the fixture (wall times aside),
+//! with valid framing checksums, and that they decode to the golden.
+
+use std::path::{Path, PathBuf};
+
+use fucina_train::MetricsLogger;
+
+/// The run: three tags at their steps.
+fn script() -> Vec<(&'static str, u64, f64)> {
+    let mut v = Vec::new();
+    for s in 1..=20u64 {
+        v.push(("train/loss", s, 3.0 / (1.0 + 0.1 * s as f64)));
+        v.push(("lr", s, 1e-3 * s as f64 / 20.0));
+        if s % 5 == 0 {
+            v.push(("val/loss", s, 3.2 / (1.0 + 0.08 * s as f64)));
+        }
+    }
+    v
+}
+
+fn write_run(dir: &Path) -> PathBuf {
+    let mut log = MetricsLogger::create(dir).unwrap();
+    for (tag, step, value) in script() {
+        log.scalar(tag, step, value).unwrap();
+    }
+    log.flush().unwrap();
+    log.event_file().to_path_buf()
+}
+
+fn masked_crc(d: &[u8]) -> u32 {
+    crc32c::crc32c(d).rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// Every record's data, checking both checksums.
+fn records(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let len_b = &bytes[i..i + 8];
+        let len = u64::from_le_bytes(len_b.try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(bytes[i + 8..i + 12].try_into().unwrap());
+        assert_eq!(crc, masked_crc(len_b), "length checksum at {i}");
+        let data = &bytes[i + 12..i + 12 + len];
+        let dcrc = u32::from_le_bytes(bytes[i + 12 + len..i + 16 + len].try_into().unwrap());
+        assert_eq!(dcrc, masked_crc(data), "data checksum at {i}");
+        out.push(data.to_vec());
+        i += 16 + len;
+    }
+    out
+}
+
+fn varint(b: &[u8], i: &mut usize) -> u64 {
+    let (mut v, mut shift) = (0u64, 0);
+    loop {
+        let x = b[*i];
+        *i += 1;
+        v |= ((x & 0x7f) as u64) << shift;
+        if x < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// `(field, wire type, payload)` of each protobuf field.
+fn fields(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let key = varint(b, &mut i);
+        let (f, w) = (key >> 3, key & 7);
+        let payload = match w {
+            0 => {
+                let v = varint(b, &mut i);
+                v.to_le_bytes().to_vec()
+            }
+            1 => {
+                i += 8;
+                b[i - 8..i].to_vec()
+            }
+            2 => {
+                let n = varint(b, &mut i) as usize;
+                i += n;
+                b[i - n..i].to_vec()
+            }
+            5 => {
+                i += 4;
+                b[i - 4..i].to_vec()
+            }
+            _ => panic!("wire type {w}"),
+        };
+        out.push((f, w, payload));
+    }
+    out
+}
+
+/// The event without its wall time (field 1).
+fn without_wall_time(event: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+    fields(event)
+        .into_iter()
+        .filter(|(f, _, _)| *f != 1)
+        .collect()
+}
+
+/// `(tag, step, value)` of a scalar event.
+fn scalar(event: &[u8]) -> Option<(String, i64, f32)> {
+    let fs = fields(event);
+    let step = fs
+        .iter()
+        .find(|f| f.0 == 2)
+        .map(|f| i64::from_le_bytes(f.2[..8].try_into().unwrap()))?;
+    let summary = &fs.iter().find(|f| f.0 == 5)?.2;
+    let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
+    let vf = fields(value);
+    let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    let v = f32::from_le_bytes(vf.iter().find(|f| f.0 == 2)?.2[..4].try_into().unwrap());
+    Some((tag, step, v))
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/run.tfevents")
+}
+
+#[test]
+#[ignore = "writes tests/fixtures/run.tfevents for tools/check_tensorboard_events.py"]
+fn write_fixture() {
+    let dir = std::env::temp_dir().join(format!("fucina-train-tb-fixture-{}", std::process::id()));
+    let f = write_run(&dir);
+    std::fs::copy(f, fixture()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn event_files_match_the_fixture_tensorboard_read() {
+    let dir = std::env::temp_dir().join(format!("fucina-train-tb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fresh = records(&std::fs::read(write_run(&dir)).unwrap());
+    let committed = records(&std::fs::read(fixture()).unwrap());
+    assert_eq!(fresh.len(), committed.len());
+    for (a, b) in fresh.iter().zip(&committed) {
+        assert_eq!(without_wall_time(a), without_wall_time(b));
+    }
+    // The first record names the file version.
+    assert!(fields(&fresh[0])
+        .iter()
+        .any(|f| f.0 == 3 && f.2 == b"brain.Event:2"));
+    // What TensorBoard's reader saw in the fixture.
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/tensorboard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let ours: Vec<(String, i64, f32)> = fresh[1..].iter().map(|e| scalar(e).unwrap()).collect();
+    let mut n = 0;
+    for (tag, rows) in golden["scalars"].as_object().unwrap() {
+        for r in rows.as_array().unwrap() {
+            let (step, value) = (r[0].as_i64().unwrap(), r[1].as_f64().unwrap() as f32);
+            assert!(
+                ours.contains(&(tag.clone(), step, value)),
+                "{tag} {step} {value}"
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, script().len(), "TensorBoard read every scalar");
+    assert_eq!(ours.len(), script().len());
+    // JSONL: one line per scalar with the exact f64.
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (l, (tag, step, value)) in lines.iter().zip(script()) {
+        assert_eq!(l["tag"], tag);
+        assert_eq!(l["step"], step);
+        assert_eq!(l["value"].as_f64().unwrap(), value);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
