@@ -19,11 +19,12 @@
 //! to each tensor the block captures as well as to its inputs.
 //!
 //! Nodes are `Send + Sync` (a [`Backward`] must be), so tensors can cross
-//! threads. Dropping the last reference to a long chain never recurses:
-//! `Node::drop` moves each input node it held the last reference to onto an
-//! explicit stack and unlinks it there.
+//! threads. Dropping the last reference to any graph never recurses, whatever
+//! a node's payload holds: a node dropped while another node drop is running
+//! on the thread leaves its edges and payload on a thread-local queue, which
+//! the outermost drop drains.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,28 +162,58 @@ pub(crate) fn next_seq() -> u64 {
     NEXT_SEQ.load(Ordering::Relaxed)
 }
 
-/// Moves each node edge of `edges` whose last reference this was onto `stack`.
-fn unlink(edges: &mut SmallVec<[Option<Edge>; 3]>, stack: &mut Vec<Node>) {
-    for e in edges.drain(..).flatten() {
-        if let EdgeTarget::Node(n) = e.target {
-            if let Some(node) = Arc::into_inner(n) {
-                stack.push(node);
-            }
-        }
+/// What a dropped node still owns: its edges and its payload (whose saved
+/// tensors may own further nodes: a custom op or a checkpoint block holding a
+/// tensor of the graph).
+type Remains = (SmallVec<[Option<Edge>; 3]>, Option<Op>);
+
+thread_local! {
+    /// True while a node drop on this thread is draining [`DEFERRED`].
+    static DROPPING: Cell<bool> = const { Cell::new(false) };
+    /// What nested node drops left to the outermost one.
+    static DEFERRED: RefCell<Vec<Remains>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Clears [`DROPPING`] when the outermost drop ends, even by a panic.
+struct Draining;
+impl Drop for Draining {
+    fn drop(&mut self) {
+        let _ = DROPPING.try_with(|d| d.set(false));
     }
 }
 
 impl Drop for Node {
+    /// Iterative teardown whatever a node holds: the outermost node drop on a
+    /// thread frees its edges and payload; a node dropped meanwhile (the last
+    /// reference went with an edge, or with a tensor a payload held) moves its
+    /// own edges and payload onto a thread-local queue and returns, and the
+    /// outermost drop frees those next. The depth stays constant however long
+    /// or however linked the graph. (If the thread-locals are already gone,
+    /// at thread exit, the node frees what it holds in place.)
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::Relaxed);
-        // Iterative teardown: each input node this one held the last reference
-        // to is moved onto the stack with its edges drained first, so its own
-        // drop finds no edges and the depth stays 1 however long the chain.
-        let mut stack: Vec<Node> = Vec::new();
-        unlink(&mut self.edges, &mut stack);
-        while let Some(mut node) = stack.pop() {
-            unlink(&mut node.edges, &mut stack);
-            drop(node);
+        let op = self
+            .op
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let remains: Remains = (std::mem::take(&mut self.edges), op);
+        let Ok(outermost) = DROPPING.try_with(|d| !d.replace(true)) else {
+            drop(remains);
+            return;
+        };
+        if !outermost {
+            // Were the queue gone, the unrun closure would free `remains` here.
+            let _ = DEFERRED.try_with(|q| q.borrow_mut().push(remains));
+            return;
+        }
+        let _draining = Draining;
+        let mut next = Some(remains);
+        while let Some(r) = next
+            .take()
+            .or_else(|| DEFERRED.try_with(|q| q.borrow_mut().pop()).ok().flatten())
+        {
+            drop(r); // nested node drops push onto DEFERRED
         }
     }
 }
