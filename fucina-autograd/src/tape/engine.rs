@@ -19,7 +19,7 @@
 //!    to what it was before the call. Summing a leaf's contributions first
 //!    and then adding the old gradient is also PyTorch's order.
 //!
-//! A checkpoint node ([`Op::Recompute`]) is not a formula: its block is re-run
+//! A checkpoint node (`Op::Recompute`) is not a formula: its block is re-run
 //! and the subgraph it records is walked right there, newest first, as part of
 //! this walk; gradients reaching its fresh input leaves go to the checkpoint
 //! node's edges, gradients reaching tensors from outside the block (the

@@ -11,10 +11,10 @@
 //! numbers come from one process-wide counter, so a graph whose tensors
 //! crossed threads still sorts topologically.
 //!
-//! A node's payload is an [`Op`]: a formula ([`Backward`]) or, for
-//! activation checkpointing, a [`Recompute`] that the engine re-runs and whose
+//! A node's payload is an `Op`: a formula ([`Backward`]) or, for
+//! activation checkpointing, a `Recompute` that the engine re-runs and whose
 //! recorded subgraph it walks in place (`tape/engine.rs`). While a checkpoint
-//! runs its block under no-grad, [`discover_captured`] notes every tensor
+//! runs its block under no-grad, `discover_captured` notes every tensor
 //! requiring a gradient that an op reads, so the checkpoint node gets an edge
 //! to each tensor the block captures as well as to its inputs.
 //!
