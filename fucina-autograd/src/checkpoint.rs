@@ -1,9 +1,20 @@
 //! Activation checkpointing: run a block without recording, keep only its
-//! inputs and output, and re-run it (recording) inside backward.
+//! inputs' values and its output, and re-run it (recording) inside backward.
 //!
-//! The recompute runs the same kernels on the same values, so the gradients
-//! are bitwise equal to the plain run's. A checkpoint inside a block that is
-//! being recomputed is [`Error::NestedCheckpointRecompute`].
+//! What is guaranteed: every tensor requiring a gradient that the block reads
+//! — its inputs and whatever it captures (parameters, or non-leaf tensors
+//! computed outside it) — gets bitwise the gradient the plain, unchecked run
+//! gives it, and one the block never reaches gets none. The forward runs the
+//! block under no-grad while the tape notes each tensor requiring a gradient
+//! that an op reads (`graph::discover_captured`); the checkpoint node gets an
+//! edge to each input and to each captured tensor. In backward the engine
+//! recomputes the block and walks the recorded subgraph in place, adding each
+//! contribution to its target in the plain run's order (`tape/engine.rs`).
+//!
+//! The block must run the same ops on the same tensors each time it is called
+//! (a recompute reaching a non-leaf the forward did not is
+//! [`Error::CheckpointRecomputeMismatch`]); a checkpoint inside a block that
+//! is being recomputed is [`Error::NestedCheckpointRecompute`].
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -11,9 +22,8 @@ use std::sync::Arc;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::grad_mode::no_grad;
-use crate::tape::engine;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::grad_mode::{enable_grad, no_grad};
+use crate::tape::graph::{discover_captured, record_op, Op, Recompute, Recomputed};
 use crate::tape::scope::ExecScope;
 use crate::tape::tensor::Tensor;
 
@@ -40,53 +50,56 @@ impl Drop for RecomputeFlag {
     }
 }
 
-/// Re-runs the block with recording on and backpropagates `gy` to fresh leaves
-/// over the saved input values: gx_i = ∂(gy · block(x))/∂x_i.
+/// Re-runs the block, recording, over fresh leaves holding the saved input
+/// values. The engine backpropagates gy through the recorded subgraph:
+/// gx_i = ∂(gy · block(x))/∂x_i for each input, and likewise for each tensor
+/// the block captured, each delivered where the plain run would deliver it.
 struct CheckpointBackward {
     block: Block,
     inputs: Vec<RawTensor>,
 }
 
-impl Backward for CheckpointBackward {
-    fn name(&self) -> &'static str {
-        "checkpoint"
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let _flag = RecomputeFlag::set()?;
-        let _scope = ExecScope::open();
-        let leaves: Vec<Tensor> = self
+impl Recompute for CheckpointBackward {
+    fn recompute(&self, ctx: &ExecContext, needs: &[bool]) -> Result<Recomputed> {
+        let scope = ExecScope::open();
+        let inputs: Vec<Tensor> = self
             .inputs
             .iter()
-            .zip(needs)
-            .map(|(x, &n)| Tensor::from_raw(ctx, x.clone(), n))
+            .enumerate()
+            .map(|(i, x)| Tensor::from_raw(ctx, x.clone(), needs.get(i).copied().unwrap_or(false)))
             .collect();
-        let out = (self.block)(&leaves)?;
-        let wanted: Vec<&Tensor> = leaves.iter().collect();
-        let mut grads: Vec<Option<RawTensor>> = if out.requires_grad() {
-            engine::grad(&out, &wanted, Some(gy))?
-        } else {
-            vec![None; leaves.len()]
+        let output = {
+            let _flag = RecomputeFlag::set()?;
+            let _grad = enable_grad();
+            (self.block)(&inputs)?
         };
-        // An input the block ignores gets a zero gradient.
-        for (i, g) in grads.iter_mut().enumerate() {
-            if needs[i] && g.is_none() {
-                *g = Some(ctx.zeros(self.inputs[i].dtype(), self.inputs[i].shape())?);
-            }
-        }
-        Ok(grads.into_iter().collect())
+        Ok(Recomputed {
+            inputs,
+            output,
+            _scope: scope,
+        })
     }
 }
 
 /// Runs `block(inputs)` without keeping its intermediates; backward recomputes them.
+///
+/// Every tensor requiring a gradient that the block reads gets bitwise the
+/// gradient of the plain run `block(inputs)`: the inputs, and tensors the
+/// block captures (a layer's parameters, or an intermediate computed outside
+/// the block), which become inputs of the checkpoint node. A tensor the block
+/// reads only under its own `no_grad` gets no gradient, as in the plain run.
+/// The block must run the same ops on the same tensors every time it is called.
 ///
 /// ```
 /// use std::sync::Arc;
 /// use fucina_autograd::{checkpoint, Tensor};
 /// let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
 /// let x = Tensor::variable(&ctx, &[0.5f64, 1.0], &[2]).unwrap();
-/// let y = checkpoint(Arc::new(|xs: &[Tensor]| xs[0].tanh()?.exp()), &[&x]).unwrap();
+/// let w = Tensor::variable(&ctx, &[2.0f64, -1.0], &[2]).unwrap();
+/// let wc = w.clone(); // captured: it gets its gradient too
+/// let y = checkpoint(Arc::new(move |xs: &[Tensor]| xs[0].mul(&wc)?.tanh()), &[&x]).unwrap();
 /// y.sum_all().unwrap().backward().unwrap();
-/// assert!(x.grad().is_some());
+/// assert!(x.grad().is_some() && w.grad().is_some());
 /// ```
 pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
     if RECOMPUTING.with(|r| r.get()) {
@@ -103,20 +116,32 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
         }
     };
     let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
-    let out_value = {
+    let (out_value, captured) = {
         let _ng = no_grad();
         let _scope = ExecScope::open();
         let consts: Vec<Tensor> = values
             .iter()
             .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
             .collect();
-        let out = block(&consts)?;
-        out.raw()?
+        let (out, mut captured) = discover_captured(|| block(&consts));
+        let out = out?;
+        // A block that returns a captured tensor as it is read no op on it.
+        if out.requires_grad() && !captured.iter().any(|c| c.same_as(&out)) {
+            captured.push(out.clone());
+        }
+        (out.raw()?, captured)
     };
-    Ok(record(&ctx, "checkpoint", out_value, inputs, move |_| {
-        Box::new(CheckpointBackward {
-            block,
-            inputs: values,
-        })
-    }))
+    let edges: Vec<&Tensor> = inputs.iter().copied().chain(captured.iter()).collect();
+    Ok(record_op(
+        &ctx,
+        "checkpoint",
+        out_value,
+        &edges,
+        move |_| {
+            Op::Recompute(Box::new(CheckpointBackward {
+                block,
+                inputs: values,
+            }))
+        },
+    ))
 }

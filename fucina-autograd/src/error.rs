@@ -82,6 +82,12 @@ pub enum Error {
     /// A checkpointed block ran a checkpoint during its own recompute.
     #[error("nested checkpoint recompute is not supported")]
     NestedCheckpointRecompute,
+    /// A checkpointed block's recompute reached a non-leaf tensor from outside
+    /// the block that its forward run did not read.
+    #[error(
+        "checkpoint: the recompute reached a tensor requiring a gradient that the block's forward run did not read; a checkpointed block must run the same ops on the same tensors every time"
+    )]
+    CheckpointRecomputeMismatch,
     /// Reading or writing a state-dict file failed (names the file and tensor).
     #[error(transparent)]
     StateDict(Box<StateDictError>),

@@ -43,3 +43,31 @@ impl Drop for NoGradGuard {
         NO_GRAD_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     }
 }
+
+/// The number of [`NoGradGuard`]s alive on this thread.
+#[inline]
+pub(crate) fn no_grad_depth() -> usize {
+    NO_GRAD_DEPTH.with(|d| d.get())
+}
+
+/// Turns grad mode on for this thread until dropped, whatever no-grad guards
+/// are alive, and restores their depth after (a checkpoint's recompute must
+/// record even when backward itself runs under `no_grad`).
+pub(crate) struct EnableGradGuard {
+    saved: usize,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Opens a region with grad mode on (see [`EnableGradGuard`]).
+pub(crate) fn enable_grad() -> EnableGradGuard {
+    EnableGradGuard {
+        saved: NO_GRAD_DEPTH.with(|d| d.replace(0)),
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+impl Drop for EnableGradGuard {
+    fn drop(&mut self) {
+        NO_GRAD_DEPTH.with(|d| d.set(self.saved));
+    }
+}

@@ -1,5 +1,7 @@
 //! Deep graphs: dropping and walking a tape never recurses (a 1,000,000-node
-//! chain drops with no scope open, before and after backward), and closing a
+//! chain drops with no scope open, before and after backward; so does one
+//! whose nodes' backwards hold graph tensors — custom ops holding their input,
+//! checkpoint blocks capturing theirs — on a 2 MiB stack), and closing a
 //! scope or running backward is linear in the number of nodes.
 //!
 //! The heavy tests take a shared lock so that at most one million-node graph
@@ -11,12 +13,12 @@
 //! fucina-core half of the issue) lands. Without caching, buffers go straight
 //! back to the system and these tests time autograd alone.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fucina_autograd::testing::TestCtx;
-use fucina_autograd::{live_nodes, ScopeExt, Tensor};
-use fucina_core::{BufferPool, ExecContext};
+use fucina_autograd::{checkpoint, custom_op, live_nodes, Block, CustomOp, ScopeExt, Tensor};
+use fucina_core::{BufferPool, ExecContext, RawTensor};
 
 const DEEP: usize = 1_000_000;
 
@@ -147,4 +149,131 @@ fn closing_a_scope_is_linear_in_its_results() {
 fn backward_is_linear_in_the_chain_length() {
     let _heavy = heavy();
     assert_linear("backward", backward_time);
+}
+
+/// An identity custom op that holds a tensor of the graph (the previous output,
+/// a non-leaf): its backward node owns that tensor, hence that tensor's node.
+struct Holding {
+    _held: Tensor,
+}
+
+impl CustomOp for Holding {
+    fn name(&self) -> &'static str {
+        "holding"
+    }
+    fn forward(
+        &self,
+        _ctx: &ExecContext,
+        inputs: &[&RawTensor],
+    ) -> fucina_autograd::Result<RawTensor> {
+        Ok(inputs[0].clone()) // a view: the whole chain shares one buffer
+    }
+    // d/dx x = 1
+    fn backward(
+        &self,
+        _ctx: &ExecContext,
+        _inputs: &[&RawTensor],
+        _output: &RawTensor,
+        gy: &RawTensor,
+        _needs: &[bool],
+    ) -> fucina_autograd::Result<Vec<Option<RawTensor>>> {
+        Ok(vec![Some(gy.clone())])
+    }
+}
+
+/// Runs `f` on a thread with a 2 MiB stack (a spawned thread's default), so a
+/// recursive drop overflows here rather than passing on a big main stack.
+fn on_small_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// `n` custom ops from a one-element variable, each holding the previous output.
+fn holding_chain(ctx: &ExecContext, n: usize) -> (Tensor, Tensor) {
+    let x = Tensor::variable(ctx, &[1.5f32], &[1]).unwrap();
+    let mut h = x.clone();
+    for _ in 0..n {
+        let op = Arc::new(Holding { _held: h.clone() });
+        h = custom_op(op, &[&h]).unwrap();
+    }
+    (x, h)
+}
+
+#[test]
+fn dropping_a_million_custom_ops_that_hold_their_input_does_not_recurse() {
+    let _heavy = heavy();
+    on_small_stack(|| {
+        let ctx = ctx();
+        let base = live_nodes();
+        let (x, h) = holding_chain(&ctx, DEEP);
+        assert_eq!(live_nodes(), base + DEEP);
+        drop(h); // recursed through each node's payload (the op holding a tensor) before
+        assert_eq!(live_nodes(), base);
+        drop(x);
+    });
+}
+
+/// Backward over the million ops, on the small stack, while a tail of
+/// further ops (not part of that backward, so their payloads are intact)
+/// hangs off the output; dropping the tail then frees its nodes and the
+/// consumed chain behind them.
+#[test]
+fn backward_over_a_million_custom_ops_that_hold_their_input() {
+    let _heavy = heavy();
+    on_small_stack(|| {
+        let ctx = ctx();
+        let base = live_nodes();
+        let (x, h) = holding_chain(&ctx, DEEP);
+        let mut tail = h.clone();
+        for _ in 0..DEEP / 10 {
+            let op = Arc::new(Holding {
+                _held: tail.clone(),
+            });
+            tail = custom_op(op, &[&tail]).unwrap();
+        }
+        h.backward().unwrap();
+        assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        drop(h);
+        assert_eq!(live_nodes(), base + DEEP + DEEP / 10);
+        drop(tail); // recursed through the tail's payloads before
+        assert_eq!(live_nodes(), base);
+        x.zero_grad();
+        drop(x);
+    });
+}
+
+#[test]
+fn dropping_a_chain_of_checkpoints_that_capture_their_input_does_not_recurse() {
+    const N: usize = 20_000;
+    let _heavy = heavy();
+    on_small_stack(|| {
+        let ctx = ctx();
+        let base = live_nodes();
+        let chain = |ctx: &ExecContext| {
+            let x = Tensor::variable(ctx, &[0.5f32], &[1]).unwrap();
+            let mut h = x.clone();
+            for _ in 0..N {
+                let held = h.clone(); // captured: the checkpoint node owns it
+                let block: Block = Arc::new(move |xs: &[Tensor]| xs[0].add(&held)?.mul_scalar(0.5));
+                h = checkpoint(block, &[&h]).unwrap();
+            }
+            (x, h)
+        };
+        let (x, h) = chain(&ctx);
+        assert_eq!(live_nodes(), base + N);
+        drop(h);
+        assert_eq!(live_nodes(), base);
+        let (x2, h) = chain(&ctx);
+        h.backward().unwrap();
+        // y = (h + h) / 2 = h at every step: dy/dx = 1.
+        assert_eq!(x2.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        drop(h);
+        assert_eq!(live_nodes(), base);
+        x2.zero_grad();
+        drop((x, x2));
+    });
 }

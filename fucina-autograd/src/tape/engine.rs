@@ -19,6 +19,13 @@
 //!    to what it was before the call. Summing a leaf's contributions first
 //!    and then adding the old gradient is also PyTorch's order.
 //!
+//! A checkpoint node (`Op::Recompute`) is not a formula: its block is re-run
+//! and the subgraph it records is walked right there, newest first, as part of
+//! this walk; gradients reaching its fresh input leaves go to the checkpoint
+//! node's edges, gradients reaching tensors from outside the block (the
+//! captures, also its edges) go to them directly, so each target accumulates
+//! exactly the plain run's contributions in the plain run's order.
+//!
 //! A released root (its scope closed) is [`Error::TensorReleased`]. In
 //! anomaly mode ([`crate::anomaly`]) each backward's outputs are checked, and
 //! the first non-finite one is [`Error::Anomaly`], naming the op.
@@ -27,13 +34,13 @@
 //! recursion depth grows with the graph, and each step is O(1) amortised
 //! (hash maps keyed by node address) apart from the one O(n log n) sort.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::tape::graph::{EdgeTarget, Node};
+use crate::tape::graph::{next_seq, EdgeTarget, Node, Op, Recompute};
 use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// Adds `g` into `slot` (first contribution is stored as is; later ones in place when possible).
@@ -215,84 +222,203 @@ fn run(
     }
     let ctx = root.ctx().clone();
     let seed = seed_for(root, seed)?;
-    let anomaly = crate::anomaly::is_anomaly_enabled();
-    let mut captured: Vec<Option<RawTensor>> = vec![None; capture.map(|c| c.len()).unwrap_or(0)];
-    let capture_index: HashMap<*const TensorInner, usize> = capture
-        .unwrap_or(&[])
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (Arc::as_ptr(&t.0), i))
-        .collect();
-    let mut staged = Staged::default();
+    let mut walk = Walk {
+        anomaly: crate::anomaly::is_anomaly_enabled(),
+        captured: vec![None; capture.map(|c| c.len()).unwrap_or(0)],
+        capture_index: capture
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (Arc::as_ptr(&t.0), i))
+            .collect(),
+        capturing: capture.is_some(),
+        staged: Staged::default(),
+        pending: HashMap::new(),
+        reachable: HashSet::new(),
+        ctx,
+    };
 
     let Some(root_node) = root.0.grad_fn() else {
         // The root is a leaf: its gradient is the seed.
-        match capture {
-            Some(_) => {
-                if let Some(&i) = capture_index.get(&Arc::as_ptr(&root.0)) {
-                    captured[i] = Some(seed);
-                }
-            }
-            None => {
-                staged.add(&ctx, &root.0, seed)?;
-                staged.commit(&ctx)?;
-            }
+        walk.deliver(&EdgeTarget::Leaf(root.0.clone()), seed)?;
+        let Walk {
+            ctx,
+            staged,
+            captured,
+            ..
+        } = walk;
+        if capture.is_none() {
+            staged.commit(&ctx)?;
         }
         return Ok(captured);
     };
 
     // 1. Reachable nodes; refuse before touching state if any was consumed.
+    let mut nodes = collect(&root_node, &mut walk.reachable, 0)?;
+    nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
+
+    // 2. Newest first.
+    walk.pending.reserve(nodes.len());
+    walk.pending.insert(Arc::as_ptr(&root_node), Some(seed));
+    for node in &nodes {
+        walk.visit(node, None)?;
+    }
+    let Walk {
+        ctx,
+        staged,
+        captured,
+        pending,
+        ..
+    } = walk;
+    drop(pending);
+    drop(nodes);
+    // 3. All or nothing.
+    staged.commit(&ctx)?;
+    Ok(captured)
+}
+
+/// The nodes reachable from `root` through nodes numbered at least `from`
+/// (0: all of them), each added to `seen`; a consumed one is
+/// [`Error::BackwardAlreadyRun`].
+fn collect(root: &Arc<Node>, seen: &mut HashSet<*const Node>, from: u64) -> Result<Vec<Arc<Node>>> {
     let mut nodes: Vec<Arc<Node>> = Vec::new();
-    let mut seen: std::collections::HashSet<*const Node> = std::collections::HashSet::new();
-    let mut stack = vec![root_node.clone()];
-    seen.insert(Arc::as_ptr(&root_node));
+    let mut stack = vec![root.clone()];
+    seen.insert(Arc::as_ptr(root));
     while let Some(n) = stack.pop() {
         if n.is_consumed() {
             return Err(Error::BackwardAlreadyRun { op: n.name });
         }
         for e in n.edges.iter().flatten() {
             if let EdgeTarget::Node(p) = &e.target {
-                if seen.insert(Arc::as_ptr(p)) {
+                if p.seq >= from && seen.insert(Arc::as_ptr(p)) {
                     stack.push(p.clone());
                 }
             }
         }
         nodes.push(n);
     }
-    drop(seen);
-    nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
+    Ok(nodes)
+}
 
-    // 2. Newest first.
-    let mut pending: HashMap<*const Node, Option<RawTensor>> = HashMap::with_capacity(nodes.len());
-    pending.insert(Arc::as_ptr(&root_node), Some(seed));
-    for node in &nodes {
-        let Some(gy) = pending.remove(&Arc::as_ptr(node)).flatten() else {
+/// A checkpoint node's recomputed subgraph while the walk runs through it.
+struct Splice<'a> {
+    /// The checkpoint node.
+    node: &'a Node,
+    /// Fresh input leaf (by address) → the checkpoint node's edge it stands for.
+    inputs: HashMap<*const TensorInner, usize>,
+    /// Nodes numbered at least this were recorded by the recompute; older ones
+    /// are outside the block.
+    start: u64,
+}
+
+/// The state of one backward call.
+struct Walk {
+    ctx: ExecContext,
+    anomaly: bool,
+    /// Functional `grad`: leaf gradients go to `captured`, nothing is staged.
+    capturing: bool,
+    captured: Vec<Option<RawTensor>>,
+    capture_index: HashMap<*const TensorInner, usize>,
+    staged: Staged,
+    /// Each node's gradient so far, until the node runs.
+    pending: HashMap<*const Node, Option<RawTensor>>,
+    /// Every node of the outer walk (alive until it ends).
+    reachable: HashSet<*const Node>,
+}
+
+impl Walk {
+    /// Where a gradient for `target` goes: inside a recompute, a fresh input
+    /// leaf stands for the checkpoint node's edge of that input (`None`: the
+    /// input needs no gradient), and a node from outside the block must be one
+    /// the outer walk will still visit (an edge of the checkpoint node).
+    fn resolve<'a>(
+        &self,
+        target: &'a EdgeTarget,
+        splice: Option<&Splice<'a>>,
+    ) -> Result<Option<&'a EdgeTarget>> {
+        let Some(sp) = splice else {
+            return Ok(Some(target));
+        };
+        match target {
+            EdgeTarget::Leaf(l) => match sp.inputs.get(&Arc::as_ptr(l)) {
+                Some(&i) => Ok(sp
+                    .node
+                    .edges
+                    .get(i)
+                    .and_then(|e| e.as_ref())
+                    .map(|e| &e.target)),
+                None => Ok(Some(target)),
+            },
+            EdgeTarget::Node(p) if p.seq < sp.start => {
+                if p.seq < sp.node.seq && self.reachable.contains(&Arc::as_ptr(p)) {
+                    Ok(Some(target))
+                } else {
+                    Err(Error::CheckpointRecomputeMismatch)
+                }
+            }
+            EdgeTarget::Node(_) => Ok(Some(target)),
+        }
+    }
+
+    /// Adds `g` to what `target` has received so far: a node's pending
+    /// gradient, a leaf's staged gradient (or its capture slot for `grad`).
+    fn deliver(&mut self, target: &EdgeTarget, g: RawTensor) -> Result<()> {
+        match target {
+            EdgeTarget::Node(p) => {
+                let slot = self.pending.entry(Arc::as_ptr(p)).or_insert(None);
+                accumulate(&self.ctx, slot, g)
+            }
+            EdgeTarget::Leaf(leaf) => {
+                if self.capturing {
+                    if let Some(&j) = self.capture_index.get(&Arc::as_ptr(leaf)) {
+                        accumulate(&self.ctx, &mut self.captured[j], g)?;
+                    }
+                    Ok(())
+                } else {
+                    self.staged.add(&self.ctx, leaf, g)
+                }
+            }
+        }
+    }
+
+    /// Runs one node's backward with its pending gradient (or drops its saved
+    /// views if none reached it) and delivers the input gradients.
+    fn visit(&mut self, node: &Arc<Node>, splice: Option<&Splice<'_>>) -> Result<()> {
+        let Some(gy) = self.pending.remove(&Arc::as_ptr(node)).flatten() else {
             // No gradient reached this node (every path to it was pruned); drop its saved views.
-            drop(node.take_backward());
-            continue;
+            drop(node.take_op());
+            return Ok(());
         };
         let needs: smallvec::SmallVec<[bool; 3]> = node.edges.iter().map(|e| e.is_some()).collect();
-        let Some(bw) = node.take_backward() else {
-            return Err(Error::BackwardAlreadyRun { op: node.name });
+        let bw = match node.take_op() {
+            None => return Err(Error::BackwardAlreadyRun { op: node.name }),
+            Some(Op::Recompute(r)) => {
+                if splice.is_some() {
+                    // A recompute records no checkpoint node (it is an error there).
+                    return Err(Error::NestedCheckpointRecompute);
+                }
+                return self.splice(node, &*r, gy, &needs);
+            }
+            Some(Op::Formula(bw)) => bw,
         };
         // A narrow view of an interior tensor: add gy into the producer's pending gradient
         // in place (anomaly mode keeps the general path, which checks each gradient; so
         // does a shared or strided pending gradient).
         if let (Some((axis, start)), false, [Some(edge)]) =
-            (bw.narrow_window(), anomaly, node.edges.as_slice())
+            (bw.narrow_window(), self.anomaly, node.edges.as_slice())
         {
-            if let EdgeTarget::Node(p) = &edge.target {
-                let slot = pending.entry(Arc::as_ptr(p)).or_insert(None);
-                if accumulate_narrow(&ctx, slot, &gy, axis, start, &edge.shape)? {
-                    continue;
+            if let Some(EdgeTarget::Node(p)) = self.resolve(&edge.target, splice)? {
+                let slot = self.pending.entry(Arc::as_ptr(p)).or_insert(None);
+                if accumulate_narrow(&self.ctx, slot, &gy, axis, start, &edge.shape)? {
+                    return Ok(());
                 }
             }
         }
-        let mut grads = bw.backward(&ctx, &gy, &needs)?;
+        let mut grads = bw.backward(&self.ctx, &gy, &needs)?;
         drop(bw); // saved activations go back to the pool now
         drop(gy); // the interior gradient is consumed
-        if anomaly {
-            crate::anomaly::check_grads(&ctx, node.name, node.seq, &grads)?;
+        if self.anomaly {
+            crate::anomaly::check_grads(&self.ctx, node.name, node.seq, &grads)?;
         }
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
@@ -303,26 +429,72 @@ fn run(
                     op: node.name,
                     input: i,
                 })?;
-            let g = reduce_to(&ctx, g, &edge.shape, node.name, i)?;
-            match &edge.target {
-                EdgeTarget::Node(p) => {
-                    let slot = pending.entry(Arc::as_ptr(p)).or_insert(None);
-                    accumulate(&ctx, slot, g)?;
-                }
-                EdgeTarget::Leaf(leaf) => match capture {
-                    Some(_) => {
-                        if let Some(&j) = capture_index.get(&Arc::as_ptr(leaf)) {
-                            accumulate(&ctx, &mut captured[j], g)?;
-                        }
-                    }
-                    None => staged.add(&ctx, leaf, g)?,
-                },
+            let g = reduce_to(&self.ctx, g, &edge.shape, node.name, i)?;
+            if let Some(target) = self.resolve(&edge.target, splice)? {
+                self.deliver(target, g)?;
             }
         }
+        Ok(())
     }
-    drop(pending);
-    drop(nodes);
-    // 3. All or nothing.
-    staged.commit(&ctx)?;
-    Ok(captured)
+
+    /// A checkpoint node: re-runs its block, then walks the recorded subgraph
+    /// newest first as part of this walk. A gradient reaching a fresh input
+    /// leaf goes to the node's edge for that input, one reaching a tensor from
+    /// outside the block goes to it directly ([`Walk::resolve`]): each tensor
+    /// receives the same contributions in the same order as in the plain
+    /// run, so every gradient is bitwise the plain run's.
+    fn splice(
+        &mut self,
+        node: &Arc<Node>,
+        r: &dyn Recompute,
+        gy: RawTensor,
+        needs: &[bool],
+    ) -> Result<()> {
+        let start = next_seq();
+        let rec = r.recompute(&self.ctx, needs)?;
+        let sp = Splice {
+            node,
+            inputs: rec
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.requires_grad())
+                .map(|(i, t)| (Arc::as_ptr(&t.0), i))
+                .collect(),
+            start,
+        };
+        let out = &rec.output;
+        if !out.requires_grad() {
+            // The output depends on nothing that requires a gradient.
+            return Ok(());
+        }
+        match out.0.grad_fn() {
+            // The block returned a leaf (an input, or a captured leaf)...
+            None => {
+                let target = EdgeTarget::Leaf(out.0.clone());
+                if let Some(t) = self.resolve(&target, Some(&sp))? {
+                    self.deliver(t, gy)?;
+                }
+            }
+            // ... or a captured non-leaf as it is...
+            Some(root) if root.seq < start => {
+                let target = EdgeTarget::Node(root);
+                if let Some(t) = self.resolve(&target, Some(&sp))? {
+                    self.deliver(t, gy)?;
+                }
+            }
+            // ... or, as usual, the result of ops it ran.
+            Some(root) => {
+                // Its own seen set: the recompute's nodes die with `rec`, and a
+                // later recompute may reuse their addresses.
+                let mut inner = collect(&root, &mut HashSet::new(), start)?;
+                inner.sort_unstable_by_key(|n| std::cmp::Reverse(n.seq));
+                self.pending.insert(Arc::as_ptr(&root), Some(gy));
+                for n in &inner {
+                    self.visit(n, Some(&sp))?;
+                }
+            }
+        }
+        Ok(())
+    }
 }

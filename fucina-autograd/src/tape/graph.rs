@@ -11,11 +11,21 @@
 //! numbers come from one process-wide counter, so a graph whose tensors
 //! crossed threads still sorts topologically.
 //!
+//! A node's payload is an `Op`: a formula ([`Backward`]) or, for
+//! activation checkpointing, a `Recompute` that the engine re-runs and whose
+//! recorded subgraph it walks in place (`tape/engine.rs`). While a checkpoint
+//! runs its block under no-grad, `discover_captured` notes every tensor
+//! requiring a gradient that an op reads, so the checkpoint node gets an edge
+//! to each tensor the block captures as well as to its inputs.
+//!
 //! Nodes are `Send + Sync` (a [`Backward`] must be), so tensors can cross
-//! threads. Dropping the last reference to a long chain never recurses:
-//! `Node::drop` moves each input node it held the last reference to onto an
-//! explicit stack and unlinks it there.
+//! threads. Dropping the last reference to any graph never recurses, whatever
+//! a node's payload holds: a node dropped while another node drop is running
+//! on the thread leaves its edges and payload on a thread-local queue, which
+//! the outermost drop drains.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +33,8 @@ use fucina_core::{ExecContext, RawTensor};
 use smallvec::SmallVec;
 
 use crate::error::Result;
-use crate::grad_mode::is_grad_enabled;
+use crate::grad_mode::{is_grad_enabled, no_grad_depth};
+use crate::tape::scope::ExecScope;
 use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// Input gradients returned by a backward, one slot per input.
@@ -49,6 +60,41 @@ pub trait Backward: Send + Sync {
     }
 }
 
+/// A node that re-runs a block in backward instead of applying a formula
+/// (activation checkpointing). The engine calls [`Recompute::recompute`], then
+/// walks the subgraph it recorded as part of the same backward: gradients that
+/// reach a fresh input leaf go to the node's matching edge, gradients that
+/// reach a tensor from outside the block (one the block captured: an edge of
+/// the node too) go straight to it. Every tensor thus receives its
+/// contributions one by one in the order the plain run's walk would add
+/// them, so the gradients are bitwise the plain run's.
+pub(crate) trait Recompute: Send + Sync {
+    /// Re-runs the block with recording on, over fresh leaves holding the saved
+    /// input values (leaf `i` requires a gradient iff `needs[i]`). `needs` has
+    /// one flag per block input: the node's first edges, in order.
+    fn recompute(&self, ctx: &ExecContext, needs: &[bool]) -> Result<Recomputed>;
+}
+
+/// What a [`Recompute`] ran: the fresh input leaves and the block's output,
+/// with the scope that owns the recomputed intermediates (closed, releasing
+/// them, when this drops).
+pub(crate) struct Recomputed {
+    /// The fresh leaves, one per block input.
+    pub(crate) inputs: Vec<Tensor>,
+    /// The block's output.
+    pub(crate) output: Tensor,
+    /// Declared last, so it closes after the handles above drop.
+    pub(crate) _scope: ExecScope,
+}
+
+/// What a node runs in backward.
+pub(crate) enum Op {
+    /// A formula: input gradients from the output gradient.
+    Formula(Box<dyn Backward>),
+    /// A checkpoint: the block is recomputed and its subgraph walked in place.
+    Recompute(Box<dyn Recompute>),
+}
+
 pub(crate) enum EdgeTarget {
     Leaf(Arc<TensorInner>),
     Node(Arc<Node>),
@@ -63,7 +109,7 @@ pub(crate) struct Edge {
 pub struct Node {
     pub(crate) seq: u64,
     pub(crate) name: &'static str,
-    pub(crate) backward: Mutex<Option<Box<dyn Backward>>>,
+    pub(crate) op: Mutex<Option<Op>>,
     pub(crate) edges: SmallVec<[Option<Edge>; 3]>,
     /// The live-node counter of the thread that recorded this node.
     live: Arc<AtomicUsize>,
@@ -84,11 +130,7 @@ pub fn live_nodes() -> usize {
 }
 
 impl Node {
-    fn new(
-        name: &'static str,
-        backward: Box<dyn Backward>,
-        edges: SmallVec<[Option<Edge>; 3]>,
-    ) -> Node {
+    fn new(name: &'static str, op: Op, edges: SmallVec<[Option<Edge>; 3]>) -> Node {
         let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
         let live = LIVE_NODES.with(|c| {
             c.fetch_add(1, Ordering::Relaxed);
@@ -97,7 +139,7 @@ impl Node {
         Node {
             seq,
             name,
-            backward: Mutex::new(Some(backward)),
+            op: Mutex::new(Some(op)),
             edges,
             live,
         }
@@ -105,37 +147,73 @@ impl Node {
 
     /// True once backward consumed this node (or pruned it).
     pub(crate) fn is_consumed(&self) -> bool {
-        lock(&self.backward).is_none()
+        lock(&self.op).is_none()
     }
 
     /// Takes the backward out (consuming the node).
-    pub(crate) fn take_backward(&self) -> Option<Box<dyn Backward>> {
-        lock(&self.backward).take()
+    pub(crate) fn take_op(&self) -> Option<Op> {
+        lock(&self.op).take()
     }
 }
 
-/// Moves each node edge of `edges` whose last reference this was onto `stack`.
-fn unlink(edges: &mut SmallVec<[Option<Edge>; 3]>, stack: &mut Vec<Node>) {
-    for e in edges.drain(..).flatten() {
-        if let EdgeTarget::Node(n) = e.target {
-            if let Some(node) = Arc::into_inner(n) {
-                stack.push(node);
-            }
-        }
+/// The sequence number the next node recorded will get at the earliest: every
+/// node recorded on this thread after this call has a number at least this.
+pub(crate) fn next_seq() -> u64 {
+    NEXT_SEQ.load(Ordering::Relaxed)
+}
+
+/// What a dropped node still owns: its edges and its payload (whose saved
+/// tensors may own further nodes: a custom op or a checkpoint block holding a
+/// tensor of the graph).
+type Remains = (SmallVec<[Option<Edge>; 3]>, Option<Op>);
+
+thread_local! {
+    /// True while a node drop on this thread is draining [`DEFERRED`].
+    static DROPPING: Cell<bool> = const { Cell::new(false) };
+    /// What nested node drops left to the outermost one.
+    static DEFERRED: RefCell<Vec<Remains>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Clears [`DROPPING`] when the outermost drop ends, even by a panic.
+struct Draining;
+impl Drop for Draining {
+    fn drop(&mut self) {
+        let _ = DROPPING.try_with(|d| d.set(false));
     }
 }
 
 impl Drop for Node {
+    /// Iterative teardown whatever a node holds: the outermost node drop on a
+    /// thread frees its edges and payload; a node dropped meanwhile (the last
+    /// reference went with an edge, or with a tensor a payload held) moves its
+    /// own edges and payload onto a thread-local queue and returns, and the
+    /// outermost drop frees those next. The depth stays constant however long
+    /// or however linked the graph. (If the thread-locals are already gone,
+    /// at thread exit, the node frees what it holds in place.)
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::Relaxed);
-        // Iterative teardown: each input node this one held the last reference
-        // to is moved onto the stack with its edges drained first, so its own
-        // drop finds no edges and the depth stays 1 however long the chain.
-        let mut stack: Vec<Node> = Vec::new();
-        unlink(&mut self.edges, &mut stack);
-        while let Some(mut node) = stack.pop() {
-            unlink(&mut node.edges, &mut stack);
-            drop(node);
+        let op = self
+            .op
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let remains: Remains = (std::mem::take(&mut self.edges), op);
+        let Ok(outermost) = DROPPING.try_with(|d| !d.replace(true)) else {
+            drop(remains);
+            return;
+        };
+        if !outermost {
+            // Were the queue gone, the unrun closure would free `remains` here.
+            let _ = DEFERRED.try_with(|q| q.borrow_mut().push(remains));
+            return;
+        }
+        let _draining = Draining;
+        let mut next = Some(remains);
+        while let Some(r) = next
+            .take()
+            .or_else(|| DEFERRED.try_with(|q| q.borrow_mut().pop()).ok().flatten())
+        {
+            drop(r); // nested node drops push onto DEFERRED
         }
     }
 }
@@ -173,14 +251,92 @@ pub(crate) fn record<F>(
 where
     F: FnOnce(&RawTensor) -> Box<dyn Backward>,
 {
+    record_op(ctx, name, value, inputs, |v| Op::Formula(make(v)))
+}
+
+/// [`record`] for any [`Op`] (a checkpoint records a [`Op::Recompute`]).
+pub(crate) fn record_op<F>(
+    ctx: &ExecContext,
+    name: &'static str,
+    value: RawTensor,
+    inputs: &[&Tensor],
+    make: F,
+) -> Tensor
+where
+    F: FnOnce(&RawTensor) -> Op,
+{
     let t = if should_record(inputs) {
-        let backward = make(&value);
+        let op = make(&value);
         let edges = inputs.iter().map(|t| edge_for(t)).collect();
-        let node = Arc::new(Node::new(name, backward, edges));
+        let node = Arc::new(Node::new(name, op, edges));
         Tensor::new_internal(ctx, value, true, Some(node))
     } else {
+        if !is_grad_enabled() {
+            note_captured(inputs);
+        }
         Tensor::new_internal(ctx, value, false, None)
     };
     crate::tape::scope::adopt(&t);
     t
+}
+
+/// One [`discover_captured`] region: the no-grad depth it runs at and the
+/// tensors requiring a gradient found so far (first use first).
+struct CaptureFrame {
+    depth: usize,
+    seen: HashSet<*const TensorInner>,
+    found: Vec<Tensor>,
+}
+
+thread_local! {
+    static CAPTURE: RefCell<Vec<CaptureFrame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Notes the inputs of an unrecorded op that require a gradient in the
+/// innermost discovery region, if the op runs at that region's no-grad depth
+/// (a `no_grad` the block opens itself hides its ops, as in the plain run).
+fn note_captured(inputs: &[&Tensor]) {
+    let _ = CAPTURE.try_with(|c| {
+        let mut c = c.borrow_mut();
+        let Some(top) = c.last_mut() else { return };
+        if top.depth != no_grad_depth() {
+            return;
+        }
+        for t in inputs {
+            if t.requires_grad() && top.seen.insert(Arc::as_ptr(&t.0)) {
+                top.found.push((*t).clone());
+            }
+        }
+    });
+}
+
+/// Runs `f` (which must run under no-grad, as a checkpoint's forward does) and
+/// returns, with its result, every tensor requiring a gradient that an op
+/// inside `f` read at this no-grad depth, in order of first use. Inside `f`
+/// nothing requires a gradient except tensors made outside it, so these are
+/// the tensors `f` captured. Regions nest: an inner checkpoint's own record
+/// (its inputs and captures) is an op of the outer region.
+pub(crate) fn discover_captured<R>(f: impl FnOnce() -> R) -> (R, Vec<Tensor>) {
+    CAPTURE.with(|c| {
+        c.borrow_mut().push(CaptureFrame {
+            depth: no_grad_depth(),
+            seen: HashSet::new(),
+            found: Vec::new(),
+        })
+    });
+    /// Pops the frame if `f` unwinds (the normal path pops it below).
+    struct PopOnUnwind;
+    impl Drop for PopOnUnwind {
+        fn drop(&mut self) {
+            let _ = CAPTURE.try_with(|c| c.borrow_mut().pop());
+        }
+    }
+    let guard = PopOnUnwind;
+    let r = f();
+    std::mem::forget(guard);
+    let found = CAPTURE
+        .with(|c| c.borrow_mut().pop())
+        .map(|frame| frame.found)
+        .unwrap_or_default();
+    (r, found)
 }

@@ -14,8 +14,8 @@
 //! in-place writes are optimizer updates through [`Tensor::update_value`],
 //! which copies first if the buffer is shared.
 //!
-//! Dropping the last handle of a long graph never recurses: [`crate::tape::graph`]'s
-//! `Node` drop unlinks the chain onto an explicit stack.
+//! Dropping the last handle of a deep graph never recurses: [`crate::tape::graph`]'s
+//! `Node` drop defers nested node drops to a thread-local queue it drains.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

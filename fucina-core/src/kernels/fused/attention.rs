@@ -12,7 +12,10 @@
 //! copied once. Chunks are fixed (query head, query block) pairs forward and k/v heads
 //! backward (their query heads in ascending order), each reduced in a fixed order, so
 //! results are bitwise identical for any thread count. Fully masked rows give a zero output
-//! and zero gradients, not NaN.
+//! and zero gradients, not NaN (even with a NaN scale). NaN in, NaN out: a row with a NaN
+//! score (NaN in its query, in a key it sees, or a NaN scale) gives a NaN output row and
+//! `lse`, and NaN gradients for its query and for the keys and values it sees, as PyTorch
+//! does (the online softmax's max skips NaN, so such a row used to look fully masked).
 //! [`materialising`] keeps the previous kernel for the benchmark comparison only.
 
 mod flash;
@@ -311,7 +314,9 @@ impl ExecContext {
     ///
     /// Returns `(out [B,H,T,Dv], lse [B,H,T])`: `lse` is each row's logsumexp of the masked,
     /// scaled scores (what [`ExecContext::attention_backward`] needs); a fully masked row
-    /// has `lse = -inf` and a zero output, not NaN. No `[T, S]` block is materialised.
+    /// has `lse = -inf` and a zero output, not NaN. A row with a NaN score (NaN in q, in k
+    /// at a key the row sees, or `scale: Some(NaN)`) has a NaN output and `lse`, as
+    /// PyTorch. No `[T, S]` block is materialised.
     ///
     /// ```
     /// use fucina_core::{kernels::attention::AttentionOpts, ExecContext};
@@ -369,7 +374,8 @@ impl ExecContext {
     /// gV += Pᵀ · gO          gP = gO · Vᵀ          gS = P ∘ (gP − Δ)   (softmax backward)
     /// gQ += s · gS · K       gK += s · gSᵀ · Q
     /// ```
-    /// Masked entries (P = 0) and fully masked rows get no gradient.
+    /// Masked entries (P = 0) and fully masked rows get no gradient. A NaN row (`lse` NaN)
+    /// gives NaN in its gq row and in the gk, gv rows of the keys it sees.
     pub fn attention_backward(
         &self,
         q: &RawTensor,
@@ -493,7 +499,9 @@ pub mod reference {
     }
 
     /// Returns `(out, probs)`: scores `q·kᵀ·scale + bias` (masked → -inf), softmax over
-    /// keys (fully masked rows → 0), `out = probs · v`.
+    /// keys (fully masked rows → 0), `out = probs · v`. A row with a NaN score (NaN in q,
+    /// in k at a key it sees, or a NaN scale) has NaN probabilities at the keys it sees
+    /// (0 where masked) and a NaN output row, as PyTorch's softmax gives.
     pub fn attention<T: Float>(
         q: &[T],
         k: &[T],
@@ -510,6 +518,16 @@ pub mod reference {
         for row in 0..b * h * t {
             let kvh = dims.kv_head(row / t);
             let sc = scores(q, k, dims, mask, causal, scale, row);
+            if sc.iter().any(|x| x.is_nan()) {
+                let nan = T::from_f64(f64::NAN);
+                for j in 0..s {
+                    if sc[j] != T::NEG_INFINITY {
+                        probs[row * s + j] = nan;
+                    }
+                }
+                out[row * dv..(row + 1) * dv].fill(nan);
+                continue;
+            }
             let m = sc.iter().fold(T::NEG_INFINITY, |a, &x| a.max(x));
             if m == T::NEG_INFINITY {
                 continue;
@@ -527,8 +545,8 @@ pub mod reference {
         (out, probs)
     }
 
-    /// Each query row's logsumexp of its masked, scaled scores (−∞ when fully masked):
-    /// the `lse` that `ExecContext::attention` returns.
+    /// Each query row's logsumexp of its masked, scaled scores (−∞ when fully masked, NaN
+    /// with a NaN score): the `lse` that `ExecContext::attention` returns.
     pub fn attention_lse<T: Float>(
         q: &[T],
         k: &[T],
@@ -542,6 +560,9 @@ pub mod reference {
         (0..b * h * t)
             .map(|row| {
                 let sc = scores(q, k, dims, mask, causal, scale, row);
+                if sc.iter().any(|x| x.is_nan()) {
+                    return T::from_f64(f64::NAN);
+                }
                 let m = sc.iter().fold(T::NEG_INFINITY, |a, &x| a.max(x));
                 if m == T::NEG_INFINITY {
                     return m;

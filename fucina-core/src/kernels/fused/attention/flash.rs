@@ -20,6 +20,12 @@
 //! Q values under masked keys no longer reach the output as NaN, as in PyTorch's flash
 //! kernel, which skips masked blocks too).
 //!
+//! NaN in, NaN out: a NaN score (NaN in a query row, in a key the row sees, or a NaN
+//! scale) makes the row's running sum NaN even where the block max, which skips NaN, is
+//! −∞, and a NaN sum gives a NaN output row and lse (never the fully masked row's 0 and
+//! −∞); the backward then gives NaN probabilities at the keys that row sees (0 where
+//! masked). Finite inputs never take these branches, so their results are unchanged.
+//!
 //! Invariants: the only per-tile memory is a thread-local scratch of `O(BR·BC + BC·D)`
 //! elements (never pool memory, never `[T, S]`); each chunk writes only its own rows;
 //! every sum runs in a fixed order (keys, then query rows, ascending) with no FMA, so the
@@ -179,7 +185,10 @@ fn scale_and_mask<T: Float>(
 /// One row of the online softmax: turns the raw scores `row` into e^(s − m_new), where
 /// m_new = max(m, max s), updates `m` and `l ← l·e^(m − m_new) + Σ e^(s − m_new)`, and
 /// returns the factor e^(m − m_new) the row's output accumulator must be scaled by.
-/// A row with no visible key so far stays at m = −∞, l = 0 with all-zero weights.
+/// A row with no visible key so far stays at m = −∞, l = 0 with all-zero weights, unless
+/// a score is NaN (NaN in q, k or the scale: `max` skips NaN, so such a block's max can be
+/// −∞): then l becomes NaN, and stays NaN, so the row ends NaN instead of looking fully
+/// masked. With a finite max, a NaN score makes its e^(s − m) and so l NaN by itself.
 #[inline(always)]
 fn online_row<T: RowFloat>(
     row: &mut [T],
@@ -194,6 +203,10 @@ fn online_row<T: RowFloat>(
     let block_max = max(row);
     let m_new = if block_max > *m { block_max } else { *m };
     if m_new == T::NEG_INFINITY {
+        // Only rows with no finite score so far get here (rare): look for a NaN.
+        if row.iter().any(|x| x.is_nan()) {
+            *l = T::from_f64(f64::NAN);
+        }
         row.fill(T::ZERO);
         return T::ONE;
     }
@@ -309,6 +322,12 @@ fn fwd_block_impl<T: RowFloat>(
                 *x *= inv;
             }
             lse[r] = m[r] + l[r].ln();
+        } else if l[r].is_nan() {
+            // A NaN score (or an infinite one: e^(∞ − ∞)): NaN out, as PyTorch, and
+            // lse = NaN, so the backward's gradients of the row are NaN too. (Finite inputs
+            // never get here: the max score adds e^0 = 1 to l.)
+            orow.fill(T::from_f64(f64::NAN));
+            lse[r] = T::from_f64(f64::NAN);
         } else {
             // No visible key: zero output, lse = −∞ (the backward then skips the row).
             orow.fill(T::ZERO);
@@ -347,7 +366,9 @@ pub(super) fn forward<T: RowFloat>(
 }
 
 /// Probabilities of one recomputed row: e^(s·scale + mask − lse), 0 where hidden or masked,
-/// and all 0 for a row with no visible key (lse = −∞).
+/// and all 0 for a row with no visible key (lse = −∞). A NaN row (lse = NaN: a NaN score
+/// in the forward) is NaN at every key it sees and still exactly 0 where hidden or masked
+/// (e^(−∞ − NaN) would be NaN), so its NaN reaches the gradients of the keys it sees.
 #[inline(always)]
 fn probs_row<T: RowFloat>(
     row: &mut [T],
@@ -362,6 +383,16 @@ fn probs_row<T: RowFloat>(
         return;
     }
     scale_and_mask(row, valid, scale, mask, j0);
+    if lse.is_nan() {
+        for x in row.iter_mut() {
+            *x = if *x == T::NEG_INFINITY {
+                T::ZERO
+            } else {
+                T::from_f64(f64::NAN)
+            };
+        }
+        return;
+    }
     for x in row.iter_mut() {
         *x = (*x - lse).vexp();
     }
@@ -554,8 +585,18 @@ fn bwd_query_head<T: RowFloat>(
                     let dl = delta[i0 + r];
                     let prow = &s[r * BC..r * BC + valid];
                     let (seen, hidden) = dp[r * BC..r * BC + bc].split_at_mut(valid);
-                    for (x, &pv) in seen.iter_mut().zip(prow) {
-                        *x = pv * (*x - dl) * scale;
+                    let l = lse[i0 + r];
+                    if l.is_nan() || l == T::NEG_INFINITY {
+                        // A NaN row: gS is NaN where P is (Δ is NaN), and 0 where P = 0
+                        // (masked keys stay out of it, as in the forward). A fully
+                        // masked row: gS = 0, even with a NaN scale.
+                        for (x, &pv) in seen.iter_mut().zip(prow) {
+                            *x = if pv == T::ZERO { T::ZERO } else { pv };
+                        }
+                    } else {
+                        for (x, &pv) in seen.iter_mut().zip(prow) {
+                            *x = pv * (*x - dl) * scale;
+                        }
                     }
                     // P = 0 there (and gP may be stale): gS = 0.
                     hidden.fill(T::ZERO);
