@@ -11,12 +11,19 @@
 //! recomputes the block and walks the recorded subgraph in place, adding each
 //! contribution to its target in the plain run's order (`tape/engine.rs`).
 //!
+//! Randomness replays: a layer that draws a random stream per call (dropout)
+//! takes it through [`random_draw`], which records the draws of a block's
+//! forward and hands the same ones back, in order, when the block is
+//! recomputed — PyTorch's `preserve_rng_state`, so a checkpointed dropout
+//! applies the forward's masks and its counter advances once, as in the
+//! plain run.
+//!
 //! The block must run the same ops on the same tensors each time it is called
 //! (a recompute reaching a non-leaf the forward did not is
 //! [`Error::CheckpointRecomputeMismatch`]); a checkpoint inside a block that
 //! is being recomputed is [`Error::NestedCheckpointRecompute`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
@@ -29,6 +36,99 @@ use crate::tape::tensor::Tensor;
 
 thread_local! {
     static RECOMPUTING: Cell<bool> = const { Cell::new(false) };
+    static DRAWS: RefCell<Draws> = const { RefCell::new(Draws::Off) };
+}
+
+/// What [`random_draw`] does on this thread.
+enum Draws {
+    /// Outside any checkpoint: draw.
+    Off,
+    /// In a checkpoint's forward: draw and note.
+    Record(Vec<u64>),
+    /// In a recompute: hand back the forward's draws in order.
+    Replay(Vec<u64>, usize),
+}
+
+/// A per-call random draw (a seed or a counter) that checkpointing
+/// preserves: outside a checkpoint it is `fresh()`; in a checkpoint's
+/// forward `fresh()` is noted; when that block is recomputed in backward the
+/// noted values come back in the same order and `fresh` is not called (so a
+/// counter it advances advances once, as in the plain run). A recompute
+/// asking for more draws than the forward made is
+/// [`Error::CheckpointRecomputeMismatch`].
+///
+/// ```
+/// use fucina_autograd::checkpoint::random_draw;
+/// let mut counter = 0u64;
+/// let k = random_draw(|| { counter += 1; Ok(counter - 1) }).unwrap();
+/// assert_eq!((k, counter), (0, 1));
+/// ```
+pub fn random_draw<E>(
+    fresh: impl FnOnce() -> std::result::Result<u64, E>,
+) -> std::result::Result<u64, E>
+where
+    E: From<Error>,
+{
+    let replayed = DRAWS.with(|d| match &mut *d.borrow_mut() {
+        Draws::Replay(v, i) => Some(match v.get(*i) {
+            Some(&x) => {
+                *i += 1;
+                Ok(x)
+            }
+            None => Err(Error::CheckpointRecomputeMismatch),
+        }),
+        _ => None,
+    });
+    if let Some(r) = replayed {
+        return r.map_err(E::from);
+    }
+    let x = fresh()?;
+    DRAWS.with(|d| {
+        if let Draws::Record(v) = &mut *d.borrow_mut() {
+            v.push(x);
+        }
+    });
+    Ok(x)
+}
+
+/// Sets this thread's draw mode for a scope; restores the previous one on
+/// drop, handing back what was recorded.
+struct DrawMode {
+    prev: Option<Draws>,
+}
+
+impl DrawMode {
+    fn set(mode: Draws) -> DrawMode {
+        DrawMode {
+            prev: Some(DRAWS.with(|d| std::mem::replace(&mut *d.borrow_mut(), mode))),
+        }
+    }
+
+    /// Ends the scope, returning the draws it recorded; a recording scope
+    /// inside another adds its draws to the outer one too.
+    fn finish(mut self) -> Vec<u64> {
+        let prev = self.prev.take().unwrap_or(Draws::Off);
+        let mine = DRAWS.with(|d| std::mem::replace(&mut *d.borrow_mut(), prev));
+        match mine {
+            Draws::Record(v) => {
+                DRAWS.with(|d| {
+                    if let Draws::Record(outer) = &mut *d.borrow_mut() {
+                        outer.extend_from_slice(&v);
+                    }
+                });
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Drop for DrawMode {
+    fn drop(&mut self) {
+        if let Some(prev) = self.prev.take() {
+            DRAWS.with(|d| *d.borrow_mut() = prev);
+        }
+    }
 }
 
 /// A checkpointable block: maps input tensors to one output tensor. `Send +
@@ -57,6 +157,8 @@ impl Drop for RecomputeFlag {
 struct CheckpointBackward {
     block: Block,
     inputs: Vec<RawTensor>,
+    /// The forward's [`random_draw`]s, replayed by the recompute.
+    draws: Vec<u64>,
 }
 
 impl Recompute for CheckpointBackward {
@@ -71,6 +173,7 @@ impl Recompute for CheckpointBackward {
         let output = {
             let _flag = RecomputeFlag::set()?;
             let _grad = enable_grad();
+            let _draws = DrawMode::set(Draws::Replay(self.draws.clone(), 0));
             (self.block)(&inputs)?
         };
         Ok(Recomputed {
@@ -116,20 +219,22 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
         }
     };
     let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
-    let (out_value, captured) = {
+    let (out_value, captured, draws) = {
         let _ng = no_grad();
         let _scope = ExecScope::open();
         let consts: Vec<Tensor> = values
             .iter()
             .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
             .collect();
+        let mode = DrawMode::set(Draws::Record(Vec::new()));
         let (out, mut captured) = discover_captured(|| block(&consts));
+        let draws = mode.finish();
         let out = out?;
         // A block that returns a captured tensor as it is read no op on it.
         if out.requires_grad() && !captured.iter().any(|c| c.same_as(&out)) {
             captured.push(out.clone());
         }
-        (out.raw()?, captured)
+        (out.raw()?, captured, draws)
     };
     let edges: Vec<&Tensor> = inputs.iter().copied().chain(captured.iter()).collect();
     Ok(record_op(
@@ -141,6 +246,7 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
             Op::Recompute(Box::new(CheckpointBackward {
                 block,
                 inputs: values,
+                draws,
             }))
         },
     ))

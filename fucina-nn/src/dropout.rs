@@ -84,11 +84,16 @@ impl Dropout {
         if !self.mode.is_training() || self.p == 0.0 {
             return Ok(x.clone());
         }
-        let k = self.calls.update_value(|v| {
-            let c = &mut v.as_mut_slice::<i64>()?[0];
-            let k = *c as u64;
-            *c = k.wrapping_add(1) as i64;
-            Ok::<u64, Error>(k)
+        // Through `random_draw`: a checkpoint's recompute gets the
+        // forward's call number back, so it applies the same mask and the
+        // counter advances once, as in the plain run.
+        let k = fucina_autograd::checkpoint::random_draw(|| {
+            self.calls.update_value(|v| {
+                let c = &mut v.as_mut_slice::<i64>()?[0];
+                let k = *c as u64;
+                *c = k.wrapping_add(1) as i64;
+                Ok::<u64, Error>(k)
+            })
         })?;
         Ok(x.dropout(self.p, rng::at(self.seed, k))?)
     }
