@@ -60,7 +60,11 @@ enum Draws {
 /// ```
 /// use fucina_autograd::checkpoint::random_draw;
 /// let mut counter = 0u64;
-/// let k = random_draw(|| { counter += 1; Ok(counter - 1) }).unwrap();
+/// let k = random_draw(|| {
+///     counter += 1;
+///     Ok::<u64, fucina_autograd::Error>(counter - 1)
+/// })
+/// .unwrap();
 /// assert_eq!((k, counter), (0, 1));
 /// ```
 pub fn random_draw<E>(
