@@ -398,3 +398,40 @@ fn prefix_rules_rewrite_keys() {
     assert!(matches!(e, StateDictError::Tensor { .. }), "{e}");
     drop((src, prefixed, both, dst));
 }
+
+/// A tensor of `shape` whose exec scope has closed (its value is released).
+fn released(ctx: &ExecContext, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let x = Tensor::variable(ctx, &vec![0.5f32; n], shape).unwrap();
+    let scope = fucina_autograd::ExecScope::open();
+    let y = x.mul_scalar(2.0).unwrap();
+    scope.close();
+    assert!(y.is_released());
+    y
+}
+
+#[test]
+fn a_released_target_fails_the_load_before_any_target_is_assigned() {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let src = model(&ctx, 1);
+    let bytes = state_dict_bytes(Path::new("mem"), &src, &SaveOptions::default()).unwrap();
+    // The released target is the last one, so the first two would be
+    // assigned before it is reached.
+    let mut target = model(&ctx, 99);
+    target[2].1 = released(&ctx, &[2, 3]);
+    let before = bits(&target[..2]);
+    let err = load_state_dict_bytes("mem", &bytes, &target, &LoadOptions::new()).unwrap_err();
+    assert_eq!(
+        bits(&target[..2]),
+        before,
+        "a failed load changed the model"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("head.w") && msg.contains("mem"), "{msg}");
+    assert!(matches!(state_err(err), StateDictError::Tensor { .. }));
+    // Non-strict loads are all or nothing too.
+    let err = load_state_dict_bytes("mem", &bytes, &target, &LoadOptions::new().strict(false));
+    assert!(err.is_err());
+    assert_eq!(bits(&target[..2]), before);
+    drop((src, target));
+}

@@ -346,6 +346,61 @@ impl Tensor {
         Ok(())
     }
 
+    /// Replaces the values of several leaves all or nothing: every target's
+    /// shape and dtype are checked and every value slot is locked (in address
+    /// order, so two such calls cannot deadlock) before any is written; a
+    /// released or busy target is an error, with the position of that target
+    /// in `targets`, and nothing changed. A tensor named twice gets its last
+    /// value. The old values drop after the locks are released.
+    pub(crate) fn set_values(
+        targets: Vec<(&Tensor, RawTensor)>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        for (i, (t, v)) in targets.iter().enumerate() {
+            if v.shape() != t.shape() || v.dtype() != t.dtype() {
+                return Err((
+                    i,
+                    Error::Core(fucina_core::Error::ShapeMismatch {
+                        op: "set_value",
+                        lhs: t.shape().to_vec(),
+                        rhs: v.shape().to_vec(),
+                    }),
+                ));
+            }
+        }
+        // (address, position, tensor, value): the last value of each
+        // distinct tensor, in address order.
+        let mut order: Vec<(usize, usize, &Tensor, RawTensor)> = Vec::with_capacity(targets.len());
+        for (i, (t, v)) in targets.into_iter().enumerate() {
+            let addr = Arc::as_ptr(&t.0) as usize;
+            match order.iter_mut().find(|e| e.0 == addr) {
+                Some(e) => {
+                    e.1 = i;
+                    e.3 = v;
+                }
+                None => order.push((addr, i, t, v)),
+            }
+        }
+        order.sort_by_key(|e| e.0);
+        let mut guards = Vec::with_capacity(order.len());
+        for (_, i, t, _) in &order {
+            let g = lock(&t.0.value);
+            match &*g {
+                Slot::Value(_) => {}
+                Slot::Updating => return Err((*i, Error::ValueBusy)),
+                Slot::Released => return Err((*i, Error::TensorReleased)),
+            }
+            guards.push(g);
+        }
+        let old: Vec<Slot> = guards
+            .iter_mut()
+            .zip(order)
+            .map(|(g, (_, _, _, v))| std::mem::replace(&mut **g, Slot::Value(v)))
+            .collect();
+        drop(guards);
+        drop(old);
+        Ok(())
+    }
+
     /// The accumulated gradient of a leaf, as a constant tensor.
     pub fn grad(&self) -> Option<Tensor> {
         let g = lock(&self.0.grad).clone();
