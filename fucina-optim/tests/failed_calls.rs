@@ -177,3 +177,64 @@ fn a_shared_moment_is_copied_before_any_parameter_moves() {
     assert_eq!(opt.param_state(0, 0).unwrap().step, 1);
     drop((snapshot, opt, ps));
 }
+
+/// `clip_grad_norm` (or `clip_grad_value` with `by_value`) under every
+/// memory limit, with a view held on every gradient so each must be copied.
+fn clip_under_every_limit(by_value: bool) {
+    let clip = |ps: &[Tensor]| -> Result<()> {
+        if by_value {
+            clip_grad_value(ps, 0.1)
+        } else {
+            clip_grad_norm(ps, 0.5).map(|_| ())
+        }
+    };
+    let want = {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = setup(&ctx);
+        clip(&ps).unwrap();
+        grad_bits(&ps)
+    };
+    let mut failures = 0;
+    for quarter in 0..16 {
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = setup(&ctx);
+        let views: Vec<_> = ps.iter().map(|p| p.grad_raw()).collect();
+        let before = grad_bits(&ps);
+        ctx.pool().trim();
+        ctx.pool()
+            .set_memory_limit(Some(ctx.stats().live_bytes + quarter * 1024));
+        let r = clip(&ps);
+        ctx.pool().set_memory_limit(None);
+        match r {
+            Ok(()) => assert_eq!(grad_bits(&ps), want, "limit +{quarter} KiB"),
+            Err(e) => {
+                assert!(is_oom(&e), "{e}");
+                failures += 1;
+                assert_eq!(grad_bits(&ps), before, "a failed clip changed a gradient");
+                clip(&ps).unwrap();
+                assert_eq!(grad_bits(&ps), want, "the retry differs");
+            }
+        }
+        // The views still read the unclipped gradients.
+        let v0 = views[0].as_ref().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(
+            v0.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            before[0].clone().unwrap()
+        );
+        drop((views, ps));
+    }
+    assert!(
+        failures > 0,
+        "no limit made the clip fail: the test tests nothing"
+    );
+}
+
+#[test]
+fn clip_grad_norm_is_all_or_nothing_under_every_memory_limit() {
+    clip_under_every_limit(false);
+}
+
+#[test]
+fn clip_grad_value_is_all_or_nothing_under_every_memory_limit() {
+    clip_under_every_limit(true);
+}
