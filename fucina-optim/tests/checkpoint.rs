@@ -567,3 +567,31 @@ fn optimizer_file_errors_name_the_file() {
     assert!(e.to_string().contains("optimizer.safetensors"), "{e}");
     std::fs::remove_dir_all(&root).ok();
 }
+
+#[test]
+fn an_optimizer_state_naming_a_tensor_twice_is_refused() {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let ps = params(&ctx);
+    let (mut opt, clip) = build("adamw", &ps);
+    train_step(&ctx, &ps, opt.as_mut(), clip, 0);
+    let bytes = opt.state_bytes().unwrap();
+    // The header with its first tensor entry written twice, verbatim (the
+    // safetensors crate keeps the last, so the file loaded before).
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    let key_at = header.find("\"state.").unwrap();
+    let end = key_at + header[key_at..].find('}').unwrap() + 1;
+    let entry = &header[key_at..end];
+    let doubled = format!("{}{entry},{}", &header[..key_at], &header[key_at..]);
+    let mut file = (doubled.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(doubled.as_bytes());
+    file.extend_from_slice(&bytes[8 + n..]);
+    let (mut fresh, _) = build("adamw", &ps);
+    let err = fresh.load_state_bytes(&file).unwrap_err().to_string();
+    let key = &entry[1..entry[1..].find('"').unwrap() + 1];
+    assert!(err.contains(key) && err.contains("twice"), "{err}");
+    assert_eq!(fresh.step_count(), 0);
+    // The original still loads.
+    fresh.load_state_bytes(&bytes).unwrap();
+    drop((opt, fresh, ps));
+}
