@@ -502,3 +502,30 @@ fn gradcheck_on_f32_with_the_f64_profile_says_which_profile_to_use() {
         }
     }
 }
+
+#[test]
+fn huber_loss_refuses_a_non_positive_or_nan_delta() {
+    let ctx = ctx();
+    {
+        let y = Tensor::variable(&ctx, &[0.0f64, 3.0], &[2]).unwrap();
+        let t = Tensor::constant(&ctx, &[1.0f64, 0.0], &[2]).unwrap();
+        for delta in [-1.0, 0.0, f64::NAN, -0.0] {
+            let r = y.huber_loss(&t, delta, Reduction::Sum);
+            let msg = r.as_ref().map(|_| ()).unwrap_err().to_string();
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Core(fucina_core::Error::InvalidArgument {
+                        op: "huber_loss",
+                        ..
+                    }))
+                ),
+                "delta {delta}: {msg}"
+            );
+            assert!(msg.contains("delta"), "{msg}");
+        }
+        // A positive delta is unchanged: ½·1² + 1·(3 − ½).
+        let l = y.huber_loss(&t, 1.0, Reduction::Sum).unwrap();
+        assert_eq!(l.item().unwrap(), 3.0);
+    }
+}

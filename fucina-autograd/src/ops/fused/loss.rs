@@ -188,8 +188,17 @@ impl Tensor {
     }
 
     /// Huber loss with threshold `delta`: ½d² where |d| < δ, else δ(|d| − ½δ).
-    /// `target` must have the input's shape.
+    /// `target` must have the input's shape, and `delta` must be positive
+    /// (PyTorch's rule; a negative or NaN δ, which would silently give a
+    /// meaningless loss, is `InvalidArgument`).
     pub fn huber_loss(&self, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
+        // `!(delta > 0)` also catches NaN.
+        if !(delta > 0.0) {
+            return Err(Error::Core(fucina_core::Error::InvalidArgument {
+                op: "huber_loss",
+                msg: format!("delta {delta} must be positive"),
+            }));
+        }
         same_shape_target("huber_loss", self, target)?;
         let d = self.sub(target)?;
         let ad = d.abs()?;
