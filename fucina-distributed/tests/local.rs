@@ -361,3 +361,27 @@ fn a_resume_whose_optimizer_does_not_fit_leaves_the_model_as_it_was() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_retry_after_a_timeout_never_takes_the_late_message_of_the_first_attempt() {
+    let timeout = Duration::from_millis(1000);
+    let outs = on_ranks(2, timeout, move |t| {
+        let mut recv = vec![vec![0u8; 1]; 2];
+        if t.rank() == 0 {
+            // Attempt 1 times out (rank 1 is late); the retry must get rank
+            // 1's second message, not its late first one.
+            let first = t.exchange("attempt", &[&[10], &[10]], &mut recv);
+            assert!(matches!(first, Err(Error::PeerTimeout { .. })), "{first:?}");
+            t.exchange("retry", &[&[11], &[11]], &mut recv).unwrap();
+            vec![recv[1][0]]
+        } else {
+            std::thread::sleep(Duration::from_millis(1500));
+            t.exchange("attempt", &[&[1], &[1]], &mut recv).unwrap();
+            let a = recv[0][0];
+            t.exchange("retry", &[&[2], &[2]], &mut recv).unwrap();
+            vec![a, recv[0][0]]
+        }
+    });
+    assert_eq!(outs[0], vec![2], "rank 0's retry took the stale message");
+    assert_eq!(outs[1], vec![10, 11]);
+}
