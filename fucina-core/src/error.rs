@@ -67,8 +67,9 @@ pub enum Error {
         op: &'static str,
         /// What was out of range ("axis", "index", "start", ...).
         what: &'static str,
-        /// The offending value.
-        index: i64,
+        /// The offending value (i128: it holds every `usize` and every
+        /// negative `isize` exactly).
+        index: i128,
         /// The exclusive bound it had to stay below.
         bound: usize,
         /// The shape it was checked against.
@@ -96,16 +97,16 @@ pub enum Error {
         /// The op that failed.
         op: &'static str,
     },
-    /// The pool's memory limit would be exceeded.
-    #[error(
-        "out of memory: a request of {requested_bytes} bytes with {live_bytes} bytes live exceeds the limit of {limit_bytes} bytes"
-    )]
+    /// The pool's memory limit would be exceeded, or (`limit_bytes` 0, no
+    /// limit set) the system allocator refused the request.
+    #[error("{}", oom_message(*requested_bytes, *live_bytes, *limit_bytes))]
     OutOfMemory {
         /// Bytes the failed request needed (after rounding).
         requested_bytes: usize,
         /// Bytes held by live buffers at the time.
         live_bytes: usize,
-        /// The configured limit.
+        /// The configured limit; 0 when no limit is set (the system
+        /// allocator refused).
         limit_bytes: usize,
     },
     /// A size computed from the inputs (element count, extent, padded or
@@ -127,10 +128,25 @@ pub enum Error {
     },
 }
 
+/// The text of [`Error::OutOfMemory`]: a limit is named only when one is set.
+fn oom_message(requested_bytes: usize, live_bytes: usize, limit_bytes: usize) -> String {
+    if limit_bytes == 0 {
+        format!(
+            "out of memory: the system could not allocate {requested_bytes} bytes \
+             ({live_bytes} bytes live; no memory limit is set)"
+        )
+    } else {
+        format!(
+            "out of memory: a request of {requested_bytes} bytes with {live_bytes} bytes live \
+             exceeds the limit of {limit_bytes} bytes"
+        )
+    }
+}
+
 impl Error {
     /// [`Error::OutOfRange`] for an axis: `index` (as given, negative allowed) is not below
     /// `bound` for a tensor of `shape`.
-    pub fn axis(op: &'static str, index: i64, bound: usize, shape: &[usize]) -> Error {
+    pub fn axis(op: &'static str, index: i128, bound: usize, shape: &[usize]) -> Error {
         Error::OutOfRange {
             op,
             what: "axis",

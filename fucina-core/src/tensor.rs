@@ -325,14 +325,20 @@ impl RawTensor {
     /// The sub-range `start..start+len` of `axis`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<RawTensor> {
         if axis >= self.rank() {
-            return Err(Error::axis("narrow", axis as i64, self.rank(), &self.shape));
+            return Err(Error::axis(
+                "narrow",
+                axis as i128,
+                self.rank(),
+                &self.shape,
+            ));
         }
         let end = start.checked_add(len);
         if end.filter(|&end| end <= self.shape[axis]).is_none() {
             return Err(Error::OutOfRange {
                 op: "narrow",
                 what: "end",
-                index: end.map_or(i64::MAX, |e| i64::try_from(e).unwrap_or(i64::MAX)),
+                // start + len exactly, even past usize::MAX.
+                index: start as i128 + len as i128,
                 bound: self.shape[axis] + 1,
                 shape: self.shape.to_vec(),
             });
@@ -351,6 +357,25 @@ impl RawTensor {
 
     /// Index `index` of `axis`, removing the axis.
     pub fn select(&self, axis: usize, index: usize) -> Result<RawTensor> {
+        // Checked here so that errors name `select` and the index, not the
+        // `narrow` it is made of.
+        if axis >= self.rank() {
+            return Err(Error::axis(
+                "select",
+                axis as i128,
+                self.rank(),
+                &self.shape,
+            ));
+        }
+        if index >= self.shape[axis] {
+            return Err(Error::OutOfRange {
+                op: "select",
+                what: "index",
+                index: index as i128,
+                bound: self.shape[axis],
+                shape: self.shape.to_vec(),
+            });
+        }
         let v = self.narrow(axis, index, 1)?;
         v.squeeze(axis)
     }
@@ -379,7 +404,7 @@ impl RawTensor {
     pub fn transpose(&self, a: usize, b: usize) -> Result<RawTensor> {
         let r = self.rank();
         if a >= r || b >= r {
-            return Err(Error::axis("transpose", a.max(b) as i64, r, &self.shape));
+            return Err(Error::axis("transpose", a.max(b) as i128, r, &self.shape));
         }
         let mut v = self.clone();
         v.shape.swap(a, b);
@@ -406,7 +431,7 @@ impl RawTensor {
         if axis > self.rank() {
             return Err(Error::axis(
                 "unsqueeze",
-                axis as i64,
+                axis as i128,
                 self.rank() + 1,
                 &self.shape,
             ));
@@ -432,7 +457,8 @@ pub fn try_vec_with_capacity<T>(n: usize) -> Result<Vec<T>> {
     v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
         requested_bytes: n.saturating_mul(std::mem::size_of::<T>()),
         live_bytes: 0,
-        limit_bytes: crate::pool::MAX_REQUEST_BYTES,
+        // The system refused: no pool limit is involved.
+        limit_bytes: 0,
     })?;
     Ok(v)
 }

@@ -183,7 +183,9 @@ impl Tensor {
         let r = self.rank() as isize + 1;
         let a = if axis < 0 { axis + r } else { axis };
         if a < 0 || a >= r {
-            return Err(CoreError::axis("unsqueeze", axis as i64, r as usize, self.shape()).into());
+            return Err(
+                CoreError::axis("unsqueeze", axis as i128, r as usize, self.shape()).into(),
+            );
         }
         let y = self.value()?.unsqueeze(a as usize)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
