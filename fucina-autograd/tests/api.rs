@@ -529,3 +529,15 @@ fn huber_loss_refuses_a_non_positive_or_nan_delta() {
         assert_eq!(l.item().unwrap(), 3.0);
     }
 }
+
+#[test]
+fn select_out_of_range_names_select_and_the_index() {
+    let ctx = ctx();
+    {
+        let x = Tensor::variable(&ctx, &[0.0f32; 6], &[2, 3]).unwrap();
+        let e = x.select(1, usize::MAX).unwrap_err().to_string();
+        assert!(e.starts_with("select: index 18446744073709551615"), "{e}");
+        let e = x.select(-1, 3).unwrap_err().to_string();
+        assert!(e.starts_with("select: index 3"), "{e}");
+    }
+}

@@ -215,6 +215,17 @@ impl Tensor {
     /// Index `index` of `axis`, removing the axis (a view).
     pub fn select(&self, axis: isize, index: usize) -> Result<Tensor> {
         let a = axis_of("select", self, axis)?;
+        // Checked here so that the error names `select` and the index.
+        if index >= self.shape()[a] {
+            return Err(CoreError::OutOfRange {
+                op: "select",
+                what: "index",
+                index: index as i128,
+                bound: self.shape()[a],
+                shape: self.shape().to_vec(),
+            }
+            .into());
+        }
         self.narrow(a as isize, index, 1)?.squeeze(a as isize)
     }
 
