@@ -59,7 +59,7 @@ impl Backward for CheckpointBackward {
             .iter()
             .zip(needs)
             .map(|(x, &n)| Tensor::from_raw(ctx, x.clone(), n))
-            .collect();
+            .collect::<Result<_>>()?;
         let out = (self.block)(&leaves)?;
         let wanted: Vec<&Tensor> = leaves.iter().collect();
         let mut grads: Vec<Option<RawTensor>> = if out.requires_grad() {
@@ -108,7 +108,7 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
         let _scope = ExecScope::open();
         let consts: Vec<Tensor> = values
             .iter()
-            .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
+            .map(|v| Tensor::leaf(&ctx, v.clone()))
             .collect();
         let out = block(&consts)?;
         out.raw()?

@@ -541,3 +541,26 @@ fn select_out_of_range_names_select_and_the_index() {
         assert!(e.starts_with("select: index 3"), "{e}");
     }
 }
+
+#[test]
+fn from_raw_refuses_an_integer_tensor_that_requires_a_gradient() {
+    let ctx = ctx();
+    {
+        let ids = ctx.from_slice(&[1i64, 2, 3], &[3]).unwrap();
+        let r = Tensor::from_raw(&ctx, ids.clone(), true);
+        assert!(
+            matches!(
+                r,
+                Err(Error::NonFloatVariable {
+                    op: "Tensor::from_raw",
+                    dtype: fucina_core::DType::I64
+                })
+            ),
+            "{r:?}"
+        );
+        // As a constant it is fine, and floats may require a gradient.
+        assert!(!Tensor::from_raw(&ctx, ids, false).unwrap().requires_grad());
+        let x = ctx.from_slice(&[1.0f32], &[1]).unwrap();
+        assert!(Tensor::from_raw(&ctx, x, true).unwrap().requires_grad());
+    }
+}

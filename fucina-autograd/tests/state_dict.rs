@@ -341,7 +341,7 @@ fn half_precision_widens_and_saves_narrow_on_request() {
             let want = ctx
                 .to_dtype(&ctx.to_dtype(&a.raw().unwrap(), store).unwrap(), a.dtype())
                 .unwrap();
-            let want = fucina_autograd::Tensor::from_raw(&ctx, want, false);
+            let want = fucina_autograd::Tensor::from_raw(&ctx, want, false).unwrap();
             assert_eq!(
                 bits(&[("x".into(), want)]),
                 bits(&[("x".into(), b.clone())])

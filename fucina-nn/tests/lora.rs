@@ -231,7 +231,7 @@ fn failed_adapter_load_changes_nothing() {
             .map(|n| {
                 (
                     n.to_string(),
-                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false),
+                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false).unwrap(),
                 )
             })
             .collect();

@@ -507,7 +507,7 @@ pub fn mean_pool(hidden: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
     }
     let ctx = hidden.ctx();
     let m = ctx.to_dtype(&attention_mask.raw()?, hidden.dtype())?;
-    let m = Tensor::from_raw(ctx, m, false).unsqueeze(-1)?;
+    let m = Tensor::from_raw(ctx, m, false)?.unsqueeze(-1)?;
     let num = hidden.mul(&m)?.sum(&[1], false)?;
     let den = m.sum(&[1], false)?.clamp(1e-9, f64::INFINITY)?;
     Ok(num.div(&den)?)

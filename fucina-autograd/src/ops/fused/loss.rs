@@ -140,13 +140,12 @@ impl Tensor {
             .map(|(&t, &k)| if k { t } else { 0 })
             .collect();
         let n = safe.len();
-        let idx = Tensor::from_raw(ctx, ctx.from_slice(&safe, &[n, 1])?, false);
+        let idx = Tensor::leaf(ctx, ctx.from_slice(&safe, &[n, 1])?);
         let picked = self.gather(1, &idx)?.reshape([n])?;
         let wv: Vec<f64> = keep.iter().map(|&k| if k { 1.0 } else { 0.0 }).collect();
-        let w = Tensor::from_raw(
+        let w = Tensor::leaf(
             ctx,
-            ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?,
-            false,
+            ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?
         );
         let per_row = picked.mul(&w)?.neg()?;
         match reduction {
