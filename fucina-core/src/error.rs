@@ -67,9 +67,11 @@ pub enum Error {
         op: &'static str,
         /// What was out of range ("axis", "index", "start", ...).
         what: &'static str,
-        /// The offending value (i128: it holds every `usize` and every
-        /// negative `isize` exactly).
-        index: i128,
+        /// The offending value. One that does not fit in `i64` (a `usize`
+        /// past `i64::MAX`) is reported as [`Error::InvalidArgument`] with
+        /// the same text instead, so no value is ever printed wrongly
+        /// ([`Error::out_of_range`]).
+        index: i64,
         /// The exclusive bound it had to stay below.
         bound: usize,
         /// The shape it was checked against.
@@ -146,13 +148,39 @@ fn oom_message(requested_bytes: usize, live_bytes: usize, limit_bytes: usize) ->
 impl Error {
     /// [`Error::OutOfRange`] for an axis: `index` (as given, negative allowed) is not below
     /// `bound` for a tensor of `shape`.
-    pub fn axis(op: &'static str, index: i128, bound: usize, shape: &[usize]) -> Error {
-        Error::OutOfRange {
-            op,
-            what: "axis",
-            index,
-            bound,
-            shape: shape.to_vec(),
+    pub fn axis<I>(op: &'static str, index: I, bound: usize, shape: &[usize]) -> Error
+    where
+        I: TryInto<i64> + std::fmt::Display + Copy,
+    {
+        Error::out_of_range(op, "axis", index, bound, shape)
+    }
+
+    /// [`Error::OutOfRange`] for `index` of any integer type; a value that
+    /// does not fit in its `i64` field (a `usize` past `i64::MAX`, a sum
+    /// past `usize::MAX` given as `u128`) becomes [`Error::InvalidArgument`]
+    /// with the same message, printing the exact value.
+    pub fn out_of_range<I>(
+        op: &'static str,
+        what: &'static str,
+        index: I,
+        bound: usize,
+        shape: &[usize],
+    ) -> Error
+    where
+        I: TryInto<i64> + std::fmt::Display + Copy,
+    {
+        match index.try_into() {
+            Ok(index) => Error::OutOfRange {
+                op,
+                what,
+                index,
+                bound,
+                shape: shape.to_vec(),
+            },
+            Err(_) => Error::InvalidArgument {
+                op,
+                msg: format!("{what} {index} out of range for bound {bound} (shape {shape:?})"),
+            },
         }
     }
 }

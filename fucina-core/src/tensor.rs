@@ -325,23 +325,18 @@ impl RawTensor {
     /// The sub-range `start..start+len` of `axis`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<RawTensor> {
         if axis >= self.rank() {
-            return Err(Error::axis(
-                "narrow",
-                axis as i128,
-                self.rank(),
-                &self.shape,
-            ));
+            return Err(Error::axis("narrow", axis, self.rank(), &self.shape));
         }
         let end = start.checked_add(len);
         if end.filter(|&end| end <= self.shape[axis]).is_none() {
-            return Err(Error::OutOfRange {
-                op: "narrow",
-                what: "end",
-                // start + len exactly, even past usize::MAX.
-                index: start as i128 + len as i128,
-                bound: self.shape[axis] + 1,
-                shape: self.shape.to_vec(),
-            });
+            // start + len exactly (in u128: it may pass usize::MAX).
+            return Err(Error::out_of_range(
+                "narrow",
+                "end",
+                start as u128 + len as u128,
+                self.shape[axis] + 1,
+                &self.shape,
+            ));
         }
         let mut shape = self.shape.clone();
         shape[axis] = len;
@@ -360,21 +355,16 @@ impl RawTensor {
         // Checked here so that errors name `select` and the index, not the
         // `narrow` it is made of.
         if axis >= self.rank() {
-            return Err(Error::axis(
-                "select",
-                axis as i128,
-                self.rank(),
-                &self.shape,
-            ));
+            return Err(Error::axis("select", axis, self.rank(), &self.shape));
         }
         if index >= self.shape[axis] {
-            return Err(Error::OutOfRange {
-                op: "select",
-                what: "index",
-                index: index as i128,
-                bound: self.shape[axis],
-                shape: self.shape.to_vec(),
-            });
+            return Err(Error::out_of_range(
+                "select",
+                "index",
+                index,
+                self.shape[axis],
+                &self.shape,
+            ));
         }
         let v = self.narrow(axis, index, 1)?;
         v.squeeze(axis)
@@ -404,7 +394,7 @@ impl RawTensor {
     pub fn transpose(&self, a: usize, b: usize) -> Result<RawTensor> {
         let r = self.rank();
         if a >= r || b >= r {
-            return Err(Error::axis("transpose", a.max(b) as i128, r, &self.shape));
+            return Err(Error::axis("transpose", a.max(b), r, &self.shape));
         }
         let mut v = self.clone();
         v.shape.swap(a, b);
@@ -429,12 +419,7 @@ impl RawTensor {
     /// Inserts a size-1 axis at `axis` (0..=rank).
     pub fn unsqueeze(&self, axis: usize) -> Result<RawTensor> {
         if axis > self.rank() {
-            return Err(Error::axis(
-                "unsqueeze",
-                axis as i128,
-                self.rank() + 1,
-                &self.shape,
-            ));
+            return Err(Error::axis("unsqueeze", axis, self.rank() + 1, &self.shape));
         }
         let mut v = self.clone();
         let st = if axis < self.rank() {

@@ -255,7 +255,8 @@ pub fn load_state_dict_from(
             .map(|(i, raw)| (&params[i].1, raw))
             .collect(),
     )
-    .map_err(|(k, e)| -> crate::Error {
+    .map_err(|b| -> crate::Error {
+        let (k, e) = *b;
         StateDictError::Tensor {
             file: path.to_path_buf(),
             tensor: loaded[k].clone(),

@@ -379,17 +379,17 @@ impl Tensor {
     /// value. The old values drop after the locks are released.
     pub(crate) fn set_values(
         targets: Vec<(&Tensor, RawTensor)>,
-    ) -> std::result::Result<(), (usize, Error)> {
+    ) -> std::result::Result<(), Box<(usize, Error)>> {
         for (i, (t, v)) in targets.iter().enumerate() {
             if v.shape() != t.shape() || v.dtype() != t.dtype() {
-                return Err((
+                return Err(Box::new((
                     i,
                     Error::Core(fucina_core::Error::ShapeMismatch {
                         op: "set_value",
                         lhs: t.shape().to_vec(),
                         rhs: v.shape().to_vec(),
                     }),
-                ));
+                )));
             }
         }
         // (address, position, tensor, value): the last value of each
@@ -411,8 +411,8 @@ impl Tensor {
             let g = lock(&t.0.value);
             match &*g {
                 Slot::Value(_) => {}
-                Slot::Updating => return Err((*i, Error::ValueBusy)),
-                Slot::Released => return Err((*i, Error::TensorReleased)),
+                Slot::Updating => return Err(Box::new((*i, Error::ValueBusy))),
+                Slot::Released => return Err(Box::new((*i, Error::TensorReleased))),
             }
             guards.push(g);
         }

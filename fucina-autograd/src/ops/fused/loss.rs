@@ -191,8 +191,7 @@ impl Tensor {
     /// (PyTorch's rule; a negative or NaN δ, which would silently give a
     /// meaningless loss, is `InvalidArgument`).
     pub fn huber_loss(&self, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
-        // `!(delta > 0)` also catches NaN.
-        if !(delta > 0.0) {
+        if delta.is_nan() || delta <= 0.0 {
             return Err(Error::Core(fucina_core::Error::InvalidArgument {
                 op: "huber_loss",
                 msg: format!("delta {delta} must be positive"),

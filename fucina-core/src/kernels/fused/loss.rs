@@ -166,7 +166,7 @@ fn check_inputs<'a>(
             return Err(Error::OutOfRange {
                 op,
                 what: "target",
-                index: ti.into(),
+                index: ti,
                 bound: c,
                 shape: logits.shape().to_vec(),
             });
