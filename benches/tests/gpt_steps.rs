@@ -67,7 +67,7 @@ fn run(threads: usize) -> (Vec<f64>, f64) {
         // A different seed than anything torch could match: every weight must come from the file.
         let model = Gpt::new(&mut Init::new(&ctx, DType::F32, 12345), &cfg).unwrap();
         let report = model
-            .load_state_dict(&weights_path(), &LoadOptions::new())
+            .load_parameters(&weights_path(), &LoadOptions::new())
             .unwrap();
         assert!(report.is_complete(), "{report:?}");
         assert_eq!(report.loaded.len(), model.named_parameters().len());

@@ -86,7 +86,7 @@ impl Batch {
         let shape = [self.batch, self.len];
         Ok((
             Tensor::constant(ctx, &self.ids, &shape)?,
-            Tensor::from_raw(ctx, ctx.from_slice(&self.mask, &shape)?, false),
+            Tensor::from_raw(ctx, ctx.from_slice(&self.mask, &shape)?, false)?,
         ))
     }
 }

@@ -173,7 +173,7 @@ impl Recompute for CheckpointBackward {
             .iter()
             .enumerate()
             .map(|(i, x)| Tensor::from_raw(ctx, x.clone(), needs.get(i).copied().unwrap_or(false)))
-            .collect();
+            .collect::<Result<_>>()?;
         let output = {
             let _flag = RecomputeFlag::set()?;
             let _grad = enable_grad();
@@ -228,7 +228,7 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
         let _scope = ExecScope::open();
         let consts: Vec<Tensor> = values
             .iter()
-            .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
+            .map(|v| Tensor::leaf(&ctx, v.clone()))
             .collect();
         let mode = DrawMode::set(Draws::Record(Vec::new()));
         let (out, mut captured) = discover_captured(|| block(&consts));

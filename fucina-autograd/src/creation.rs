@@ -43,7 +43,7 @@ impl Tensor {
         data: Vec<T>,
         shape: &[usize],
     ) -> Result<Tensor> {
-        Ok(Tensor::from_raw(ctx, ctx.from_vec(data, shape)?, false))
+        Ok(Tensor::leaf(ctx, ctx.from_vec(data, shape)?))
     }
 
     /// A constant of standard normal samples (mean 0, std 1) in a float `dtype`
@@ -61,11 +61,7 @@ impl Tensor {
         std: f64,
         seed: u64,
     ) -> Result<Tensor> {
-        Ok(Tensor::from_raw(
-            ctx,
-            ctx.randn(dtype, shape, mean, std, seed)?,
-            false,
-        ))
+        Ok(Tensor::leaf(ctx, ctx.randn(dtype, shape, mean, std, seed)?))
     }
 
     /// A constant of uniform samples in [0, 1).
@@ -82,10 +78,9 @@ impl Tensor {
         hi: f64,
         seed: u64,
     ) -> Result<Tensor> {
-        Ok(Tensor::from_raw(
+        Ok(Tensor::leaf(
             ctx,
             ctx.rand_uniform(dtype, shape, lo, hi, seed)?,
-            false,
         ))
     }
 
@@ -99,7 +94,7 @@ impl Tensor {
         step: f64,
     ) -> Result<Tensor> {
         let raw = dispatch_any!(dtype, T => ctx.arange::<T>(start, end, step)?);
-        Ok(Tensor::from_raw(ctx, raw, false))
+        Ok(Tensor::leaf(ctx, raw))
     }
 
     /// A 1-D constant of `steps` evenly spaced values from `start` to `end`
@@ -137,7 +132,7 @@ impl Tensor {
             let v: Vec<T> = vals.iter().map(|&x| T::from_f64(x)).collect();
             ctx.from_vec(v, &[steps])?
         });
-        Ok(Tensor::from_raw(ctx, raw, false))
+        Ok(Tensor::leaf(ctx, raw))
     }
 
     /// A constant of zeros with this tensor's shape and dtype.

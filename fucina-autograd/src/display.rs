@@ -241,7 +241,7 @@ fn values_str(t: &Tensor, indent: usize) -> Option<String> {
         return Some("[]".into());
     }
     let summarize = t.numel() > PRINT_THRESHOLD;
-    let shown = Tensor::from_raw(t.ctx(), shown_values(t, summarize)?, false);
+    let shown = Tensor::leaf(t.ctx(), shown_values(t, summarize)?);
     let values = if t.dtype().is_float() {
         Values::Float(shown.to_vec_f64().ok()?)
     } else if t.dtype() == DType::I64 {

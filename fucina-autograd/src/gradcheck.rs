@@ -189,7 +189,7 @@ where
         }
         let ana: Vec<f64> = match &analytical[i] {
             Some(g) => {
-                let t = Tensor::from_raw(x.ctx(), g.clone(), false);
+                let t = Tensor::leaf(x.ctx(), g.clone());
                 t.to_vec_f64()?
             }
             None => vec![0.0; x.numel()],

@@ -31,7 +31,7 @@ impl Tensor {
         D: Dimension,
     {
         let raw = ctx.from_ndarray(&array.view().into_dyn())?;
-        Ok(Tensor::from_raw(ctx, raw, false))
+        Ok(Tensor::leaf(ctx, raw))
     }
 
     /// A standard-layout copy of the value as an `ArrayD<T>`; `T` must be the

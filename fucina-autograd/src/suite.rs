@@ -232,7 +232,7 @@ pub fn make_inputs(
                         ctx,
                         ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?,
                         true,
-                    )
+                    )?
                 }
                 InputKind::NonZero(lo, hi) => {
                     let v: Vec<f64> = (0..n)
@@ -249,15 +249,15 @@ pub fn make_inputs(
                         ctx,
                         ctx.to_dtype(&ctx.from_slice(&v, &spec.shape)?, dtype)?,
                         true,
-                    )
+                    )?
                 }
                 InputKind::Index(k) => {
                     let v: Vec<i64> = (0..n).map(|_| g.below(k as u64) as i64).collect();
-                    Tensor::from_raw(ctx, ctx.from_slice(&v, &spec.shape)?, false)
+                    Tensor::leaf(ctx, ctx.from_slice(&v, &spec.shape)?)
                 }
                 InputKind::Mask => {
                     let v: Vec<u8> = (0..n).map(|_| (g.next_u64() & 1) as u8).collect();
-                    Tensor::from_raw(ctx, ctx.from_slice(&v, &spec.shape)?, false)
+                    Tensor::leaf(ctx, ctx.from_slice(&v, &spec.shape)?)
                 }
             })
         })

@@ -502,3 +502,65 @@ fn gradcheck_on_f32_with_the_f64_profile_says_which_profile_to_use() {
         }
     }
 }
+
+#[test]
+fn huber_loss_refuses_a_non_positive_or_nan_delta() {
+    let ctx = ctx();
+    {
+        let y = Tensor::variable(&ctx, &[0.0f64, 3.0], &[2]).unwrap();
+        let t = Tensor::constant(&ctx, &[1.0f64, 0.0], &[2]).unwrap();
+        for delta in [-1.0, 0.0, f64::NAN, -0.0] {
+            let r = y.huber_loss(&t, delta, Reduction::Sum);
+            let msg = r.as_ref().map(|_| ()).unwrap_err().to_string();
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Core(fucina_core::Error::InvalidArgument {
+                        op: "huber_loss",
+                        ..
+                    }))
+                ),
+                "delta {delta}: {msg}"
+            );
+            assert!(msg.contains("delta"), "{msg}");
+        }
+        // A positive delta is unchanged: ½·1² + 1·(3 − ½).
+        let l = y.huber_loss(&t, 1.0, Reduction::Sum).unwrap();
+        assert_eq!(l.item().unwrap(), 3.0);
+    }
+}
+
+#[test]
+fn select_out_of_range_names_select_and_the_index() {
+    let ctx = ctx();
+    {
+        let x = Tensor::variable(&ctx, &[0.0f32; 6], &[2, 3]).unwrap();
+        let e = x.select(1, usize::MAX).unwrap_err().to_string();
+        assert!(e.starts_with("select: index 18446744073709551615"), "{e}");
+        let e = x.select(-1, 3).unwrap_err().to_string();
+        assert!(e.starts_with("select: index 3"), "{e}");
+    }
+}
+
+#[test]
+fn from_raw_refuses_an_integer_tensor_that_requires_a_gradient() {
+    let ctx = ctx();
+    {
+        let ids = ctx.from_slice(&[1i64, 2, 3], &[3]).unwrap();
+        let r = Tensor::from_raw(&ctx, ids.clone(), true);
+        assert!(
+            matches!(
+                r,
+                Err(Error::NonFloatVariable {
+                    op: "Tensor::from_raw",
+                    dtype: fucina_core::DType::I64
+                })
+            ),
+            "{r:?}"
+        );
+        // As a constant it is fine, and floats may require a gradient.
+        assert!(!Tensor::from_raw(&ctx, ids, false).unwrap().requires_grad());
+        let x = ctx.from_slice(&[1.0f32], &[1]).unwrap();
+        assert!(Tensor::from_raw(&ctx, x, true).unwrap().requires_grad());
+    }
+}

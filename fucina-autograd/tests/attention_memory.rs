@@ -24,7 +24,8 @@ fn peak_fwd_bwd(t: usize, causal: bool) -> usize {
     });
     // A [B, 1, 1, S] key-padding keep-mask: the last eighth of the keys are padding.
     let keep: Vec<u8> = (0..t).map(|j| (j < t - t / 8) as u8).collect();
-    let mask = Tensor::from_raw(&ctx, ctx.from_slice(&keep, &[1, 1, 1, t]).unwrap(), false);
+    let mask =
+        Tensor::from_raw(&ctx, ctx.from_slice(&keep, &[1, 1, 1, t]).unwrap(), false).unwrap();
     let opts = AttentionOpts {
         causal,
         scale: None,

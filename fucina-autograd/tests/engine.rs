@@ -172,7 +172,7 @@ fn matmul_linear_and_cross_entropy_backward_shapes() {
     let x = Tensor::variable(&ctx, &[0.1f64, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3]).unwrap();
     let w = Tensor::variable(&ctx, &[0.1f64; 12], &[4, 3]).unwrap();
     let b = Tensor::variable(&ctx, &[0.0f64; 4], &[4]).unwrap();
-    let t = Tensor::from_raw(&ctx, ctx.from_slice(&[1i64, 3], &[2]).unwrap(), false);
+    let t = Tensor::from_raw(&ctx, ctx.from_slice(&[1i64, 3], &[2]).unwrap(), false).unwrap();
     let loss = x
         .linear(&w, Some(&b))
         .unwrap()

@@ -10,9 +10,9 @@ use fucina_core::DType;
 fn nll_loss_with_a_huge_broadcast_target_is_an_error() {
     let ctx = TestCtx::with_threads(1).unwrap();
     let t1 = ctx.from_slice(&[0i64], &[1]).unwrap();
-    let targets = Tensor::from_raw(&ctx, t1.broadcast_to(&[1 << 36]).unwrap(), false);
+    let targets = Tensor::from_raw(&ctx, t1.broadcast_to(&[1 << 36]).unwrap(), false).unwrap();
     let x1 = ctx.zeros(DType::F32, &[1, 2]).unwrap();
-    let logp = Tensor::from_raw(&ctx, x1.broadcast_to(&[1 << 36, 2]).unwrap(), true);
+    let logp = Tensor::from_raw(&ctx, x1.broadcast_to(&[1 << 36, 2]).unwrap(), true).unwrap();
     let r = logp.nll_loss(&targets, None, Reduction::Mean);
     assert!(r.is_err(), "{:?}", r.map(|t| t.shape().to_vec()));
     drop((t1, targets, x1, logp));

@@ -341,7 +341,7 @@ fn half_precision_widens_and_saves_narrow_on_request() {
             let want = ctx
                 .to_dtype(&ctx.to_dtype(&a.raw().unwrap(), store).unwrap(), a.dtype())
                 .unwrap();
-            let want = fucina_autograd::Tensor::from_raw(&ctx, want, false);
+            let want = fucina_autograd::Tensor::from_raw(&ctx, want, false).unwrap();
             assert_eq!(
                 bits(&[("x".into(), want)]),
                 bits(&[("x".into(), b.clone())])
@@ -397,4 +397,128 @@ fn prefix_rules_rewrite_keys() {
     );
     assert!(matches!(e, StateDictError::Tensor { .. }), "{e}");
     drop((src, prefixed, both, dst));
+}
+
+/// A tensor of `shape` whose exec scope has closed (its value is released).
+fn released(ctx: &ExecContext, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let x = Tensor::variable(ctx, &vec![0.5f32; n], shape).unwrap();
+    let scope = fucina_autograd::ExecScope::open();
+    let y = x.mul_scalar(2.0).unwrap();
+    scope.close();
+    assert!(y.is_released());
+    y
+}
+
+#[test]
+fn a_released_target_fails_the_load_before_any_target_is_assigned() {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let src = model(&ctx, 1);
+    let bytes = state_dict_bytes(Path::new("mem"), &src, &SaveOptions::default()).unwrap();
+    // The released target is the last one, so the first two would be
+    // assigned before it is reached.
+    let mut target = model(&ctx, 99);
+    target[2].1 = released(&ctx, &[2, 3]);
+    let before = bits(&target[..2]);
+    let err = load_state_dict_bytes("mem", &bytes, &target, &LoadOptions::new()).unwrap_err();
+    assert_eq!(
+        bits(&target[..2]),
+        before,
+        "a failed load changed the model"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("head.w") && msg.contains("mem"), "{msg}");
+    assert!(matches!(state_err(err), StateDictError::Tensor { .. }));
+    // Non-strict loads are all or nothing too.
+    let err = load_state_dict_bytes("mem", &bytes, &target, &LoadOptions::new().strict(false));
+    assert!(err.is_err());
+    assert_eq!(bits(&target[..2]), before);
+    drop((src, target));
+}
+
+/// A safetensors file from a raw header and data (for headers no writer makes).
+fn raw_file(header: &str, data_len: usize) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend((0..data_len).map(|i| i as u8));
+    out
+}
+
+fn open_err(bytes: &[u8]) -> String {
+    SafetensorsFile::from_bytes("hand.safetensors", bytes)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn a_header_naming_a_key_twice_is_an_error_naming_file_and_key() {
+    let h = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
+    let msg = open_err(&raw_file(h, 12));
+    assert!(
+        msg.contains("hand.safetensors") && msg.contains("`w`") && msg.contains("twice"),
+        "{msg}"
+    );
+    // And the loader never assigns from it.
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let w = Tensor::variable(&ctx, &[7.0f32], &[1]).unwrap();
+    let params = [("w".to_string(), w.clone())];
+    assert!(load_state_dict_bytes(
+        "hand.safetensors",
+        &raw_file(h, 12),
+        &params,
+        &LoadOptions::new()
+    )
+    .is_err());
+    assert_eq!(w.to_vec::<f32>().unwrap(), [7.0]);
+    drop((params, w));
+}
+
+#[test]
+fn overlapping_holed_or_short_data_offsets_are_errors() {
+    let entry = |n: &str, b: usize, e: usize| {
+        format!(
+            r#""{n}":{{"dtype":"F32","shape":[{}],"data_offsets":[{b},{e}]}}"#,
+            (e - b) / 4
+        )
+    };
+    let cases = [
+        // b reads a's last 4 bytes.
+        (
+            format!("{{{},{}}}", entry("a", 0, 8), entry("b", 4, 12)),
+            12,
+            "overlap",
+        ),
+        // Both on the same bytes.
+        (
+            format!("{{{},{}}}", entry("a", 0, 8), entry("b", 0, 8)),
+            8,
+            "overlap",
+        ),
+        // Bytes 8..12 belong to nobody.
+        (
+            format!("{{{},{}}}", entry("a", 0, 8), entry("b", 12, 16)),
+            16,
+            "no tensor",
+        ),
+        // Data past the last tensor.
+        (format!("{{{}}}", entry("a", 0, 8)), 12, "holds 12 bytes"),
+    ];
+    for (h, len, what) in cases {
+        let msg = open_err(&raw_file(&h, len));
+        assert!(
+            msg.contains("hand.safetensors") && msg.contains(what),
+            "{h}: {msg}"
+        );
+    }
+    // Out of order in the JSON but tiling the data is a valid file (the
+    // format orders nothing but the bytes), as are zero-sized tensors.
+    let ok = format!(
+        "{{{},{},{}}}",
+        entry("b", 8, 12),
+        entry("e", 8, 8),
+        entry("a", 0, 8)
+    );
+    let bytes = raw_file(&ok, 12);
+    let f = SafetensorsFile::from_bytes("hand.safetensors", &bytes).unwrap();
+    assert_eq!(f.names().collect::<Vec<_>>(), ["a", "b", "e"]);
 }

@@ -32,6 +32,7 @@ fn load(ctx: &ExecContext, st: &SafeTensors, key: &str) -> Option<RawTensor> {
 
 fn to_f64(t: &RawTensor) -> Vec<f64> {
     Tensor::from_raw(&TestCtx::with_threads(1).unwrap(), t.clone(), false)
+        .unwrap()
         .to_vec_f64()
         .unwrap()
 }
@@ -78,7 +79,7 @@ fn ops_match_pytorch_forward_and_backward() {
                 .map(|i| {
                     let r = load(&ctx, &st, &format!("{key}/in{i}")).unwrap();
                     let float = r.dtype().is_float();
-                    Tensor::from_raw(&ctx, r, float)
+                    Tensor::from_raw(&ctx, r, float).unwrap()
                 })
                 .collect();
             let y = (case.f)(&inputs).unwrap();

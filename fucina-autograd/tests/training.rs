@@ -108,7 +108,7 @@ fn spirals(ctx: &ExecContext, per_class: usize) -> (Tensor, Tensor, Vec<i64>) {
     }
     let n = ys.len();
     let x = Tensor::constant(ctx, &xs, &[n, 2]).unwrap();
-    let y = Tensor::from_raw(ctx, ctx.from_slice(&ys, &[n]).unwrap(), false);
+    let y = Tensor::from_raw(ctx, ctx.from_slice(&ys, &[n]).unwrap(), false).unwrap();
     (x, y, ys)
 }
 

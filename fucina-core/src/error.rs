@@ -67,7 +67,10 @@ pub enum Error {
         op: &'static str,
         /// What was out of range ("axis", "index", "start", ...).
         what: &'static str,
-        /// The offending value.
+        /// The offending value. One that does not fit in `i64` (a `usize`
+        /// past `i64::MAX`) is reported as [`Error::InvalidArgument`] with
+        /// the same text instead, so no value is ever printed wrongly
+        /// ([`Error::out_of_range`]).
         index: i64,
         /// The exclusive bound it had to stay below.
         bound: usize,
@@ -96,16 +99,16 @@ pub enum Error {
         /// The op that failed.
         op: &'static str,
     },
-    /// The pool's memory limit would be exceeded.
-    #[error(
-        "out of memory: a request of {requested_bytes} bytes with {live_bytes} bytes live exceeds the limit of {limit_bytes} bytes"
-    )]
+    /// The pool's memory limit would be exceeded, or (`limit_bytes` 0, no
+    /// limit set) the system allocator refused the request.
+    #[error("{}", oom_message(*requested_bytes, *live_bytes, *limit_bytes))]
     OutOfMemory {
         /// Bytes the failed request needed (after rounding).
         requested_bytes: usize,
         /// Bytes held by live buffers at the time.
         live_bytes: usize,
-        /// The configured limit.
+        /// The configured limit; 0 when no limit is set (the system
+        /// allocator refused).
         limit_bytes: usize,
     },
     /// A size computed from the inputs (element count, extent, padded or
@@ -127,16 +130,57 @@ pub enum Error {
     },
 }
 
+/// The text of [`Error::OutOfMemory`]: a limit is named only when one is set.
+fn oom_message(requested_bytes: usize, live_bytes: usize, limit_bytes: usize) -> String {
+    if limit_bytes == 0 {
+        format!(
+            "out of memory: the system could not allocate {requested_bytes} bytes \
+             ({live_bytes} bytes live; no memory limit is set)"
+        )
+    } else {
+        format!(
+            "out of memory: a request of {requested_bytes} bytes with {live_bytes} bytes live \
+             exceeds the limit of {limit_bytes} bytes"
+        )
+    }
+}
+
 impl Error {
     /// [`Error::OutOfRange`] for an axis: `index` (as given, negative allowed) is not below
     /// `bound` for a tensor of `shape`.
-    pub fn axis(op: &'static str, index: i64, bound: usize, shape: &[usize]) -> Error {
-        Error::OutOfRange {
-            op,
-            what: "axis",
-            index,
-            bound,
-            shape: shape.to_vec(),
+    pub fn axis<I>(op: &'static str, index: I, bound: usize, shape: &[usize]) -> Error
+    where
+        I: TryInto<i64> + std::fmt::Display + Copy,
+    {
+        Error::out_of_range(op, "axis", index, bound, shape)
+    }
+
+    /// [`Error::OutOfRange`] for `index` of any integer type; a value that
+    /// does not fit in its `i64` field (a `usize` past `i64::MAX`, a sum
+    /// past `usize::MAX` given as `u128`) becomes [`Error::InvalidArgument`]
+    /// with the same message, printing the exact value.
+    pub fn out_of_range<I>(
+        op: &'static str,
+        what: &'static str,
+        index: I,
+        bound: usize,
+        shape: &[usize],
+    ) -> Error
+    where
+        I: TryInto<i64> + std::fmt::Display + Copy,
+    {
+        match index.try_into() {
+            Ok(index) => Error::OutOfRange {
+                op,
+                what,
+                index,
+                bound,
+                shape: shape.to_vec(),
+            },
+            Err(_) => Error::InvalidArgument {
+                op,
+                msg: format!("{what} {index} out of range for bound {bound} (shape {shape:?})"),
+            },
         }
     }
 }

@@ -195,7 +195,7 @@ pub fn normalize_axis(
 ) -> Result<usize> {
     let a = if axis < 0 { axis + rank as isize } else { axis };
     if a < 0 || a as usize >= rank {
-        return Err(Error::axis(op, axis as i64, rank, shape));
+        return Err(Error::axis(op, axis, rank, shape));
     }
     Ok(a as usize)
 }

@@ -325,17 +325,18 @@ impl RawTensor {
     /// The sub-range `start..start+len` of `axis`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<RawTensor> {
         if axis >= self.rank() {
-            return Err(Error::axis("narrow", axis as i64, self.rank(), &self.shape));
+            return Err(Error::axis("narrow", axis, self.rank(), &self.shape));
         }
         let end = start.checked_add(len);
         if end.filter(|&end| end <= self.shape[axis]).is_none() {
-            return Err(Error::OutOfRange {
-                op: "narrow",
-                what: "end",
-                index: end.map_or(i64::MAX, |e| i64::try_from(e).unwrap_or(i64::MAX)),
-                bound: self.shape[axis] + 1,
-                shape: self.shape.to_vec(),
-            });
+            // start + len exactly (in u128: it may pass usize::MAX).
+            return Err(Error::out_of_range(
+                "narrow",
+                "end",
+                start as u128 + len as u128,
+                self.shape[axis] + 1,
+                &self.shape,
+            ));
         }
         let mut shape = self.shape.clone();
         shape[axis] = len;
@@ -351,6 +352,20 @@ impl RawTensor {
 
     /// Index `index` of `axis`, removing the axis.
     pub fn select(&self, axis: usize, index: usize) -> Result<RawTensor> {
+        // Checked here so that errors name `select` and the index, not the
+        // `narrow` it is made of.
+        if axis >= self.rank() {
+            return Err(Error::axis("select", axis, self.rank(), &self.shape));
+        }
+        if index >= self.shape[axis] {
+            return Err(Error::out_of_range(
+                "select",
+                "index",
+                index,
+                self.shape[axis],
+                &self.shape,
+            ));
+        }
         let v = self.narrow(axis, index, 1)?;
         v.squeeze(axis)
     }
@@ -379,7 +394,7 @@ impl RawTensor {
     pub fn transpose(&self, a: usize, b: usize) -> Result<RawTensor> {
         let r = self.rank();
         if a >= r || b >= r {
-            return Err(Error::axis("transpose", a.max(b) as i64, r, &self.shape));
+            return Err(Error::axis("transpose", a.max(b), r, &self.shape));
         }
         let mut v = self.clone();
         v.shape.swap(a, b);
@@ -404,12 +419,7 @@ impl RawTensor {
     /// Inserts a size-1 axis at `axis` (0..=rank).
     pub fn unsqueeze(&self, axis: usize) -> Result<RawTensor> {
         if axis > self.rank() {
-            return Err(Error::axis(
-                "unsqueeze",
-                axis as i64,
-                self.rank() + 1,
-                &self.shape,
-            ));
+            return Err(Error::axis("unsqueeze", axis, self.rank() + 1, &self.shape));
         }
         let mut v = self.clone();
         let st = if axis < self.rank() {
@@ -432,7 +442,8 @@ pub fn try_vec_with_capacity<T>(n: usize) -> Result<Vec<T>> {
     v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
         requested_bytes: n.saturating_mul(std::mem::size_of::<T>()),
         live_bytes: 0,
-        limit_bytes: crate::pool::MAX_REQUEST_BYTES,
+        // The system refused: no pool limit is involved.
+        limit_bytes: 0,
     })?;
     Ok(v)
 }

@@ -262,3 +262,55 @@ fn narrowing_an_empty_tensor_keeps_the_view_inside_its_extent() {
     assert!(s.offset() <= s.extent());
     drop((x, v, s));
 }
+
+#[test]
+fn error_messages_print_the_values_and_ops_the_caller_used() {
+    let ctx = ctx();
+    let x = ctx.zeros(DType::F32, &[2, 3]).unwrap();
+    // A usize::MAX start prints usize::MAX (and start + len exactly), not i64::MAX.
+    let e = x.narrow(1, usize::MAX, 1).unwrap_err().to_string();
+    assert!(e.contains("18446744073709551616"), "{e}");
+    assert!(!e.contains(&i64::MAX.to_string()), "{e}");
+    let e = x.narrow(usize::MAX, 0, 1).unwrap_err().to_string();
+    assert!(
+        e.contains(&usize::MAX.to_string()) && !e.contains("-1"),
+        "{e}"
+    );
+    // select names itself and the index.
+    let e = x.select(1, 3).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                op: "select",
+                what: "index",
+                index: 3,
+                bound: 3,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = x.select(5, 0).unwrap_err().to_string();
+    assert!(e.starts_with("select:") && !e.contains("narrow"), "{e}");
+    let e = x.select(1, usize::MAX).unwrap_err().to_string();
+    assert!(e.contains(&usize::MAX.to_string()), "{e}");
+    // An allocation failure with no limit set names no limit of 0 bytes.
+    let e = Error::OutOfMemory {
+        requested_bytes: 1 << 40,
+        live_bytes: 0,
+        limit_bytes: 0,
+    }
+    .to_string();
+    assert!(!e.contains("limit of 0"), "{e}");
+    assert!(e.contains("no memory limit"), "{e}");
+    let e = fucina_core::tensor::try_vec_with_capacity::<u64>(usize::MAX / 4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no memory limit"), "{e}");
+    // With a limit set the limit is named.
+    ctx.pool().set_memory_limit(Some(4096));
+    let e = ctx.zeros(DType::F32, &[1 << 20]).unwrap_err().to_string();
+    ctx.pool().set_memory_limit(None);
+    assert!(e.contains("exceeds the limit of 4096 bytes"), "{e}");
+}

@@ -271,10 +271,11 @@ fn view_errors_are_structured() {
             ..
         })
     ));
+    // select names itself, not the narrow it is made of.
     assert!(matches!(
         t.select(5, 0),
         Err(Error::OutOfRange {
-            op: "narrow",
+            op: "select",
             what: "axis",
             ..
         })
@@ -313,15 +314,22 @@ fn view_errors_are_structured() {
         t.narrow(1, 6, 0),
         Err(Error::OutOfRange { op: "narrow", .. })
     ));
-    assert!(matches!(
-        t.narrow(1, usize::MAX, 2),
-        Err(Error::OutOfRange { op: "narrow", .. })
-    ));
+    // An end past i64::MAX cannot sit in OutOfRange's i64 field: it is an
+    // InvalidArgument with the same text and the exact value.
+    let e = t.narrow(1, usize::MAX, 2).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "narrow", .. })
+            && e.to_string()
+                .contains("end 18446744073709551617 out of range"),
+        "{e}"
+    );
     assert!(matches!(
         t.select(0, 6),
         Err(Error::OutOfRange {
-            op: "narrow",
-            what: "end",
+            op: "select",
+            what: "index",
+            index: 6,
+            bound: 6,
             ..
         })
     ));

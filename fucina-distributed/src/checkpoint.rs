@@ -7,7 +7,8 @@
 //! barrier (no rank runs ahead of a checkpoint it may need). Resuming: rank
 //! 0 finds the newest complete checkpoint (`fucina_optim::load_latest`),
 //! reads its three files and sends their bytes to every rank; each rank
-//! loads them, then all meet at a barrier. Only rank 0 needs to see the
+//! loads them (all or nothing: a checkpoint whose optimizer state does not
+//! fit leaves the model as it was too), then all meet at a barrier. Only rank 0 needs to see the
 //! checkpoint directory, so no shared file system is required.
 
 use std::path::{Path, PathBuf};
@@ -83,11 +84,7 @@ pub fn resume(
     let blob = broadcast_bytes(t, what, 0, &blob)?;
     let (code, parts) = decode(t, what, &blob)?;
     let state = match (code, parts.as_slice()) {
-        (0, [model, optim, state]) => {
-            fucina_optim::load_model_bytes(model, params)?;
-            opt.load_state_bytes(optim)?;
-            Some(serde_json::from_slice::<TrainerState>(state).map_err(fucina_optim::Error::from)?)
-        }
+        (0, [model, optim, state]) => Some(load_all(params, opt, model, optim, state)?),
         (2, []) => None,
         _ => {
             let text = parts.first().copied().unwrap_or_default();
@@ -99,6 +96,35 @@ pub fn resume(
         }
     };
     barrier(t, "checkpoint resume: loaded")?;
+    Ok(state)
+}
+
+/// Loads a checkpoint's three parts all or nothing: the trainer state is
+/// parsed first, the model load and the optimizer load each change nothing
+/// when they fail, and a failed optimizer load puts back the model values
+/// from before the model load (their views were kept), so `params` and
+/// `opt` are either both the checkpoint's or both as they were.
+fn load_all(
+    params: &[(String, Tensor)],
+    opt: &mut dyn Optimizer,
+    model: &[u8],
+    optim: &[u8],
+    state: &[u8],
+) -> Result<TrainerState> {
+    let state = serde_json::from_slice::<TrainerState>(state).map_err(fucina_optim::Error::from)?;
+    let before = params
+        .iter()
+        .map(|(_, t)| t.value())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    fucina_optim::load_model_bytes(model, params)?;
+    if let Err(e) = opt.load_state_bytes(optim) {
+        for ((_, t), v) in params.iter().zip(before) {
+            // Same shape and dtype, and the load just wrote the tensor: only
+            // a concurrent scope close could refuse it.
+            t.set_value(v)?;
+        }
+        return Err(e.into());
+    }
     Ok(state)
 }
 

@@ -11,6 +11,7 @@
 //! process (channels between every pair), which tests the whole data-parallel
 //! logic without MPI; the MPI transport is `crate::mpi` (feature `mpi`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,12 @@ pub(crate) fn check_exchange_args(
 
 /// One rank of a group of threads in this process, connected by channels.
 ///
+/// Every message carries its sender's exchange number (the n-th call of
+/// [`Transport::exchange`] on that rank): a message of an earlier exchange,
+/// one whose receiver timed out before it came, is dropped by the next
+/// exchange instead of being taken for its own, so a retry after a timeout
+/// never mixes the two attempts.
+///
 /// ```
 /// use fucina_distributed::{LocalTransport, Transport};
 /// let group = LocalTransport::group(2, std::time::Duration::from_secs(5))?;
@@ -89,11 +96,17 @@ pub(crate) fn check_exchange_args(
 pub struct LocalTransport {
     rank: usize,
     timeout: Duration,
-    /// `to[q]`: the channel to rank `q` (`None` for this rank).
-    to: Vec<Option<Sender<Vec<u8>>>>,
+    /// `to[q]`: the channel to rank `q` (`None` for this rank), carrying
+    /// (exchange number, bytes).
+    to: Vec<Option<Sender<Tagged>>>,
     /// `from[q]`: the channel from rank `q` (`None` for this rank).
-    from: Vec<Option<Receiver<Vec<u8>>>>,
+    from: Vec<Option<Receiver<Tagged>>>,
+    /// The number of this rank's next exchange.
+    seq: AtomicU64,
 }
+
+/// A message and the number of the exchange that sent it.
+type Tagged = (u64, Vec<u8>);
 
 impl LocalTransport {
     /// `n` connected ranks (move each into its own thread). Errors when `n` is 0.
@@ -109,6 +122,7 @@ impl LocalTransport {
                 timeout,
                 to: (0..n).map(|_| None).collect(),
                 from: (0..n).map(|_| None).collect(),
+                seq: AtomicU64::new(0),
             })
             .collect();
         for a in 0..n {
@@ -145,9 +159,10 @@ impl Transport for LocalTransport {
             what: what.to_string(),
             peer,
         };
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         for (q, tx) in self.to.iter().enumerate() {
             if let Some(tx) = tx {
-                tx.send(send[q].to_vec()).map_err(|_| gone(q))?;
+                tx.send((seq, send[q].to_vec())).map_err(|_| gone(q))?;
             }
         }
         recv[me].copy_from_slice(send[me]);
@@ -155,7 +170,23 @@ impl Transport for LocalTransport {
         let deadline = start + self.timeout;
         for (q, rx) in self.from.iter().enumerate() {
             let Some(rx) = rx else { continue };
-            let msg = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            let msg = loop {
+                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    // Sent by an exchange this rank already gave up on: stale.
+                    Ok((tag, _)) if tag < seq => continue,
+                    Ok((tag, m)) if tag == seq => break Ok(m),
+                    // Channels are FIFO and every exchange sends once to
+                    // each peer, so a later tag means this rank lost count.
+                    Ok((tag, _)) => {
+                        return Err(Error::InvalidConfig(format!(
+                            "rank {me}: `{what}`: message of exchange {tag} from rank {q} \
+                             arrived during exchange {seq}: the ranks' exchanges are out of step"
+                        )))
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            let msg = match msg {
                 Ok(m) => m,
                 Err(RecvTimeoutError::Disconnected) => return Err(gone(q)),
                 Err(RecvTimeoutError::Timeout) => {
@@ -163,11 +194,18 @@ impl Transport for LocalTransport {
                     let mut missing = vec![q];
                     for (p, rx) in self.from.iter().enumerate().skip(q + 1) {
                         if let Some(rx) = rx {
-                            match rx.try_recv() {
-                                Ok(_) => {}
-                                Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
-                                    missing.push(p)
+                            // Only a message of this exchange counts as arrived.
+                            let arrived = loop {
+                                match rx.try_recv() {
+                                    Ok((tag, _)) if tag < seq => continue,
+                                    Ok(_) => break true,
+                                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                                        break false
+                                    }
                                 }
+                            };
+                            if !arrived {
+                                missing.push(p);
                             }
                         }
                     }

@@ -318,3 +318,70 @@ fn a_failed_save_on_rank0_fails_every_rank() {
     );
     std::fs::remove_file(&file).unwrap();
 }
+
+#[test]
+fn a_resume_whose_optimizer_does_not_fit_leaves_the_model_as_it_was() {
+    let root = std::env::temp_dir().join(format!("fucina-dist-mismatch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    {
+        // An SGD checkpoint of w = [1, 2].
+        let ctx = ExecContext::with_threads(1).unwrap();
+        let w = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
+        let opt =
+            fucina_optim::Sgd::single(vec![w.clone()], fucina_optim::SgdConfig::new(0.1)).unwrap();
+        let state = fucina_optim::TrainerState {
+            step: 3,
+            ..Default::default()
+        };
+        fucina_optim::save_checkpoint(&root, &[("w".into(), w)], &opt, &state).unwrap();
+    }
+    let dir = root.clone();
+    let outs = on_ranks(2, Duration::from_secs(30), move |t| {
+        let ctx = ExecContext::with_threads(1).unwrap();
+        let w = Tensor::variable(&ctx, &[5.0f32, 6.0], &[2]).unwrap();
+        // Resumed into AdamW: the model file fits, the optimizer state does not.
+        let mut opt =
+            fucina_optim::AdamW::single(vec![w.clone()], fucina_optim::AdamConfig::adamw(1e-3))
+                .unwrap();
+        let r = fucina_distributed::resume(&t, &dir, &[("w".into(), w.clone())], &mut opt);
+        (
+            r.map(|_| ()).map_err(|e| e.to_string()),
+            w.to_vec::<f32>().unwrap(),
+            fucina_optim::Optimizer::step_count(&opt),
+        )
+    });
+    for (rank, (r, w, steps)) in outs.into_iter().enumerate() {
+        let msg = r.expect_err("the optimizer mismatch is an error");
+        assert!(
+            msg.contains("`sgd`") && msg.contains("`adam`"),
+            "rank {rank}: {msg}"
+        );
+        assert_eq!(w, vec![5.0, 6.0], "rank {rank}: the model was overwritten");
+        assert_eq!(steps, 0);
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_retry_after_a_timeout_never_takes_the_late_message_of_the_first_attempt() {
+    let timeout = Duration::from_millis(1000);
+    let outs = on_ranks(2, timeout, move |t| {
+        let mut recv = vec![vec![0u8; 1]; 2];
+        if t.rank() == 0 {
+            // Attempt 1 times out (rank 1 is late); the retry must get rank
+            // 1's second message, not its late first one.
+            let first = t.exchange("attempt", &[&[10], &[10]], &mut recv);
+            assert!(matches!(first, Err(Error::PeerTimeout { .. })), "{first:?}");
+            t.exchange("retry", &[&[11], &[11]], &mut recv).unwrap();
+            vec![recv[1][0]]
+        } else {
+            std::thread::sleep(Duration::from_millis(1500));
+            t.exchange("attempt", &[&[1], &[1]], &mut recv).unwrap();
+            let a = recv[0][0];
+            t.exchange("retry", &[&[2], &[2]], &mut recv).unwrap();
+            vec![a, recv[0][0]]
+        }
+    });
+    assert_eq!(outs[0], vec![2], "rank 0's retry took the stale message");
+    assert_eq!(outs[1], vec![10, 11]);
+}

@@ -66,7 +66,7 @@ pub fn padding_mask(ctx: &ExecContext, lengths: &[usize], s: usize) -> Result<Te
             }
         }
     }
-    Ok(Tensor::from_raw(ctx, m, false))
+    Ok(Tensor::from_raw(ctx, m, false)?)
 }
 
 /// Attention over projected `q [B, T, D]`, `k [B, S, D]`, `v [B, S, Dv]`

@@ -172,6 +172,6 @@ impl Init {
                 ))
             }
         };
-        Ok(Tensor::from_raw(&self.ctx, raw, true))
+        Ok(Tensor::from_raw(&self.ctx, raw, true)?)
     }
 }

@@ -48,6 +48,13 @@ pub trait StateDict: Module {
     fn load_state_dict(&self, path: &Path, opts: &LoadOptions) -> Result<LoadReport> {
         Ok(sdio::load_state_dict(path, &self.state_dict(), opts)?)
     }
+
+    /// Loads the parameters alone from `path` (a file made elsewhere, e.g.
+    /// by PyTorch, holds no fucina buffer such as a dropout counter); strict
+    /// about the parameters as [`StateDict::load_state_dict`] is.
+    fn load_parameters(&self, path: &Path, opts: &LoadOptions) -> Result<LoadReport> {
+        Ok(sdio::load_state_dict(path, &self.named_parameters(), opts)?)
+    }
 }
 
 impl<M: Module + ?Sized> StateDict for M {}

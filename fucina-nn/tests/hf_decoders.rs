@@ -76,6 +76,7 @@ fn check_against_goldens(family: &str, dtype: DType) {
                     .unwrap(),
                 false,
             )
+            .unwrap()
         } else {
             g
         };

@@ -231,7 +231,7 @@ fn failed_adapter_load_changes_nothing() {
             .map(|n| {
                 (
                     n.to_string(),
-                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false),
+                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false).unwrap(),
                 )
             })
             .collect();
@@ -311,4 +311,46 @@ fn lora_applies_to_any_module_by_path_gpt() {
         assert_eq!(fucina_nn::lora::remove_lora(&mut gpt).unwrap(), 2);
     }
     assert_eq!(ctx.stats().outstanding, 0);
+}
+
+#[test]
+fn unmerge_after_new_base_weights_keeps_them_and_takes_out_the_delta() {
+    use fucina_nn::lora::LoraAdapter;
+    use fucina_nn::{Init, Linear};
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let mut init = Init::new(&ctx, fucina_core::DType::F64, 3);
+    let mut lin = Linear::new(&mut init, 3, 2, false).unwrap();
+    let ad = LoraAdapter::new(&mut init, 3, 2, 1, 0.5, 0.0).unwrap();
+    // A non-zero B, so the delta 0.5·B·A is not zero.
+    ad.lora_b
+        .weight
+        .set_value(ctx.from_slice(&[1.0f64, -2.0], &[2, 1]).unwrap())
+        .unwrap();
+    let a = ad.lora_a.weight.to_vec::<f64>().unwrap();
+    lin.lora = Some(ad);
+    let original = lin.weight.to_vec::<f64>().unwrap();
+    // Unchanged while merged: the restore is bit-exact.
+    lin.merge_lora().unwrap();
+    lin.unmerge_lora().unwrap();
+    assert_eq!(lin.weight.to_vec::<f64>().unwrap(), original);
+    // New base weights while merged (a reload): unmerge keeps them.
+    lin.merge_lora().unwrap();
+    let merged = lin.weight.to_vec::<f64>().unwrap();
+    let new_base = [10.0f64, 11.0, 12.0, 13.0, 14.0, 15.0];
+    let delta: Vec<f64> = (0..6)
+        .map(|i| 0.5 * [1.0, -2.0][i / 3] * a[i % 3])
+        .collect();
+    let replaced: Vec<f64> = new_base.iter().zip(&delta).map(|(w, d)| w + d).collect();
+    lin.weight
+        .set_value(ctx.from_slice(&replaced, &[2, 3]).unwrap())
+        .unwrap();
+    lin.unmerge_lora().unwrap();
+    let got = lin.weight.to_vec::<f64>().unwrap();
+    assert_ne!(got, original, "unmerge restored the stale pre-merge copy");
+    for (g, w) in got.iter().zip(&new_base) {
+        assert!((g - w).abs() < 1e-12, "{got:?} vs {new_base:?}");
+    }
+    assert!(!lin.lora.as_ref().unwrap().is_merged());
+    assert!(lin.unmerge_lora().is_err());
+    drop(merged);
 }

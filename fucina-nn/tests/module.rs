@@ -299,3 +299,31 @@ fn typed_sub_module_visits() {
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+#[test]
+fn load_state_dict_with_a_released_parameter_changes_nothing() {
+    use fucina_autograd::{ExecScope, LoadOptions};
+    use fucina_nn::StateDict;
+    let ctx = ExecContext::with_threads(1).unwrap();
+    let src = Linear::new(&mut Init::new(&ctx, DType::F32, 1), 3, 2, true).unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "fucina-nn-released-{}.safetensors",
+        std::process::id()
+    ));
+    src.save_state_dict(&path).unwrap();
+    let mut dst = Linear::new(&mut Init::new(&ctx, DType::F32, 2), 3, 2, true).unwrap();
+    // `bias` comes after `weight`: a bias whose scope has closed.
+    let scope = ExecScope::open();
+    let b = dst.bias.as_ref().unwrap().mul_scalar(1.0).unwrap();
+    scope.close();
+    dst.bias = Some(b);
+    let before = dst.weight.to_vec::<f32>().unwrap();
+    let err = dst.load_state_dict(&path, &LoadOptions::new()).unwrap_err();
+    assert!(err.to_string().contains("bias"), "{err}");
+    assert_eq!(
+        dst.weight.to_vec::<f32>().unwrap(),
+        before,
+        "weight was assigned"
+    );
+    std::fs::remove_file(&path).ok();
+}

@@ -1,9 +1,14 @@
 //! Training checkpoints: a directory `root/step-NNNNNN/` holding
 //! `model.safetensors`, `optimizer.safetensors` and `trainer_state.json`.
 //!
-//! Commit protocol: the marker `trainer_state.json` is deleted first (when
-//! overwriting), each payload is written to a temporary name, fsync'd and
-//! renamed, and the marker is written last the same way. The marker holds
+//! Commit protocol: each payload is written to a temporary name, fsync'd
+//! and renamed, and the marker `trainer_state.json` is written last the same
+//! way. Re-saving a step that already has a marker never touches its files:
+//! the new checkpoint is written in full into `step-NNNNNN.tmp-<tag>/`, then
+//! the old directory is renamed to `step-NNNNNN.old-<tag>/`, the new one to
+//! `step-NNNNNN/`, and the old one removed; if that stops between the two
+//! renames, [`find_latest`] takes the complete sibling (new first), so a
+//! complete checkpoint of the step exists at every instant. The marker holds
 //! the [`TrainerState`] and, under `payload`, each payload file's size and
 //! FNV-1a 64 checksum ([`fnv1a64`]). A directory without a marker is
 //! incomplete; one whose marker does not parse or whose payload does not
@@ -169,7 +174,10 @@ mod fault {
     }
 
     /// Arms a fault at a named point of [`save_checkpoint`](super::save_checkpoint)
-    /// on this thread: `"before_model"`, `"after_model"`, `"after_optimizer"`.
+    /// on this thread: `"before_model"`, `"after_model"`, `"after_optimizer"`;
+    /// when re-saving a step that has a marker, also `"after_stage"` (the new
+    /// checkpoint complete beside the old) and `"after_swap_out"` (the old one
+    /// renamed aside, the new one not yet in its place).
     /// `None` disarms.
     pub fn inject_fault(fault: Option<(&'static str, FaultAction)>) {
         FAULT.with(|f| f.set(fault));
@@ -270,15 +278,9 @@ pub fn save_checkpoint(
     opt: &dyn Optimizer,
     state: &TrainerState,
 ) -> Result<PathBuf> {
-    let dir = root.join(step_dir_name(state.step));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    sync_dir(root)?;
-    let marker = dir.join(TRAINER_STATE_FILE);
-    if marker.exists() {
-        std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
-        sync_dir(&dir)?;
-    }
-    // Serialise everything before touching the payload files.
+    let name = step_dir_name(state.step);
+    let dir = root.join(&name);
+    // Serialise everything before touching any file.
     let model = model_bytes(params)?;
     let optim = opt.state_bytes()?;
     let marker_json = Marker {
@@ -291,13 +293,62 @@ pub fn save_checkpoint(
         .collect(),
     };
     let json = serde_json::to_vec_pretty(&marker_json)?;
-    fault_point("before_model", root)?;
-    write_atomic(&dir.join(MODEL_FILE), &model)?;
-    fault_point("after_model", root)?;
-    write_atomic(&dir.join(OPTIMIZER_FILE), &optim)?;
-    fault_point("after_optimizer", root)?;
-    write_atomic(&marker, &json)?;
+    std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    if !dir.join(TRAINER_STATE_FILE).exists() {
+        // Nothing complete to keep: write in place, marker last.
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        sync_dir(root)?;
+        write_payload(root, &dir, &model, &optim, &json)?;
+        return Ok(dir);
+    }
+    // Re-saving a step that has a marker: the old checkpoint stays complete
+    // and valid until the new one is. The new one is written in full into a
+    // sibling staging directory, then swapped in with two renames; in the
+    // window between them `find_latest` takes either of the two (both are
+    // complete) from their sibling names.
+    let tag = unique_tag();
+    let staging = root.join(format!("{name}.{STAGING}{tag}"));
+    let old = root.join(format!("{name}.{REPLACED}{tag}"));
+    std::fs::create_dir(&staging).map_err(|e| Error::io(&staging, e))?;
+    sync_dir(root)?;
+    if let Err(e) = write_payload(root, &staging, &model, &optim, &json) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    fault_point("after_stage", root)?;
+    std::fs::rename(&dir, &old).map_err(|e| Error::io(&dir, e))?;
+    sync_dir(root)?;
+    fault_point("after_swap_out", root)?;
+    std::fs::rename(&staging, &dir).map_err(|e| Error::io(&staging, e))?;
+    sync_dir(root)?;
+    std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))?;
+    sync_dir(root)?;
     Ok(dir)
+}
+
+/// The payload files, then the marker, into `dir` (each atomically).
+fn write_payload(root: &Path, dir: &Path, model: &[u8], optim: &[u8], json: &[u8]) -> Result<()> {
+    fault_point("before_model", root)?;
+    write_atomic(&dir.join(MODEL_FILE), model)?;
+    fault_point("after_model", root)?;
+    write_atomic(&dir.join(OPTIMIZER_FILE), optim)?;
+    fault_point("after_optimizer", root)?;
+    write_atomic(&dir.join(TRAINER_STATE_FILE), json)
+}
+
+/// The name part of a re-save's staging directory, `step-NNNNNN.tmp-<tag>`.
+const STAGING: &str = "tmp-";
+/// The name part of the checkpoint a re-save replaces, `step-NNNNNN.old-<tag>`.
+const REPLACED: &str = "old-";
+
+/// `<pid>-<n>`: unique to one save in this process.
+fn unique_tag() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// Reads and verifies the checkpoint in `dir`: `Ok(None)` when it has no
@@ -379,6 +430,9 @@ pub fn find_latest(root: &Path) -> Result<LatestCheckpoint> {
         Err(e) => return Err(Error::io(root, e)),
     };
     let mut steps: Vec<(u64, PathBuf)> = Vec::new();
+    // Siblings of a step a re-save was swapping when it stopped: staged (new)
+    // first, then replaced (old).
+    let mut siblings: BTreeMap<u64, Vec<(bool, PathBuf)>> = BTreeMap::new();
     for e in entries {
         let e = e.map_err(|err| Error::io(root, err))?;
         let name = e.file_name();
@@ -390,12 +444,41 @@ pub fn find_latest(root: &Path) -> Result<LatestCheckpoint> {
         if !path.is_dir() {
             continue;
         }
-        if let Ok(n) = num.parse::<u64>() {
-            steps.push((n, path));
+        match num.split_once('.') {
+            None => {
+                if let Ok(n) = num.parse::<u64>() {
+                    steps.push((n, path));
+                }
+            }
+            Some((n, rest)) => {
+                let replaced = rest.starts_with(REPLACED);
+                if let (Ok(n), true) = (n.parse::<u64>(), replaced || rest.starts_with(STAGING)) {
+                    siblings.entry(n).or_default().push((replaced, path));
+                }
+            }
+        }
+    }
+    // A step whose directory is missing but has a sibling is a candidate.
+    for &n in siblings.keys() {
+        if !steps.iter().any(|s| s.0 == n) {
+            steps.push((n, root.join(step_dir_name(n))));
         }
     }
     steps.sort_by_key(|s| std::cmp::Reverse(s.0));
-    for (_, dir) in steps {
+    for (n, dir) in steps {
+        if !dir.is_dir() {
+            // Mid-swap: the first complete sibling, the new one first.
+            let mut sib = siblings.remove(&n).unwrap_or_default();
+            sib.sort();
+            if let Some(c) = sib
+                .into_iter()
+                .find_map(|(_, d)| load_checkpoint(&d).ok().flatten())
+            {
+                found.checkpoint = Some(c);
+                break;
+            }
+            continue;
+        }
         match load_checkpoint(&dir) {
             Ok(Some(c)) => {
                 found.checkpoint = Some(c);

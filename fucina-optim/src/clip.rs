@@ -3,7 +3,9 @@
 //! The norm accumulates in f64 over fixed chunks combined in a fixed order,
 //! so it is bitwise identical for any thread count. Parameters without a
 //! gradient are skipped. Gradients are scaled in place when their buffer is
-//! not shared, else through a fresh copy.
+//! not shared, else through a fresh copy. Clipping is all or nothing: every
+//! copy is made before any gradient changes, so a failed call (out of
+//! memory) leaves every gradient as it was.
 
 use fucina_autograd::Tensor;
 use fucina_core::{Element, ExecContext, Float, RawTensor};
@@ -66,27 +68,68 @@ pub fn grads_are_finite(params: &[Tensor]) -> Result<bool> {
     Ok(true)
 }
 
-/// Applies `f` to a gradient's elements in place (copying first if shared).
-fn map_grad(p: &Tensor, f: impl Fn(f64) -> f64 + Sync + Send + Copy) -> Result<()> {
-    let Some(g) = p.grad_raw() else { return Ok(()) };
-    p.set_grad(None)?;
-    let ctx = p.ctx().clone();
-    let mut g: RawTensor = g;
-    if !g.buffer().is_unique() || !g.is_contiguous() {
-        g = ctx.copy(&g)?;
+/// Phase 1 of a gradient rewrite: for each parameter of `params` with a
+/// gradient, its index and a private copy when the gradient's buffer is
+/// shared with another view or strided (else `None`: it is rewritten in
+/// place). Checks the dtypes and allocates the copies; changes nothing.
+fn prepare_grads(params: &[Tensor]) -> Result<Vec<(usize, Option<RawTensor>)>> {
+    let mut out = Vec::with_capacity(params.len());
+    for (i, p) in params.iter().enumerate() {
+        let Some(g) = p.grad_raw() else { continue };
+        if !g.dtype().is_compute_float() {
+            return Err(Error::Core(fucina_core::Error::UnsupportedDType {
+                op: "clip_grad",
+                dtype: g.dtype(),
+            }));
+        }
+        if p.is_released() {
+            return Err(fucina_autograd::Error::TensorReleased.into());
+        }
+        // The slot holds one reference and `g` another: more is a view elsewhere.
+        let copy = if g.buffer().ref_count() > 2 || !g.is_contiguous() {
+            Some(p.ctx().copy(&g)?)
+        } else {
+            None
+        };
+        out.push((i, copy));
     }
-    let r = fucina_core::dispatch_float!(g.dtype(), "clip_grad", T => {
-        let s = g.as_mut_slice::<T>()?;
-        let n = s.len();
-        ctx.par_chunks_mut(s, CHUNK, n > CHUNK, |_, d| {
-            for v in d {
-                *v = T::from_f64(f(v.to_f64()));
+    Ok(out)
+}
+
+/// Phase 2: applies `f(i)` to the elements of each prepared gradient, in
+/// place (the copies were made in phase 1, so nothing here allocates).
+fn rewrite_grads<F: Fn(f64) -> f64 + Sync + Send + Copy>(
+    params: &[Tensor],
+    prepared: Vec<(usize, Option<RawTensor>)>,
+    f: impl Fn(usize) -> F,
+) -> Result<()> {
+    for (i, copy) in prepared {
+        let p = &params[i];
+        let mut g = match copy {
+            Some(c) => c,
+            None => {
+                let Some(g) = p.grad_raw() else { continue };
+                // Dropping the slot's reference makes `g` the only one.
+                p.set_grad(None)?;
+                g
             }
+        };
+        let ctx = p.ctx().clone();
+        let fi = f(i);
+        let r = fucina_core::dispatch_float!(g.dtype(), "clip_grad", T => {
+            let s = g.as_mut_slice::<T>()?;
+            let n = s.len();
+            ctx.par_chunks_mut(s, CHUNK, n > CHUNK, |_, d| {
+                for v in d {
+                    *v = T::from_f64(fi(v.to_f64()));
+                }
+            });
+            Ok::<(), fucina_core::Error>(())
         });
-        Ok::<(), fucina_core::Error>(())
-    });
-    p.set_grad(Some(g))?;
-    Ok(r?)
+        p.set_grad(Some(g))?;
+        r?;
+    }
+    Ok(())
 }
 
 /// Scales all gradients so that their global L2 norm is at most `max_norm`,
@@ -118,16 +161,18 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
     let total = grad_norm(params)?;
     if total.is_finite() && total > max_norm {
         let coef = max_norm / (total + 1e-6);
-        for p in params {
+        // All or nothing: every copy a shared gradient needs is made before
+        // any gradient is scaled.
+        let prepared = prepare_grads(params)?;
+        rewrite_grads(params, prepared, |i| {
             // f32 gradients scale by the f32-rounded coefficient, as in PyTorch.
-            let c32 = coef as f32 as f64;
-            let c = if p.dtype() == fucina_core::DType::F32 {
-                c32
+            let c = if params[i].dtype() == fucina_core::DType::F32 {
+                coef as f32 as f64
             } else {
                 coef
             };
-            map_grad(p, move |g| g * c)?;
-        }
+            move |g| g * c
+        })?;
     }
     Ok(total)
 }
@@ -150,11 +195,8 @@ pub fn clip_grad_value(params: &[Tensor], clip: f64) -> Result<()> {
             format!("clip {clip} must be finite and ≥ 0"),
         ));
     }
-    for p in params {
-        map_grad(
-            p,
-            move |g| if g.is_nan() { g } else { g.clamp(-clip, clip) },
-        )?;
-    }
-    Ok(())
+    let prepared = prepare_grads(params)?;
+    rewrite_grads(params, prepared, |_| {
+        move |g: f64| if g.is_nan() { g } else { g.clamp(-clip, clip) }
+    })
 }

@@ -4,6 +4,8 @@
 //! [`fucina_autograd::io`]; these wrappers return this crate's [`Error`].
 //! A reader sees either the old file or the complete new one, never a torn
 //! write; after a crash, stray `*.tmp-*` files are ignored by every reader.
+//! Temporary names are unique per call, so concurrent saves of one path
+//! (threads or processes) all succeed and the last one wins.
 
 use std::path::Path;
 

@@ -245,6 +245,24 @@ impl Buf {
         }
     }
 
+    /// True when no clone shares the elements (an update writes in place).
+    pub(crate) fn is_unique(&self) -> bool {
+        self.t.buffer().is_unique()
+    }
+
+    /// This buffer if no clone shares it, else a private copy (same bytes).
+    pub(crate) fn unique(&self) -> crate::Result<Buf> {
+        let t = if self.is_unique() {
+            self.t.clone_view()
+        } else {
+            self.ctx.copy(&self.t)?
+        };
+        Ok(Buf {
+            t,
+            ctx: self.ctx.clone(),
+        })
+    }
+
     /// The elements as `M`, mutably, copying first if a clone shares them.
     fn slice_mut<M: Element>(&mut self) -> crate::Result<&mut [M]> {
         if !self.t.buffer().is_unique() {

@@ -4,12 +4,14 @@
 //! Invariants: a parameter belongs to one group only; its state buffers are
 //! created lazily on its first step with a gradient (as in PyTorch) and have
 //! exactly its element count; the global step counter drives the schedules,
-//! the per-parameter step counter drives bias corrections.
+//! the per-parameter step counter drives bias corrections. A step is all or
+//! nothing: every parameter's allocations are made before any parameter is
+//! updated, so a failed step (out of memory) changes nothing.
 
 use std::path::Path;
 
 use fucina_autograd::Tensor;
-use fucina_core::DType;
+use fucina_core::{DType, RawTensor};
 
 pub use crate::algo::Algorithm;
 use crate::error::{Error, Result};
@@ -226,13 +228,18 @@ impl<A: Algorithm> Optim<A> {
         self.state.get(group)?.get(index)
     }
 
-    fn step_param(&mut self, gi: usize, pi: usize) -> Result<()> {
+    /// Phase 1 of a step for parameter `pi` of group `gi`: everything its
+    /// update allocates or checks (the contiguous gradient, its moments on
+    /// the first step, private copies of moments or of a value that another
+    /// view shares), with nothing visible changed. `None` when it has no
+    /// gradient.
+    fn prepare_param(&self, gi: usize, pi: usize) -> Result<Option<Prepared>> {
         let group = &self.groups[gi];
         let p = &group.params[pi];
         let Some(grad) = p.grad_raw() else {
-            return Ok(());
+            return Ok(None);
         };
-        let ctx = p.ctx().clone();
+        let ctx = p.ctx();
         let grad = ctx.contiguous(&grad)?;
         if grad.shape() != p.shape() || grad.dtype() != p.dtype() {
             return Err(Error::StateMismatch(format!(
@@ -243,18 +250,66 @@ impl<A: Algorithm> Optim<A> {
                 p.dtype()
             )));
         }
-        let st = &mut self.state[gi][pi];
-        if st.bufs.is_empty() {
+        let st = &self.state[gi][pi];
+        let bufs = if st.bufs.is_empty() {
             let specs = group.config.buffers(p.shape(), p.dtype());
             let mut bufs = Vec::with_capacity(specs.len());
             for (name, dt) in specs {
-                bufs.push(Buf::zeros(&ctx, dt, p.numel()).map_err(|e| match e {
+                bufs.push(Buf::zeros(ctx, dt, p.numel()).map_err(|e| match e {
                     Error::Core(fucina_core::Error::UnsupportedDType { .. }) => {
                         Error::config(A::NAME, format!("buffer `{name}` cannot be stored as {dt}"))
                     }
                     e => e,
                 })?);
             }
+            Some(bufs)
+        } else if st.bufs.iter().any(|b| !b.is_unique()) {
+            // A clone of the state shares a moment: the update would copy it.
+            Some(
+                st.bufs
+                    .iter()
+                    .map(Buf::unique)
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        } else {
+            None
+        };
+        // The slot holds one reference and `v` another: more means a view
+        // elsewhere, and `update_value` would copy.
+        let v = p.raw()?;
+        let value = if v.buffer().ref_count() > 2 || !v.is_contiguous() || v.offset() != 0 {
+            Some(ctx.copy(&v)?)
+        } else {
+            None
+        };
+        Ok(Some(Prepared {
+            gi,
+            pi,
+            grad,
+            bufs,
+            value,
+        }))
+    }
+
+    /// Phase 2: the update of one prepared parameter. Nothing here
+    /// allocates, so it fails only on a broken invariant (a tensor released
+    /// or updated by another thread meanwhile).
+    fn commit_param(&mut self, prep: Prepared) -> Result<()> {
+        let Prepared {
+            gi,
+            pi,
+            grad,
+            bufs,
+            value,
+        } = prep;
+        let group = &self.groups[gi];
+        let p = &group.params[pi];
+        let ctx = p.ctx().clone();
+        if let Some(v) = value {
+            p.set_value(v)?;
+        }
+        let st = &mut self.state[gi][pi];
+        if let Some(bufs) = bufs {
             st.bufs = bufs;
         }
         let factor = group.schedule.factor(self.steps);
@@ -268,16 +323,39 @@ impl<A: Algorithm> Optim<A> {
     }
 }
 
+/// What one parameter's update needs, made before any parameter changes.
+struct Prepared {
+    gi: usize,
+    pi: usize,
+    /// The gradient, contiguous.
+    grad: RawTensor,
+    /// New moments (first step) or private copies of shared ones.
+    bufs: Option<Vec<Buf>>,
+    /// A private copy of a value another view shares.
+    value: Option<RawTensor>,
+}
+
 impl<A: Algorithm> Optimizer for Optim<A> {
     fn name(&self) -> &'static str {
         A::NAME
     }
 
+    /// All or nothing: every allocation and check of every parameter's
+    /// update is made first (phase 1), and only when all succeeded are the
+    /// parameters updated (phase 2, which allocates nothing). An error such
+    /// as `OutOfMemory` leaves parameters, state and the step count as they
+    /// were, so a retry steps each parameter once.
     fn step(&mut self) -> Result<()> {
+        let mut prepared = Vec::new();
         for gi in 0..self.groups.len() {
             for pi in 0..self.groups[gi].params.len() {
-                self.step_param(gi, pi)?;
+                if let Some(p) = self.prepare_param(gi, pi)? {
+                    prepared.push(p);
+                }
             }
+        }
+        for p in prepared {
+            self.commit_param(p)?;
         }
         self.steps += 1;
         Ok(())

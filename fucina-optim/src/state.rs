@@ -55,6 +55,9 @@ pub(crate) struct Loaded<A> {
     pub steps: u64,
 }
 
+/// What names optimizer state bytes in header errors.
+const STATE_LABEL: &str = "<optimizer state>";
+
 /// The metadata key of the optimizer description.
 pub const METADATA_KEY: &str = "fucina_optim";
 const FORMAT: u32 = 1;
@@ -171,6 +174,9 @@ pub(crate) fn to_bytes<A: Algorithm>(steps: u64, groups: &[GroupView<'_, A>]) ->
 /// Reads and validates a state file for an optimizer whose groups hold
 /// `params`; nothing is committed (see [`Loaded`]).
 pub(crate) fn load_bytes<A: Algorithm>(bytes: &[u8], params: &[&[Tensor]]) -> Result<Loaded<A>> {
+    // The workspace's strict header check first: a key named twice (which
+    // the safetensors crate resolves as "last wins") is an error.
+    fucina_autograd::io::SafetensorsFile::from_bytes(STATE_LABEL, bytes)?;
     let st = SafeTensors::deserialize(bytes)?;
     let (_, header) = SafeTensors::read_metadata(bytes)?;
     let md = header

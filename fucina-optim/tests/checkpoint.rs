@@ -71,14 +71,14 @@ fn injected_failure_between_files_keeps_previous_checkpoint() {
         assert_eq!(ck.state.data_position, 3 * 64);
         assert_eq!(ck.state.seeds["data"], 42);
     }
-    // Overwriting a complete checkpoint: the marker goes first, so a failure
-    // leaves that directory incomplete and an older one is returned.
+    // Overwriting a complete checkpoint: the old one stays complete until
+    // the new one is (`resaving_a_step_keeps_it_complete_at_every_point`).
     train_and_save(&root, 5).unwrap();
     assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
     inject_fault(Some(("after_model", FaultAction::Fail)));
     assert!(train_and_save(&root, 5).is_err());
     inject_fault(None);
-    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 3);
+    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
     // A successful save then restores it; loading works end to end.
     train_and_save(&root, 5).unwrap();
     let ck = load_latest(&root).unwrap().unwrap();
@@ -89,6 +89,83 @@ fn injected_failure_between_files_keeps_previous_checkpoint() {
     ck.load_model(&ps).unwrap();
     ck.load_optimizer(opt.as_mut()).unwrap();
     assert_eq!(opt.step_count(), 5);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// Saves step 5 with the parameters moved by `shift` and returns their bits.
+fn save_step5(root: &Path, shift: f32) -> Result<Vec<Vec<u32>>> {
+    let ctx = TestCtx::with_threads(1)?;
+    let ps = params(&ctx);
+    for (_, t) in &ps {
+        let v: Vec<f32> = t.to_vec::<f32>()?.iter().map(|x| x + shift).collect();
+        t.set_value(ctx.from_slice(&v, t.shape())?)?;
+    }
+    let (opt, _) = build("adamw", &ps);
+    let st = TrainerState {
+        step: 5,
+        data_position: shift as u64,
+        ..Default::default()
+    };
+    save_checkpoint(root, &ps, opt.as_ref(), &st)?;
+    Ok(bits_of(&ps))
+}
+
+#[test]
+fn resaving_a_step_keeps_it_complete_at_every_point() {
+    let root = tmp_root("resave");
+    train_and_save(&root, 3).unwrap();
+    let mut current = save_step5(&root, 1.0).unwrap();
+    let mut current_pos = 1;
+    let points = [
+        "before_model",
+        "after_model",
+        "after_optimizer",
+        "after_stage",
+        "after_swap_out",
+    ];
+    for (k, point) in points.into_iter().enumerate() {
+        let shift = 2.0 + k as f32;
+        inject_fault(Some((point, FaultAction::Fail)));
+        let err = save_step5(&root, shift).unwrap_err();
+        inject_fault(None);
+        assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
+        // Step 5 is still there, complete, and either the old save or (once
+        // the new one was complete) the new one; it loads end to end.
+        let found = find_latest(&root).unwrap();
+        let ck = found.checkpoint.expect("a checkpoint");
+        assert_eq!(
+            ck.state.step, 5,
+            "after a failure at {point}: {:?}",
+            found.skipped
+        );
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = params(&ctx);
+        let (mut opt, _) = build("adamw", &ps);
+        ck.load_model(&ps).unwrap();
+        ck.load_optimizer(opt.as_mut()).unwrap();
+        let got = bits_of(&ps);
+        let new_complete = point == "after_stage" || point == "after_swap_out";
+        if !new_complete {
+            assert_eq!(
+                got, current,
+                "after a failure at {point}: not the old checkpoint"
+            );
+            assert_eq!(ck.state.data_position, current_pos);
+        }
+        if point == "after_swap_out" {
+            // Mid-swap: the new one, found from its staging name.
+            assert_ne!(got, current);
+            assert_eq!(ck.state.data_position, shift as u64);
+        }
+        drop((ps, opt));
+        // A successful re-save afterwards is the new checkpoint, in place.
+        let shift = 20.0 + k as f32;
+        current = save_step5(&root, shift).unwrap();
+        current_pos = shift as u64;
+        let ck = load_latest(&root).unwrap().unwrap();
+        assert_eq!(ck.dir, root.join("step-000005"));
+        assert_eq!(ck.state.data_position, shift as u64);
+    }
     std::fs::remove_dir_all(&root).ok();
 }
 
@@ -489,4 +566,32 @@ fn optimizer_file_errors_name_the_file() {
     );
     assert!(e.to_string().contains("optimizer.safetensors"), "{e}");
     std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn an_optimizer_state_naming_a_tensor_twice_is_refused() {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let ps = params(&ctx);
+    let (mut opt, clip) = build("adamw", &ps);
+    train_step(&ctx, &ps, opt.as_mut(), clip, 0);
+    let bytes = opt.state_bytes().unwrap();
+    // The header with its first tensor entry written twice, verbatim (the
+    // safetensors crate keeps the last, so the file loaded before).
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    let key_at = header.find("\"state.").unwrap();
+    let end = key_at + header[key_at..].find('}').unwrap() + 1;
+    let entry = &header[key_at..end];
+    let doubled = format!("{}{entry},{}", &header[..key_at], &header[key_at..]);
+    let mut file = (doubled.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(doubled.as_bytes());
+    file.extend_from_slice(&bytes[8 + n..]);
+    let (mut fresh, _) = build("adamw", &ps);
+    let err = fresh.load_state_bytes(&file).unwrap_err().to_string();
+    let key = &entry[1..entry[1..].find('"').unwrap() + 1];
+    assert!(err.contains(key) && err.contains("twice"), "{err}");
+    assert_eq!(fresh.step_count(), 0);
+    // The original still loads.
+    fresh.load_state_bytes(&bytes).unwrap();
+    drop((opt, fresh, ps));
 }

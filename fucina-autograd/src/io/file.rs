@@ -8,7 +8,10 @@
 //! each problem names the tensor it concerns: an entry whose byte range runs
 //! past the end of a truncated file, whose length does not match its shape,
 //! or whose dtype fucina has not. Every entry is checked when the file is
-//! opened, so a load can validate all keys before reading any data.
+//! opened, so a load can validate all keys before reading any data. A key
+//! named twice in the header is an error (not "last wins"), and the byte
+//! ranges must tile the data exactly, as the format requires: no overlap,
+//! no hole, no trailing byte.
 //!
 //! Data is little-endian, as on every host fucina builds for (x86-64,
 //! aarch64); a tensor is copied once, from the map into a pooled buffer.
@@ -159,13 +162,19 @@ impl<'a> SafetensorsFile<'a> {
         if header.first() != Some(&b'{') {
             return Err(format_err(&path, "the header is not a JSON object"));
         }
-        let json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header)
+        let HeaderEntries(json) = serde_json::from_slice(header)
             .map_err(|e| format_err(&path, format!("the header is not valid JSON: {e}")))?;
         let data_start = 8 + n;
         let data_len = total - data_start;
         let mut entries = BTreeMap::new();
         let mut metadata = BTreeMap::new();
+        let mut seen = std::collections::HashSet::with_capacity(json.len());
         for (name, v) in json {
+            // serde_json keeps the last of two equal keys: a file naming a
+            // tensor twice is ambiguous, so it is refused.
+            if !seen.insert(name.clone()) {
+                return Err(tensor_err(&path, &name, "the header names this key twice"));
+            }
             if name == "__metadata__" {
                 let Some(obj) = v.as_object() else {
                     return Err(format_err(&path, "`__metadata__` is not a map of strings"));
@@ -185,6 +194,7 @@ impl<'a> SafetensorsFile<'a> {
                 .map_err(|message| tensor_err(&path, &name, message))?;
             entries.insert(name, info);
         }
+        check_tiling(&path, &entries, data_start, data_len)?;
         Ok(SafetensorsFile {
             path,
             data,
@@ -321,6 +331,90 @@ fn parse_entry(
         shape,
         range: (data_start + b as usize, data_start + e as usize),
     })
+}
+
+/// The header's top-level entries in file order, duplicates kept (a
+/// `serde_json::Map` would keep only the last of two equal keys).
+struct HeaderEntries(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for HeaderEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = HeaderEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> std::result::Result<HeaderEntries, M::Error> {
+                let mut out = Vec::new();
+                while let Some(e) = m.next_entry::<String, serde_json::Value>()? {
+                    out.push(e);
+                }
+                Ok(HeaderEntries(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The safetensors rule on byte ranges (as the reference implementation
+/// enforces it): sorted by offset, the tensors' ranges tile the data from 0
+/// to its end, with no overlap, no hole and no trailing byte.
+fn check_tiling(
+    path: &Path,
+    entries: &BTreeMap<String, TensorInfo>,
+    data_start: usize,
+    data_len: usize,
+) -> Result<()> {
+    let mut ranges: Vec<(usize, usize, &str)> = entries
+        .iter()
+        .map(|(n, e)| (e.range.0, e.range.1, n.as_str()))
+        .collect();
+    ranges.sort_unstable();
+    let mut at = data_start;
+    let mut prev: Option<&str> = None;
+    for (b, e, name) in ranges {
+        if b < at {
+            let other = prev.unwrap_or("?");
+            return Err(tensor_err(
+                path,
+                name,
+                format!(
+                    "data_offsets [{}, {}) overlap those of `{other}`",
+                    b - data_start,
+                    e - data_start
+                ),
+            ));
+        }
+        if b > at {
+            return Err(tensor_err(
+                path,
+                name,
+                format!(
+                    "data_offsets [{}, {}) leave the bytes [{}, {}) before them to no tensor",
+                    b - data_start,
+                    e - data_start,
+                    at - data_start,
+                    b - data_start
+                ),
+            ));
+        }
+        at = e;
+        prev = Some(name);
+    }
+    if at != data_start + data_len {
+        return Err(format_err(
+            path,
+            format!(
+                "the tensors end at byte {} of the data but it holds {data_len} bytes",
+                at - data_start
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn format_err(path: &Path, message: impl Into<String>) -> crate::Error {

@@ -3,10 +3,17 @@
 //!
 //! A reader sees either the old file or the complete new one, never a torn
 //! write; after a crash, stray `*.tmp-*` files are ignored by every reader.
+//! [`write_atomic`] is the workspace's one atomic writer (fucina-optim's
+//! state files and checkpoints, fucina-nn's JSON and adapter files all call
+//! it). Its temporary name is unique per call (process id, thread id and a
+//! process-wide counter, created with `create_new`), so concurrent saves of
+//! one path, from threads or processes, never share a temporary file: each
+//! save succeeds and the last rename wins.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::StateDictError;
 use crate::error::Result;
@@ -18,8 +25,30 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` atomically (temporary file in the same directory,
-/// `fsync`, `rename`, `fsync` of the directory).
+/// Counts the temporary files of this process: with the process and thread
+/// ids it makes every temporary name unique.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The temporary name `<name>.tmp-<pid>-<thread>-<n>` of one write of `name`.
+fn tmp_name(name: &std::ffi::OsStr) -> String {
+    let thread: String = format!("{:?}", std::thread::current().id())
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    format!(
+        "{}.tmp-{}-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        thread,
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Writes `bytes` to `path` atomically (a temporary file of a unique name in
+/// the same directory, `fsync`, `rename`, `fsync` of the directory): a
+/// reader sees the old file or the complete new one, and concurrent writers
+/// of one path each succeed (the last rename wins). On an error the
+/// temporary file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -33,18 +62,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         }
         .into());
     };
-    let tmp = dir.join(format!(
-        "{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    {
-        let mut f = File::create(&tmp).map_err(|e| StateDictError::io(&tmp, &e))?;
+    let tmp = dir.join(tmp_name(name));
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| StateDictError::io(&tmp, &e))?;
         f.write_all(bytes)
             .map_err(|e| StateDictError::io(&tmp, &e))?;
         f.sync_all().map_err(|e| StateDictError::io(&tmp, &e))?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(|e| StateDictError::io(path, &e))
+    })();
+    if let Err(e) = written {
+        // Best effort: the name is ours alone, so removing it harms no one.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
     }
-    std::fs::rename(&tmp, path).map_err(|e| StateDictError::io(path, &e))?;
     sync_dir(&dir)
 }
 

@@ -4,8 +4,9 @@
 //! keys to the model's names and check shape and dtype, collecting missing,
 //! unexpected and mismatched keys; (3) strict: any of those is one error;
 //! (4) read and convert every matched tensor into a fresh pooled buffer;
-//! (5) only then assign them all. A failure in steps 1–4 returns before any
-//! target is touched, so the model is exactly as it was.
+//! (5) only then assign them all, all or nothing (every target's value slot
+//! locked first, so a released or busy target fails the load before any is
+//! written). A failure at any step leaves the model exactly as it was.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -245,11 +246,25 @@ pub fn load_state_dict_from(
         let t = &params[i].1;
         staged.push((i, file.read_as(t.ctx(), key, t.dtype())?));
     }
-    // (5) assign (cannot fail: shapes and dtypes were checked).
-    for (i, raw) in staged {
-        params[i].1.set_value(raw)?;
-        report.loaded.push(params[i].0.clone());
-    }
+    // (5) assign, all or nothing: a released or busy target fails the whole
+    // load before any target is written.
+    let loaded: Vec<String> = staged.iter().map(|(i, _)| params[*i].0.clone()).collect();
+    Tensor::set_values(
+        staged
+            .into_iter()
+            .map(|(i, raw)| (&params[i].1, raw))
+            .collect(),
+    )
+    .map_err(|b| -> crate::Error {
+        let (k, e) = *b;
+        StateDictError::Tensor {
+            file: path.to_path_buf(),
+            tensor: loaded[k].clone(),
+            message: format!("cannot be assigned ({e}); nothing was loaded"),
+        }
+        .into()
+    })?;
+    report.loaded = loaded;
     Ok(report)
 }
 

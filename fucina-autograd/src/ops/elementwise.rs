@@ -148,7 +148,7 @@ impl Tensor {
     /// A U8 mask constant: `self op other` elementwise (not differentiable).
     pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
         let m = self.ctx().compare(&self.value()?, &other.value()?, op)?;
-        let t = Tensor::from_raw(self.ctx(), m, false);
+        let t = Tensor::leaf(self.ctx(), m);
         crate::tape::scope::adopt(&t);
         Ok(t)
     }

@@ -180,7 +180,7 @@ impl Tensor {
     /// One-hot encoding of integer indices: `idx.shape + [classes]` (not differentiable).
     pub fn one_hot(&self, classes: usize, dtype: DType) -> Result<Tensor> {
         let y = self.ctx().one_hot(&self.value()?, classes, dtype)?;
-        let t = Tensor::from_raw(self.ctx(), y, false);
+        let t = Tensor::leaf(self.ctx(), y);
         crate::tape::scope::adopt(&t);
         Ok(t)
     }

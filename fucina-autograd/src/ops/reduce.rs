@@ -256,11 +256,7 @@ impl Tensor {
     /// Indices (I64 constant) of the first maximum along `axis`.
     pub fn argmax(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
         let a = crate::ops::axis_of("argmax", self, axis)?;
-        let t = Tensor::from_raw(
-            self.ctx(),
-            self.ctx().argmax(&self.value()?, a, keepdim)?,
-            false,
-        );
+        let t = Tensor::leaf(self.ctx(), self.ctx().argmax(&self.value()?, a, keepdim)?);
         crate::tape::scope::adopt(&t);
         Ok(t)
     }

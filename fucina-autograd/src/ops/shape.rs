@@ -183,7 +183,7 @@ impl Tensor {
         let r = self.rank() as isize + 1;
         let a = if axis < 0 { axis + r } else { axis };
         if a < 0 || a >= r {
-            return Err(CoreError::axis("unsqueeze", axis as i64, r as usize, self.shape()).into());
+            return Err(CoreError::axis("unsqueeze", axis, r as usize, self.shape()).into());
         }
         let y = self.value()?.unsqueeze(a as usize)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
@@ -213,6 +213,17 @@ impl Tensor {
     /// Index `index` of `axis`, removing the axis (a view).
     pub fn select(&self, axis: isize, index: usize) -> Result<Tensor> {
         let a = axis_of("select", self, axis)?;
+        // Checked here so that the error names `select` and the index.
+        if index >= self.shape()[a] {
+            return Err(CoreError::out_of_range(
+                "select",
+                "index",
+                index,
+                self.shape()[a],
+                self.shape(),
+            )
+            .into());
+        }
         self.narrow(a as isize, index, 1)?.squeeze(a as isize)
     }
 

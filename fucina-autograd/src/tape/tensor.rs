@@ -141,35 +141,60 @@ impl Tensor {
         }))
     }
 
-    /// A leaf over an existing raw tensor. `requires_grad` makes it a variable.
-    pub fn from_raw(ctx: &ExecContext, value: RawTensor, requires_grad: bool) -> Tensor {
-        Self::new_internal(ctx, value, requires_grad, None)
+    /// A leaf over an existing raw tensor. `requires_grad` makes it a
+    /// variable, which only f32 and f64 tensors can be: any other dtype with
+    /// `requires_grad` is [`Error::NonFloatVariable`] here, at creation (as
+    /// [`Tensor::variable`] and [`Tensor::set_requires_grad`]); a constant
+    /// (`false`) never fails.
+    ///
+    /// ```
+    /// use fucina_autograd::{Error, Tensor};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let ids = ctx.from_slice(&[1i64, 2], &[2])?;
+    /// assert!(matches!(
+    ///     Tensor::from_raw(&ctx, ids.clone(), true),
+    ///     Err(Error::NonFloatVariable { .. })
+    /// ));
+    /// assert!(!Tensor::from_raw(&ctx, ids, false)?.requires_grad());
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
+    pub fn from_raw(ctx: &ExecContext, value: RawTensor, requires_grad: bool) -> Result<Tensor> {
+        if requires_grad {
+            check_grad_dtype("Tensor::from_raw", value.dtype())?;
+        }
+        Ok(Self::new_internal(ctx, value, requires_grad, None))
+    }
+
+    /// A constant leaf over an existing raw tensor (never fails).
+    pub(crate) fn leaf(ctx: &ExecContext, value: RawTensor) -> Tensor {
+        Self::new_internal(ctx, value, false, None)
     }
 
     /// A leaf that requires a gradient, holding a copy of `data`. `T` must be
     /// a float type (f32 or f64): other dtypes are an error here, at creation.
     pub fn variable<T: Element>(ctx: &ExecContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
         check_grad_dtype("Tensor::variable", T::DTYPE)?;
-        Ok(Self::from_raw(ctx, ctx.from_slice(data, shape)?, true))
+        Ok(Self::new_internal(
+            ctx,
+            ctx.from_slice(data, shape)?,
+            true,
+            None,
+        ))
     }
 
     /// A leaf that needs no gradient, holding a copy of `data`.
     pub fn constant<T: Element>(ctx: &ExecContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        Ok(Self::from_raw(ctx, ctx.from_slice(data, shape)?, false))
+        Ok(Self::leaf(ctx, ctx.from_slice(data, shape)?))
     }
 
     /// A constant filled with `value`.
     pub fn full(ctx: &ExecContext, dtype: DType, shape: &[usize], value: f64) -> Result<Tensor> {
-        Ok(Self::from_raw(
-            ctx,
-            ctx.full_f64(dtype, shape, value)?,
-            false,
-        ))
+        Ok(Self::leaf(ctx, ctx.full_f64(dtype, shape, value)?))
     }
 
     /// A constant of zeros.
     pub fn zeros(ctx: &ExecContext, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        Ok(Self::from_raw(ctx, ctx.zeros(dtype, shape)?, false))
+        Ok(Self::leaf(ctx, ctx.zeros(dtype, shape)?))
     }
 
     /// A constant of ones.
@@ -346,10 +371,65 @@ impl Tensor {
         Ok(())
     }
 
+    /// Replaces the values of several leaves all or nothing: every target's
+    /// shape and dtype are checked and every value slot is locked (in address
+    /// order, so two such calls cannot deadlock) before any is written; a
+    /// released or busy target is an error, with the position of that target
+    /// in `targets`, and nothing changed. A tensor named twice gets its last
+    /// value. The old values drop after the locks are released.
+    pub(crate) fn set_values(
+        targets: Vec<(&Tensor, RawTensor)>,
+    ) -> std::result::Result<(), Box<(usize, Error)>> {
+        for (i, (t, v)) in targets.iter().enumerate() {
+            if v.shape() != t.shape() || v.dtype() != t.dtype() {
+                return Err(Box::new((
+                    i,
+                    Error::Core(fucina_core::Error::ShapeMismatch {
+                        op: "set_value",
+                        lhs: t.shape().to_vec(),
+                        rhs: v.shape().to_vec(),
+                    }),
+                )));
+            }
+        }
+        // (address, position, tensor, value): the last value of each
+        // distinct tensor, in address order.
+        let mut order: Vec<(usize, usize, &Tensor, RawTensor)> = Vec::with_capacity(targets.len());
+        for (i, (t, v)) in targets.into_iter().enumerate() {
+            let addr = Arc::as_ptr(&t.0) as usize;
+            match order.iter_mut().find(|e| e.0 == addr) {
+                Some(e) => {
+                    e.1 = i;
+                    e.3 = v;
+                }
+                None => order.push((addr, i, t, v)),
+            }
+        }
+        order.sort_by_key(|e| e.0);
+        let mut guards = Vec::with_capacity(order.len());
+        for (_, i, t, _) in &order {
+            let g = lock(&t.0.value);
+            match &*g {
+                Slot::Value(_) => {}
+                Slot::Updating => return Err(Box::new((*i, Error::ValueBusy))),
+                Slot::Released => return Err(Box::new((*i, Error::TensorReleased))),
+            }
+            guards.push(g);
+        }
+        let old: Vec<Slot> = guards
+            .iter_mut()
+            .zip(order)
+            .map(|(g, (_, _, _, v))| std::mem::replace(&mut **g, Slot::Value(v)))
+            .collect();
+        drop(guards);
+        drop(old);
+        Ok(())
+    }
+
     /// The accumulated gradient of a leaf, as a constant tensor.
     pub fn grad(&self) -> Option<Tensor> {
         let g = lock(&self.0.grad).clone();
-        g.map(|g| Tensor::from_raw(&self.0.ctx, g, false))
+        g.map(|g| Tensor::leaf(&self.0.ctx, g))
     }
 
     /// The accumulated gradient of a leaf, as a raw view.
@@ -386,7 +466,7 @@ impl Tensor {
 
     /// A constant sharing this value, cut from the graph.
     pub fn detach(&self) -> Result<Tensor> {
-        Ok(Tensor::from_raw(&self.0.ctx, self.raw()?, false))
+        Ok(Tensor::leaf(&self.0.ctx, self.raw()?))
     }
 
     /// The value of a one-element tensor, as f64.

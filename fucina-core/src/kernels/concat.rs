@@ -149,7 +149,7 @@ impl ExecContext {
         })?;
         let rank = first.rank();
         if axis >= rank {
-            return Err(Error::axis("concat", axis as i64, rank, first.shape()));
+            return Err(Error::axis("concat", axis, rank, first.shape()));
         }
         let mut oshape = first.shape().to_vec();
         oshape[axis] = 0;
@@ -191,12 +191,7 @@ impl ExecContext {
             msg: "no tensors to stack".into(),
         })?;
         if axis > first.rank() {
-            return Err(Error::axis(
-                "stack",
-                axis as i64,
-                first.rank() + 1,
-                first.shape(),
-            ));
+            return Err(Error::axis("stack", axis, first.rank() + 1, first.shape()));
         }
         let mut views = Vec::with_capacity(xs.len());
         for x in xs {
@@ -243,7 +238,7 @@ impl ExecContext {
 /// Splits `x` along `axis` into views of the given sizes, which must sum to `shape[axis]`.
 pub fn split(x: &RawTensor, axis: usize, sizes: &[usize]) -> Result<Vec<RawTensor>> {
     if axis >= x.rank() {
-        return Err(Error::axis("split", axis as i64, x.rank(), x.shape()));
+        return Err(Error::axis("split", axis, x.rank(), x.shape()));
     }
     let total = shape::sum_of("split", "sum of sizes", sizes)?;
     if total != x.shape()[axis] {
@@ -270,7 +265,7 @@ pub fn split(x: &RawTensor, axis: usize, sizes: &[usize]) -> Result<Vec<RawTenso
 /// empty chunks.
 pub fn chunk(x: &RawTensor, axis: usize, n: usize) -> Result<Vec<RawTensor>> {
     if axis >= x.rank() {
-        return Err(Error::axis("chunk", axis as i64, x.rank(), x.shape()));
+        return Err(Error::axis("chunk", axis, x.rank(), x.shape()));
     }
     if n == 0 {
         return Err(Error::InvalidArgument {

@@ -402,7 +402,7 @@ impl ExecContext {
     pub fn index_select(&self, x: &RawTensor, axis: usize, idx: &RawTensor) -> Result<RawTensor> {
         const OP: &str = "index_select";
         if axis >= x.rank() {
-            return Err(Error::axis(OP, axis as i64, x.rank(), x.shape()));
+            return Err(Error::axis(OP, axis, x.rank(), x.shape()));
         }
         if idx.rank() != 1 {
             return Err(Error::InvalidArgument {
@@ -447,7 +447,7 @@ impl ExecContext {
     ) -> Result<RawTensor> {
         const OP: &str = "index_add";
         if axis >= shape.len() {
-            return Err(Error::axis(OP, axis as i64, shape.len(), shape));
+            return Err(Error::axis(OP, axis, shape.len(), shape));
         }
         if idx.rank() != 1 {
             return Err(Error::InvalidArgument {
@@ -498,7 +498,7 @@ impl ExecContext {
     pub fn gather(&self, x: &RawTensor, axis: usize, idx: &RawTensor) -> Result<RawTensor> {
         const OP: &str = "gather";
         if axis >= x.rank() {
-            return Err(Error::axis(OP, axis as i64, x.rank(), x.shape()));
+            return Err(Error::axis(OP, axis, x.rank(), x.shape()));
         }
         check_idx_shape(OP, idx, x.shape(), Some(axis))?;
         let ids = read_indices(self, OP, idx, x.shape()[axis], x.shape())?;
@@ -519,7 +519,7 @@ impl ExecContext {
     ) -> Result<RawTensor> {
         const OP: &str = "scatter_add";
         if axis >= shape.len() {
-            return Err(Error::axis(OP, axis as i64, shape.len(), shape));
+            return Err(Error::axis(OP, axis, shape.len(), shape));
         }
         check_idx_shape(OP, idx, shape, Some(axis))?;
         check_idx_shape(OP, idx, src.shape(), None)?;

@@ -25,7 +25,7 @@ use crate::tensor::RawTensor;
 /// `Ok` when `axis` is an axis of `x`, else [`Error::axis`].
 pub(crate) fn check_axis(op: &'static str, x: &RawTensor, axis: usize) -> Result<()> {
     if axis >= x.rank() {
-        return Err(Error::axis(op, axis as i64, x.rank(), x.shape()));
+        return Err(Error::axis(op, axis, x.rank(), x.shape()));
     }
     Ok(())
 }

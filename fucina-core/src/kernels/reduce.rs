@@ -173,7 +173,7 @@ fn reduce_mask(op: &'static str, shape: &[usize], axes: &[usize]) -> Result<Vec<
     let mut red = vec![false; rank];
     for &a in axes {
         if a >= rank {
-            return Err(Error::axis(op, a as i64, rank, shape));
+            return Err(Error::axis(op, a, rank, shape));
         }
         if red[a] {
             return Err(Error::InvalidArgument {

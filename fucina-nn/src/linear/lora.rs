@@ -13,7 +13,9 @@
 //!
 //! Merging adds `scale·B·A` into the base weight and keeps the original
 //! weight tensor, so unmerging restores it bit for bit (subtracting the
-//! delta back would not: floating-point addition does not round-trip).
+//! delta back would not: floating-point addition does not round-trip). If
+//! the base weight was replaced while merged, unmerging subtracts the delta
+//! that was added from the new weight instead of restoring the stale copy.
 //!
 //! Files ([`save_adapter`], [`load_adapter`]): `adapter_model.safetensors`
 //! with PEFT's key names (`base_model.model.<path>.lora_A.weight`) and
@@ -51,6 +53,15 @@ pub struct LoraWeight {
     pub weight: Tensor,
 }
 
+/// What [`Linear::merge_lora`] keeps to undo itself.
+#[derive(Debug)]
+struct Merged {
+    /// The weight before the merge (restored bit for bit when unchanged).
+    original: RawTensor,
+    /// The weight the merge set: `original + scale·B·A`.
+    merged: RawTensor,
+}
+
 /// The adapter attached to a [`Linear`] (its `lora` field).
 #[derive(Debug, crate::Module)]
 pub struct LoraAdapter {
@@ -65,9 +76,10 @@ pub struct LoraAdapter {
     /// `alpha / r` (or `alpha / √r`).
     #[module(skip)]
     pub scale: f64,
-    /// The base weight from before [`Linear::merge_lora`], while merged.
+    /// While merged: the base weight from before [`Linear::merge_lora`] and
+    /// the merged weight it set.
     #[module(skip)]
-    original: RefCell<Option<RawTensor>>,
+    original: RefCell<Option<Merged>>,
 }
 
 impl LoraAdapter {
@@ -146,12 +158,17 @@ impl Linear {
             self.weight.add(&delta)?.raw()?
         };
         let original = self.weight.raw()?;
-        self.weight.set_value(merged)?;
-        *l.original.borrow_mut() = Some(original);
+        self.weight.set_value(merged.clone_view())?;
+        *l.original.borrow_mut() = Some(Merged { original, merged });
         Ok(())
     }
 
-    /// Restores the weight from before [`Linear::merge_lora`], bit for bit.
+    /// Takes the merged delta back out of the weight. When the weight is
+    /// still the one [`Linear::merge_lora`] set, the weight from before the
+    /// merge is restored bit for bit; when it was replaced meanwhile (new
+    /// base weights loaded or assigned), the delta the merge added is
+    /// subtracted from the current weight (PEFT's `unmerge`), so the new
+    /// base is kept rather than overwritten by the stale pre-merge copy.
     pub fn unmerge_lora(&self) -> Result<()> {
         let Some(l) = &self.lora else {
             return Err(Error::config(
@@ -159,12 +176,38 @@ impl Linear {
                 "unmerge_lora: no LoRA adapter attached",
             ));
         };
-        let Some(original) = l.original.borrow_mut().take() else {
-            return Err(Error::config("Linear", "unmerge_lora: not merged"));
+        let restored = {
+            let state = l.original.borrow();
+            let Some(m) = state.as_ref() else {
+                return Err(Error::config("Linear", "unmerge_lora: not merged"));
+            };
+            let current = self.weight.raw()?;
+            let ctx = self.weight.ctx();
+            if same_bits(ctx, &current, &m.merged)? {
+                m.original.clone_view()
+            } else {
+                // current − (merged − original): exactly the delta added.
+                use fucina_core::kernels::elementwise::BinaryOp;
+                let delta = ctx.binary(&m.merged, &m.original, BinaryOp::Sub)?;
+                ctx.binary(&current, &delta, BinaryOp::Sub)?
+            }
         };
-        self.weight.set_value(original)?;
+        self.weight.set_value(restored)?;
+        *l.original.borrow_mut() = None;
         Ok(())
     }
+}
+
+/// Whether two tensors of one shape and dtype hold the same bytes.
+fn same_bits(ctx: &fucina_core::ExecContext, a: &RawTensor, b: &RawTensor) -> Result<bool> {
+    if a.shape() != b.shape() || a.dtype() != b.dtype() {
+        return Ok(false);
+    }
+    if a.buffer().same_as(b.buffer()) && a.offset() == b.offset() && a.strides() == b.strides() {
+        return Ok(true);
+    }
+    let (a, b) = (ctx.contiguous(a)?, ctx.contiguous(b)?);
+    Ok(a.as_bytes()? == b.as_bytes()?)
 }
 
 /// A LoRA configuration, serialised as PEFT's `adapter_config.json`. The

@@ -325,7 +325,7 @@ impl BertModel {
             token_type_embeddings: emb(init, config.type_vocab_size)?,
             layer_norm: ln(init)?,
             dropout: Dropout::new(init, p)?,
-            position_ids: Buffer::persistent(Tensor::from_raw(&ctx, pos, false))?,
+            position_ids: Buffer::persistent(Tensor::from_raw(&ctx, pos, false)?)?,
         };
         // Grown as the layers are made: a config's count never sizes an
         // allocation up front.
@@ -580,7 +580,7 @@ pub fn mean_pool(hidden: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
     }
     let ctx = hidden.ctx();
     let m = ctx.to_dtype(&attention_mask.raw()?, hidden.dtype())?;
-    let m = Tensor::from_raw(ctx, m, false).unsqueeze(-1)?;
+    let m = Tensor::from_raw(ctx, m, false)?.unsqueeze(-1)?;
     let num = hidden.mul(&m)?.sum(&[1], false)?;
     let den = m.sum(&[1], false)?.clamp(1e-9, f64::INFINITY)?;
     Ok(num.div(&den)?)

@@ -168,10 +168,9 @@ pub(crate) fn cases() -> Vec<OpCase> {
                 let bias: Vec<f64> = (0..10)
                     .map(|i| if i % 5 < 3 || i < 5 { 0.0 } else { -1e4 })
                     .collect();
-                let m = Tensor::from_raw(
+                let m = Tensor::leaf(
                     ctx,
-                    ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?,
-                    false,
+                    ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?
                 );
                 Tensor::scaled_dot_product_attention(
                     &x[0],

@@ -140,13 +140,12 @@ impl Tensor {
             .map(|(&t, &k)| if k { t } else { 0 })
             .collect();
         let n = safe.len();
-        let idx = Tensor::from_raw(ctx, ctx.from_slice(&safe, &[n, 1])?, false);
+        let idx = Tensor::leaf(ctx, ctx.from_slice(&safe, &[n, 1])?);
         let picked = self.gather(1, &idx)?.reshape([n])?;
         let wv: Vec<f64> = keep.iter().map(|&k| if k { 1.0 } else { 0.0 }).collect();
-        let w = Tensor::from_raw(
+        let w = Tensor::leaf(
             ctx,
-            ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?,
-            false,
+            ctx.to_dtype(&ctx.from_slice(&wv, &[n])?, self.dtype())?
         );
         let per_row = picked.mul(&w)?.neg()?;
         match reduction {
@@ -188,8 +187,16 @@ impl Tensor {
     }
 
     /// Huber loss with threshold `delta`: ½d² where |d| < δ, else δ(|d| − ½δ).
-    /// `target` must have the input's shape.
+    /// `target` must have the input's shape, and `delta` must be positive
+    /// (PyTorch's rule; a negative or NaN δ, which would silently give a
+    /// meaningless loss, is `InvalidArgument`).
     pub fn huber_loss(&self, target: &Tensor, delta: f64, reduction: Reduction) -> Result<Tensor> {
+        if delta.is_nan() || delta <= 0.0 {
+            return Err(Error::Core(fucina_core::Error::InvalidArgument {
+                op: "huber_loss",
+                msg: format!("delta {delta} must be positive"),
+            }));
+        }
         same_shape_target("huber_loss", self, target)?;
         let d = self.sub(target)?;
         let ad = d.abs()?;

@@ -103,7 +103,7 @@ fn default_tables(
     }
     let table = |v: &[f64]| -> Result<Tensor> {
         let t = ctx.to_dtype(&ctx.from_slice(v, &[p, half])?, dtype)?;
-        Ok(Tensor::from_raw(ctx, t, false))
+        Ok(Tensor::leaf(ctx, t))
     };
     Ok((table(&cos)?, table(&sin)?))
 }

@@ -47,7 +47,7 @@ impl ExecContext {
         same_dtype(OP, acc, g)?;
         let (sa, sg) = (acc.shape(), g.shape());
         if axis >= sa.len() {
-            return Err(Error::axis(OP, axis as i64, sa.len(), sa));
+            return Err(Error::axis(OP, axis, sa.len(), sa));
         }
         let fits = start
             .checked_add(sg.get(axis).copied().unwrap_or(0))

@@ -174,8 +174,8 @@ impl DecoderAttention {
                 let (kc, vc) = cache.append(layer, &k.raw()?, &v.raw()?)?;
                 let ctx = x.ctx();
                 (
-                    Tensor::from_raw(ctx, kc, false),
-                    Tensor::from_raw(ctx, vc, false),
+                    Tensor::from_raw(ctx, kc, false)?,
+                    Tensor::from_raw(ctx, vc, false)?,
                 )
             }
             None => (k.permute(&[0, 2, 1, 3])?, v.permute(&[0, 2, 1, 3])?),

@@ -347,7 +347,7 @@ impl CausalLm {
                         p.shape(),
                     ));
                 }
-                let p = Tensor::from_raw(ctx, ctx.to_dtype(&p.raw()?, DType::I64)?, false);
+                let p = Tensor::from_raw(ctx, ctx.to_dtype(&p.raw()?, DType::I64)?, false)?;
                 let ids = p.to_vec::<i64>()?;
                 if ids
                     .iter()
@@ -385,7 +385,7 @@ impl CausalLm {
                 if all {
                     None
                 } else {
-                    Some(Tensor::from_raw(ctx, raw, false).reshape([
+                    Some(Tensor::from_raw(ctx, raw, false)?.reshape([
                         b as isize,
                         1,
                         1,

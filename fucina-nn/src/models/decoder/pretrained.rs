@@ -123,7 +123,7 @@ impl CausalLm {
                 raw = ctx.contiguous(&raw.transpose(0, 1)?)?;
             }
             used.insert(key);
-            Ok(Tensor::from_raw(ctx, raw, true))
+            Ok(Tensor::from_raw(ctx, raw, true)?)
         };
         let model = CausalLm::build(ctx, config, dtype, 0, &mut src)?;
         let head_key = file_key(&format!("{}.weight", names.head));
@@ -154,7 +154,7 @@ impl CausalLm {
         for (name, t) in self.named_parameters() {
             if is_conv1d(self.config.model_type, &name) {
                 let raw = ctx.contiguous(&t.raw()?.transpose(0, 1)?)?;
-                out.push((name, Tensor::from_raw(ctx, raw, false)));
+                out.push((name, Tensor::from_raw(ctx, raw, false)?));
             } else {
                 out.push((name, t));
             }
