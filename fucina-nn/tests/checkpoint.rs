@@ -82,8 +82,8 @@ fn gpt_grads(threads: usize) -> Grads {
         ..GptConfig::default()
     };
     let mut gpt = Gpt::new(&mut Init::new(&ctx, DType::F32, 5), &cfg).unwrap();
-    // The blocks move behind a lock: `Dropout`'s call counter is a `Cell`, and
-    // a `Block` must be `Send + Sync`.
+    // The blocks move behind a lock: a `Block` must be `Send + Sync`, and a
+    // `Linear` is not `Sync` (its LoRA merge slot is a `RefCell`).
     let blocks: Vec<Arc<Mutex<TransformerBlock>>> = std::mem::take(&mut gpt.blocks)
         .into_iter()
         .map(|b| Arc::new(Mutex::new(b)))
