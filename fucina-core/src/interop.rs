@@ -10,13 +10,17 @@ use crate::tensor::RawTensor;
 impl ExecContext {
     /// A pooled tensor holding a copy of `a` (any memory order).
     pub fn from_ndarray<T: Element>(&self, a: &ndarray::ArrayViewD<'_, T>) -> Result<RawTensor> {
-        // The pool first (a broadcast view of a huge shape is a clean
-        // error), then the elements in logical order.
-        let mut t = self.empty(T::DTYPE, a.shape())?;
-        for (d, s) in t.as_mut_slice::<T>()?.iter_mut().zip(a.iter()) {
-            *d = *s;
-        }
-        Ok(t)
+        // Sized fallibly first (a broadcast view of a huge shape is a clean
+        // error, never an abort), then the elements in logical order.
+        let n = a.len();
+        let mut data: Vec<T> = Vec::new();
+        data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            requested_bytes: n.saturating_mul(std::mem::size_of::<T>()),
+            live_bytes: 0,
+            limit_bytes: 0,
+        })?;
+        data.extend(a.iter().copied());
+        self.from_slice(&data, a.shape())
     }
 }
 

@@ -58,7 +58,7 @@ pub fn padding_mask(ctx: &ExecContext, lengths: &[usize], s: usize) -> Result<Te
         ));
     }
     // In the pool (a clean error for a size that cannot be allocated).
-    let mut m = ctx.empty(fucina_core::DType::U8, &[lengths.len(), s])?;
+    let mut m = ctx.zeros(fucina_core::DType::U8, &[lengths.len(), s])?;
     if s > 0 {
         for (row, &l) in m.as_mut_slice::<u8>()?.chunks_mut(s).zip(lengths) {
             for (j, x) in row.iter_mut().enumerate() {

@@ -153,7 +153,7 @@ impl Init {
         // grow), then the values drawn straight into it: no host copy.
         let raw = match self.dtype {
             DType::F32 | DType::F64 => {
-                let mut raw = self.ctx.empty(self.dtype, shape)?;
+                let mut raw = self.ctx.zeros(self.dtype, shape)?;
                 if self.dtype == DType::F32 {
                     for (i, x) in raw.as_mut_slice::<f32>()?.iter_mut().enumerate() {
                         *x = dist.sample(stream, i as u64) as f32;

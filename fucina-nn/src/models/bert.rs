@@ -315,7 +315,7 @@ impl BertModel {
         let ctx = init.ctx().clone();
         // In the pool (a clean error when a config's size cannot be
         // allocated), filled in place.
-        let mut pos = ctx.empty(DType::I64, &[1, config.max_position_embeddings])?;
+        let mut pos = ctx.zeros(DType::I64, &[1, config.max_position_embeddings])?;
         for (i, x) in pos.as_mut_slice::<i64>()?.iter_mut().enumerate() {
             *x = i as i64;
         }
