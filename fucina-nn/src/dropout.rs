@@ -30,7 +30,7 @@ use crate::module::{Forward, Mode};
 /// drop.eval();
 /// assert_eq!(drop.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 64]);
 /// ```
-#[derive(Debug, fucina_nn_derive::Module)]
+#[derive(Clone, Debug, fucina_nn_derive::Module)]
 pub struct Dropout {
     /// The drop probability in `[0, 1)`.
     #[module(skip)]

@@ -41,7 +41,7 @@ fn check_input(module: &'static str, x: &Tensor, dim: usize) -> Result<()> {
 /// let y = ln.forward(&x).unwrap().to_vec::<f64>().unwrap();
 /// assert!((y[0] + 1.0).abs() < 1e-4 && (y[1] - 1.0).abs() < 1e-4);
 /// ```
-#[derive(Debug, fucina_nn_derive::Module)]
+#[derive(Clone, Debug, fucina_nn_derive::Module)]
 pub struct LayerNorm {
     /// The scale `[dim]`.
     pub weight: Tensor,
@@ -101,7 +101,7 @@ impl Forward for LayerNorm {
 /// let r = (12.5f64).sqrt();
 /// assert!((y[0] - 3.0 / r).abs() < 1e-12);
 /// ```
-#[derive(Debug, fucina_nn_derive::Module)]
+#[derive(Clone, Debug, fucina_nn_derive::Module)]
 pub struct RmsNorm {
     /// The scale `[dim]`.
     pub weight: Tensor,

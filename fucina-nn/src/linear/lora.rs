@@ -47,14 +47,14 @@ pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 pub const PEFT_FORMAT_VERSION: &str = "0.21.2";
 
 /// One LoRA matrix (`lora_A` or `lora_B`), a bias-free linear map.
-#[derive(Debug, crate::Module)]
+#[derive(Clone, Debug, crate::Module)]
 pub struct LoraWeight {
     /// `[r, in]` for A, `[out, r]` for B.
     pub weight: Tensor,
 }
 
 /// What [`Linear::merge_lora`] keeps to undo itself.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Merged {
     /// The weight before the merge (restored bit for bit when unchanged).
     original: RawTensor,
@@ -63,7 +63,7 @@ struct Merged {
 }
 
 /// The adapter attached to a [`Linear`] (its `lora` field).
-#[derive(Debug, crate::Module)]
+#[derive(Clone, Debug, crate::Module)]
 pub struct LoraAdapter {
     /// `lora_A.weight [r, in]`.
     #[module(rename = "lora_A")]

@@ -25,7 +25,7 @@ use crate::module::Forward;
 /// assert_eq!(lin.forward(&x).unwrap().shape(), &[2, 2, 2]);
 /// assert_eq!(lin.num_parameters(), 3 * 2 + 2);
 /// ```
-#[derive(Debug, fucina_nn_derive::Module)]
+#[derive(Clone, Debug, fucina_nn_derive::Module)]
 pub struct Linear {
     /// `[out_features, in_features]`.
     pub weight: Tensor,

@@ -24,7 +24,7 @@ use crate::rope::Rope;
 
 /// LayerNorm or RMSNorm (transparent in the module tree: its parameters
 /// are `weight` and, for LayerNorm, `bias`).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Norm {
     /// GPT-2's LayerNorm.
     Layer(LayerNorm),
@@ -71,7 +71,7 @@ impl crate::module::Module for Norm {
 }
 
 /// A layer's attention sublayer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct DecoderAttention {
     /// GPT-2's fused `[q; k; v]` projection, `[(H + 2·Hkv)·D, hidden]`.
     pub qkv: Option<Linear>,
@@ -191,7 +191,7 @@ impl DecoderAttention {
 }
 
 /// A layer's feed-forward sublayer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct DecoderMlp {
     /// The gate of a gated MLP `[inter, hidden]`.
     pub gate: Option<Linear>,
@@ -229,7 +229,7 @@ impl DecoderMlp {
 }
 
 /// One decoder block.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct DecoderLayer {
     /// The norm before attention.
     pub attn_norm: Norm,

@@ -15,7 +15,9 @@ pub mod layer;
 pub mod names;
 mod pretrained;
 
-use fucina_autograd::{CrossEntropyOpts, Tensor};
+use std::sync::{Arc, Mutex};
+
+use fucina_autograd::{checkpoint, is_grad_enabled, Block, CrossEntropyOpts, Tensor};
 use fucina_core::{DType, ExecContext};
 
 pub use layer::{DecoderAttention, DecoderLayer, DecoderMlp, Norm};
@@ -61,6 +63,10 @@ pub struct CausalLm {
     /// The directory `from_pretrained` read (its tokenizer files are copied
     /// by `save_pretrained`).
     pub source: Option<std::path::PathBuf>,
+    /// Recompute each layer in backward instead of keeping its activations
+    /// (transformers' `gradient_checkpointing`); see
+    /// [`CausalLm::gradient_checkpointing_enable`].
+    pub gradient_checkpointing: bool,
 }
 
 module_children!(CausalLm, |s| [
@@ -267,6 +273,7 @@ impl CausalLm {
             config: c.clone(),
             names,
             source: None,
+            gradient_checkpointing: false,
         })
     }
 
@@ -405,7 +412,12 @@ impl CausalLm {
             mask: mask.as_ref(),
             rope: self.rope.as_ref(),
         };
+        let checkpointed = self.gradient_checkpointing && cache.is_none() && is_grad_enabled();
         for (l, layer) in self.layers.iter().enumerate() {
+            if checkpointed {
+                x = self.checkpointed_layer(layer, &x, &positions, mask.as_ref())?;
+                continue;
+            }
             let c = cache.as_deref_mut().map(|c| (c, l));
             x = layer.forward(&x, &inputs, c)?;
         }
@@ -413,6 +425,59 @@ impl CausalLm {
             c.advance(t)?;
         }
         self.norm.forward(&x)
+    }
+
+    /// Turns on per-layer activation checkpointing for training
+    /// (transformers' `gradient_checkpointing_enable`): each layer keeps
+    /// only its input and is recomputed in backward, so a step holds one
+    /// layer's activations instead of all of them. Gradients are bitwise
+    /// those of the unchecked run (dropout replays its masks). Inactive
+    /// under no-grad and with a KV cache (generation).
+    pub fn gradient_checkpointing_enable(&mut self) {
+        self.gradient_checkpointing = true;
+    }
+
+    /// Turns per-layer activation checkpointing off.
+    pub fn gradient_checkpointing_disable(&mut self) {
+        self.gradient_checkpointing = false;
+    }
+
+    /// `layer(x)` under `fucina_autograd::checkpoint`: the block owns a
+    /// clone of the layer (its tensors are shared handles, so the
+    /// parameters it captures are the model's own) and of the positions,
+    /// mask and RoPE tables.
+    fn checkpointed_layer(
+        &self,
+        layer: &DecoderLayer,
+        x: &Tensor,
+        positions: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        // `Linear` is not `Sync` (its LoRA merge slot), and a block must be.
+        let layer = Arc::new(Mutex::new(layer.clone()));
+        let (positions, mask, rope) = (positions.clone(), mask.cloned(), self.rope.clone());
+        let block: Block = Arc::new(move |xs: &[Tensor]| {
+            let as_autograd = |e: Error| match e {
+                Error::Autograd(a) => a,
+                other => fucina_autograd::Error::Core(fucina_core::Error::InvalidArgument {
+                    op: "gradient_checkpointing",
+                    msg: other.to_string(),
+                }),
+            };
+            let layer = layer.lock().map_err(|_| {
+                as_autograd(Error::config(
+                    "CausalLm",
+                    "a checkpointed layer's lock is poisoned",
+                ))
+            })?;
+            let inputs = AttnInputs {
+                positions: &positions,
+                mask: mask.as_ref(),
+                rope: rope.as_ref(),
+            };
+            layer.forward(&xs[0], &inputs, None).map_err(as_autograd)
+        });
+        Ok(checkpoint(block, &[x])?)
     }
 
     /// The head: `hidden [..., hidden] -> logits [..., vocab]`.
