@@ -174,3 +174,40 @@ fn fucina_adapters_load_in_peft() {
     std::fs::remove_dir_all(&tmp).ok();
     assert_eq!(ctx.stats().outstanding, 0);
 }
+
+#[test]
+fn bad_adapters_are_clear_errors() {
+    let ctx = ExecContext::with_threads(1).unwrap();
+    {
+        let mut lm = CausalLm::from_pretrained(&ctx, &fixture("llama"), DType::F32).unwrap();
+        let mut init = Init::new(&ctx, DType::F32, 0);
+        // Nothing matches: the error lists what exists.
+        let e = apply_lora(&mut lm, &LoraConfig::new(4, 8.0, &["query"]), &mut init)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"query\"") && e.contains("q_proj") && e.contains("down_proj"),
+            "{e}"
+        );
+        // r = 0.
+        let e = apply_lora(&mut lm, &LoraConfig::new(0, 8.0, &["q_proj"]), &mut init)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("r must be positive"), "{e}");
+        // An adapter made for another base (qwen3's head width): the key and both shapes.
+        let e = load_adapter(&mut lm, &goldens("qwen3").join("peft_adapter"), &mut init)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("adapter_model.safetensors")
+                && e.contains("q_proj.lora_A.weight`: file has F32 [4, 32], model has f32 [4, 64]"),
+            "{e}"
+        );
+        // Nothing was left attached.
+        assert!(lm
+            .named_parameters()
+            .iter()
+            .all(|(n, _)| !n.contains("lora_")));
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+}

@@ -411,11 +411,20 @@ pub fn apply_lora<M: Module>(
         ));
     }
     if targets.is_empty() {
+        // Name what exists: the distinct last components of every linear
+        // layer's path (what `target_modules` entries usually are).
+        let mut names: Vec<String> = Vec::new();
+        crate::module::for_each(&*model, |path: &str, _: &Linear| {
+            let last = path.rsplit('.').next().unwrap_or(path).to_string();
+            if !names.contains(&last) {
+                names.push(last);
+            }
+        });
         return Err(Error::config(
             "apply_lora",
             format!(
-                "no linear layer matches target_modules {:?}",
-                config.target_modules
+                "no linear layer matches target_modules {:?}; the model's linear layers are named {:?}",
+                config.target_modules, names
             ),
         ));
     }
