@@ -5,8 +5,11 @@
 //! a Fisher–Yates permutation drawn from `rng::at(seed, epoch)` — the same
 //! rule as `fucina_distributed::DistributedSampler`, so
 //! [`LoaderOptions::shard`] gives rank `r` of `w` the positions `r, r + w, …`
-//! of that order, exactly the sampler's shard. Batches are consecutive runs
-//! of `batch_size` positions; `drop_last` drops a short tail.
+//! of that order, the sampler's shard. Batches are consecutive runs of
+//! `batch_size` positions; `drop_last` drops a short tail. Sharded (`w >
+//! 1`), every rank runs the same number of full batches, `len / (w ·
+//! batch_size)` (the sampler's rule: a rank with one more batch than its
+//! peers would wait for them forever in the gradient exchange).
 //!
 //! With `prefetch > 0`, `workers` threads build the batches ahead of the
 //! consumer: worker `w` builds batches `w, w + workers, …`, each into its own
@@ -315,8 +318,8 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
         if opts.batch_size == 0 {
             return err("batch_size must be positive".into());
         }
-        if opts.workers == 0 {
-            return err("workers must be at least 1".into());
+        if opts.workers == 0 && opts.prefetch > 0 {
+            return err("workers must be at least 1 when prefetching".into());
         }
         let (rank, world) = opts.shard;
         if world == 0 || rank >= world {
@@ -356,9 +359,13 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
         n / world + usize::from(rank < n % world)
     }
 
-    /// Batches in one epoch.
+    /// Batches in one epoch (the same on every rank of a shard).
     pub fn batches_per_epoch(&self) -> usize {
         let (n, b) = (self.shard_len(), self.opts.batch_size);
+        let world = self.opts.shard.1;
+        if world > 1 {
+            return self.dataset.len() / world.saturating_mul(b);
+        }
         if self.opts.drop_last {
             n / b
         } else {
@@ -398,6 +405,8 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
         {
             batches.pop();
         }
+        // Sharded: the same count of full batches on every rank.
+        batches.truncate(self.batches_per_epoch());
         Ok(batches)
     }
 
@@ -409,6 +418,15 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
     /// The batches of `epoch` from batch `start` on (a resumed run: the same
     /// batches as the uninterrupted epoch's from `start`).
     pub fn epoch_from(&self, epoch: u64, start: usize) -> Result<EpochIter<D, B>> {
+        if start > self.batches_per_epoch() {
+            return Err(Error::config(
+                "DataLoader",
+                format!(
+                    "cannot resume at batch {start}: an epoch has {} batches",
+                    self.batches_per_epoch()
+                ),
+            ));
+        }
         let batches: Vec<Vec<usize>> = self.batch_indices(epoch)?.into_iter().skip(start).collect();
         let total = batches.len();
         if self.opts.prefetch == 0 {
@@ -447,10 +465,7 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
             handles.push(h);
         }
         Ok(EpochIter {
-            source: Source::Workers {
-                queues,
-                _handles: handles,
-            },
+            source: Source::Workers { queues, handles },
             next: 0,
             total,
         })
@@ -473,11 +488,13 @@ enum Source<D: Dataset, B> {
     },
     Workers {
         queues: Vec<Receiver<Result<B>>>,
-        _handles: Vec<std::thread::JoinHandle<()>>,
+        handles: Vec<std::thread::JoinHandle<()>>,
     },
 }
 
-/// One epoch's batches, in order. Dropping it early stops the workers.
+/// One epoch's batches, in order. Dropping it stops the workers and waits
+/// for them (so nothing they built outlives it); an error or the end of the
+/// epoch releases them at once.
 pub struct EpochIter<D: Dataset, B> {
     source: Source<D, B>,
     next: usize,
@@ -485,6 +502,18 @@ pub struct EpochIter<D: Dataset, B> {
 }
 
 impl<D: Dataset, B> EpochIter<D, B> {
+    /// Drops the queues (a worker blocked in `send` then stops) and joins
+    /// the workers.
+    fn stop_workers(&mut self) {
+        if let Source::Workers { queues, handles } = &mut self.source {
+            queues.clear();
+            for h in handles.drain(..) {
+                // A worker that panicked already reported through its queue.
+                let _ = h.join();
+            }
+        }
+    }
+
     /// Batches left in this epoch.
     pub fn remaining(&self) -> usize {
         self.total - self.next
@@ -513,11 +542,20 @@ impl<D: Dataset, B> Iterator for EpochIter<D, B> {
         if out.is_err() {
             self.next = self.total; // an error ends the epoch
         }
+        if self.next >= self.total {
+            self.stop_workers();
+        }
         Some(out)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = self.remaining();
         (n, Some(n))
+    }
+}
+
+impl<D: Dataset, B> Drop for EpochIter<D, B> {
+    fn drop(&mut self) {
+        self.stop_workers();
     }
 }

@@ -4,7 +4,14 @@
 //! bad input is a clear error; dropping an epoch early stops the workers.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Tests that start loader threads take turns, so one can count them.
+static THREADS: Mutex<()> = Mutex::new(());
+
+fn turn() -> MutexGuard<'static, ()> {
+    THREADS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 use fucina_autograd::Tensor;
 use fucina_core::ExecContext;
@@ -45,6 +52,7 @@ fn run(prefetch: usize, workers: usize, threads: usize, epochs: u64) -> Vec<Vec<
 
 #[test]
 fn the_order_is_the_same_for_any_prefetch_depth_worker_and_thread_count() {
+    let _turn = turn();
     let want = run(0, 1, 1, 3);
     assert_eq!(want.len(), 3 * 8); // 37 windows in batches of 5, tail kept
     for threads in [1, 2] {
@@ -62,6 +70,7 @@ fn the_order_is_the_same_for_any_prefetch_depth_worker_and_thread_count() {
 
 #[test]
 fn a_resumed_epoch_continues_the_uninterrupted_one() {
+    let _turn = turn();
     let data = InMemory::new((0..23u32).collect());
     let loader = DataLoader::new(data, LoaderOptions::new(4).seed(5).prefetch(2), Ok).unwrap();
     let full: Vec<Vec<u32>> = loader.epoch(2).unwrap().map(Result::unwrap).collect();
@@ -81,6 +90,7 @@ fn a_resumed_epoch_continues_the_uninterrupted_one() {
 
 #[test]
 fn drop_last_shuffle_off_and_shards() {
+    let _turn = turn();
     let data = InMemory::new((0..10u32).collect());
     let opts = LoaderOptions::new(3)
         .shuffle(false)
@@ -89,24 +99,47 @@ fn drop_last_shuffle_off_and_shards() {
     let l = DataLoader::new(data.clone(), opts.clone(), Ok).unwrap();
     let b: Vec<Vec<u32>> = l.epoch(0).unwrap().map(Result::unwrap).collect();
     assert_eq!(b, [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]);
-    // Shards: rank r takes positions r, r + world, … of the epoch order,
-    // disjoint and covering everything.
+    // Shards: rank r takes positions r, r + world, … of the epoch order (the
+    // distributed sampler's rule), and every rank runs the same number of
+    // full batches, len / (world · batch) = 10 / 6 = 1, whatever its share.
     let mut seen = Vec::new();
     for rank in 0..3 {
         let l = DataLoader::new(
             data.clone(),
-            LoaderOptions::new(2).seed(9).shard(rank, 3),
+            LoaderOptions::new(2).shuffle(false).shard(rank, 3),
             Ok,
         )
         .unwrap();
+        assert_eq!(l.batches_per_epoch(), 1, "rank {rank}");
+        let b: Vec<Vec<u32>> = l.epoch(0).unwrap().map(Result::unwrap).collect();
+        assert_eq!(b, [vec![rank as u32, rank as u32 + 3]]);
+        seen.extend(b.concat());
+    }
+    seen.sort();
+    assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+    // Shuffled shards are disjoint too.
+    let mut seen = Vec::new();
+    for rank in 0..2 {
+        let l = DataLoader::new(
+            data.clone(),
+            LoaderOptions::new(2).seed(9).shard(rank, 2),
+            Ok,
+        )
+        .unwrap();
+        assert_eq!(l.batches_per_epoch(), 2);
         seen.extend(l.epoch(1).unwrap().flat_map(Result::unwrap));
     }
     seen.sort();
-    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    seen.dedup();
+    assert_eq!(seen.len(), 8);
+    // Resuming past the end of an epoch is an error, not an empty epoch.
+    let l = DataLoader::new(data, opts, Ok).unwrap();
+    assert!(l.epoch_from(0, 4).is_err());
 }
 
 #[test]
 fn bad_input_is_a_clear_error() {
+    let _turn = turn();
     let short = InMemory::new(vec![1u32, 2]);
     let e = DataLoader::new(short, LoaderOptions::new(3).drop_last(true), Ok)
         .err()
@@ -150,6 +183,7 @@ fn bad_input_is_a_clear_error() {
 
 #[test]
 fn a_collate_error_ends_the_epoch_and_dropping_early_stops_the_workers() {
+    let _turn = turn();
     let built = Arc::new(AtomicUsize::new(0));
     let b2 = Arc::clone(&built);
     let loader = DataLoader::new(
@@ -172,23 +206,35 @@ fn a_collate_error_ends_the_epoch_and_dropping_early_stops_the_workers() {
         .unwrap_err()
         .to_string()
         .contains("bad item 3"));
-    // Taking two batches and dropping the epoch: the workers stop soon
-    // (bounded queues: at most a few batches past what was taken).
+    // Taking two batches and dropping the epoch: the drop stops and joins
+    // the workers, so no loader thread is left.
     built.store(0, Ordering::SeqCst);
     let mut it = loader.epoch(1).unwrap();
     it.next();
     it.next();
-    drop(it);
-    std::thread::sleep(std::time::Duration::from_millis(50));
     assert!(
-        built.load(Ordering::SeqCst) < 12,
-        "{}",
-        built.load(Ordering::SeqCst)
+        loader_threads() > 0,
+        "the workers run while the epoch lives"
     );
+    drop(it);
+    assert_eq!(loader_threads(), 0, "a worker outlived its epoch");
+    assert!(built.load(Ordering::SeqCst) < 100);
+}
+
+/// Threads of this process named `fucina-loader-*`.
+fn loader_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter(|t| {
+            let comm = t.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|c| c.starts_with("fucina-loader"))
+        })
+        .count()
 }
 
 #[test]
 fn padding_with_masks_and_ignored_labels() {
+    let _turn = turn();
     let ctx = ExecContext::with_threads(1).unwrap();
     {
         let b = pad_sequences(&ctx, &[vec![4, 5], vec![6, 7, 8]], 0).unwrap();
