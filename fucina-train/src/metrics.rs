@@ -1,5 +1,6 @@
 //! A metrics logger: every scalar goes to `metrics.jsonl` (one JSON object
-//! per line: `step`, `tag`, `value`, `wall_time`) and to a TensorBoard
+//! per line: `step`, `tag`, `value` — a number, or the string `"NaN"`,
+//! `"Infinity"` or `"-Infinity"` — and `wall_time`) and to a TensorBoard
 //! event file (`events.out.tfevents.<secs>.<host>.<pid>.<n>`) in the run
 //! directory, which `tensorboard --logdir` reads. Both are flushed on
 //! [`MetricsLogger::flush`] and on drop.
@@ -87,14 +88,26 @@ impl MetricsLogger {
     /// Logs `value` under `tag` at `step` (TensorBoard stores it as f32).
     pub fn scalar(&mut self, tag: &str, step: u64, value: f64) -> Result<()> {
         let t = now();
-        let line = serde_json::json!({"step": step, "tag": tag, "value": value, "wall_time": t});
-        writeln!(self.jsonl, "{line}").map_err(|e| Error::file(&self.jsonl_path, e.to_string()))?;
-        let step = i64::try_from(step).map_err(|_| {
+        let step_i = i64::try_from(step).map_err(|_| {
             Error::config(
                 "MetricsLogger",
                 format!("step {step} does not fit TensorBoard's int64"),
             )
         })?;
+        // JSON has no NaN or infinity: those are written as the strings
+        // "NaN", "Infinity" and "-Infinity" (what Python's json reads back).
+        let v = if value.is_finite() {
+            serde_json::json!(value)
+        } else if value.is_nan() {
+            serde_json::json!("NaN")
+        } else if value > 0.0 {
+            serde_json::json!("Infinity")
+        } else {
+            serde_json::json!("-Infinity")
+        };
+        let line = serde_json::json!({"step": step, "tag": tag, "value": v, "wall_time": t});
+        writeln!(self.jsonl, "{line}").map_err(|e| Error::file(&self.jsonl_path, e.to_string()))?;
+        let step = step_i;
         let rec = tensorboard::record(&tensorboard::scalar_event(t, step, tag, value as f32));
         self.write_events(&rec)
     }

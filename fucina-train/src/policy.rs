@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// The file `fucina_optim::save_checkpoint` writes last into a step
+/// directory: its presence marks the checkpoint complete.
+const MARKER: &str = "trainer_state.json";
+
 /// Whether a smaller or a larger metric is better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -62,7 +66,8 @@ impl KeepBest {
 }
 
 /// Stops when the metric has not improved by more than `min_delta` for
-/// `patience` observations in a row (Keras' and Lightning's rule).
+/// `patience` observations in a row (Keras' and Lightning's rule: with
+/// patience 2, the second stale value stops).
 #[derive(Clone, Debug)]
 pub struct EarlyStopping {
     mode: Mode,
@@ -104,7 +109,7 @@ impl EarlyStopping {
         } else {
             self.bad += 1;
         }
-        self.bad > self.patience
+        self.bad >= self.patience.max(1)
     }
 
     /// Observations in a row without improvement.
@@ -113,9 +118,11 @@ impl EarlyStopping {
     }
 }
 
-/// Keeps the newest `n` step directories (`step-NNNNNN`, as
-/// `fucina_optim::save_checkpoint` names them) plus any protected one (the
-/// best), deleting the rest.
+/// Keeps the newest `n` complete step directories (`step-NNNNNN` with the
+/// `trainer_state.json` marker `fucina_optim::save_checkpoint` writes last)
+/// plus any protected one (the best), deleting the older complete ones.
+/// Incomplete directories (a crash mid-save) are never counted and never
+/// deleted here: `fucina_optim::find_latest` skips them.
 #[derive(Clone, Debug)]
 pub struct KeepLast {
     n: usize,
@@ -153,7 +160,7 @@ impl KeepLast {
     }
 }
 
-/// `(step, path)` of every `step-<digits>` directory under `root`.
+/// `(step, path)` of every complete `step-<digits>` directory under `root`.
 fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
     let rd = match std::fs::read_dir(root) {
@@ -170,7 +177,8 @@ fn step_dirs(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             continue; // staging or temporary directories
         }
-        if let (Ok(step), true) = (digits.parse::<u64>(), e.path().is_dir()) {
+        let complete = e.path().join(MARKER).is_file();
+        if let (Ok(step), true) = (digits.parse::<u64>(), complete) {
             out.push((step, e.path()));
         }
     }

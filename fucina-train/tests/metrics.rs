@@ -185,3 +185,28 @@ fn event_files_match_the_fixture_tensorboard_read() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn non_finite_values_are_logged_not_lost() {
+    let dir = std::env::temp_dir().join(format!("fucina-train-tb-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let events = {
+        let mut log = MetricsLogger::create(&dir).unwrap();
+        log.scalar("loss", 1, f64::NAN).unwrap();
+        log.scalar("loss", 2, f64::INFINITY).unwrap();
+        log.scalar("loss", 3, f64::NEG_INFINITY).unwrap();
+        assert!(log.scalar("loss", u64::MAX, 1.0).is_err());
+        log.flush().unwrap();
+        log.event_file().to_path_buf()
+    };
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let values: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["value"].to_string())
+        .collect();
+    assert_eq!(values, ["\"NaN\"", "\"Infinity\"", "\"-Infinity\""]);
+    let recs = records(&std::fs::read(events).unwrap());
+    let v: Vec<f32> = recs[1..].iter().map(|e| scalar(e).unwrap().2).collect();
+    assert!(v[0].is_nan() && v[1] == f32::INFINITY && v[2] == f32::NEG_INFINITY);
+    std::fs::remove_dir_all(&dir).ok();
+}
