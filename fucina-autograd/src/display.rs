@@ -158,22 +158,34 @@ fn shown_along(n: usize, summarize: bool) -> (Vec<usize>, bool) {
 }
 
 /// The printed elements of `t` only, row-major: along each axis longer
-/// than `2 · PRINT_EDGE_ITEMS` (when summarizing) the two edges are cut out
-/// as views and joined, so a huge or broadcast tensor is never read whole.
+/// than `2 · PRINT_EDGE_ITEMS` (when summarizing) only the two edges are
+/// kept. Every axis is narrowed as a view first and the corner blocks are
+/// joined from the innermost axis out, so only printed elements are ever
+/// copied: a huge or broadcast tensor is never read whole.
 fn shown_values(t: &Tensor, summarize: bool) -> Option<RawTensor> {
-    let mut r = t.value().ok()?;
-    if summarize {
-        for (axis, &n) in t.shape().iter().enumerate() {
-            if n > 2 * PRINT_EDGE_ITEMS {
-                let head = r.narrow(axis, 0, PRINT_EDGE_ITEMS).ok()?;
-                let tail = r
-                    .narrow(axis, n - PRINT_EDGE_ITEMS, PRINT_EDGE_ITEMS)
-                    .ok()?;
-                r = t.ctx().concat(&[&head, &tail], axis).ok()?;
-            }
-        }
+    let r = t.value().ok()?;
+    if !summarize {
+        return Some(r);
     }
-    Some(r)
+    corners(t, &r, 0)
+}
+
+/// `r` with axes `axis..` cut to their edges (see [`shown_values`]).
+fn corners(t: &Tensor, r: &RawTensor, axis: usize) -> Option<RawTensor> {
+    let Some(&n) = r.shape().get(axis) else {
+        return t.ctx().contiguous(r).ok();
+    };
+    if n <= 2 * PRINT_EDGE_ITEMS {
+        return corners(t, r, axis + 1);
+    }
+    let head = corners(t, &r.narrow(axis, 0, PRINT_EDGE_ITEMS).ok()?, axis + 1)?;
+    let tail = corners(
+        t,
+        &r.narrow(axis, n - PRINT_EDGE_ITEMS, PRINT_EDGE_ITEMS)
+            .ok()?,
+        axis + 1,
+    )?;
+    t.ctx().concat(&[&head, &tail], axis).ok()
 }
 
 /// The bracketed values of the sub-tensor at flat offset `base` of the

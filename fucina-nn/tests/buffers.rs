@@ -52,6 +52,7 @@ fn decoder_buffers_are_listed_apart_from_parameters() {
         let state = names(lm.state_dict());
         assert_eq!(state[..params.len()], params[..]);
         assert!(state[params.len()..].iter().all(|n| n.ends_with(".calls")));
+        assert!(state.contains(&"model.layers.1.self_attn.dropout.calls".to_string()));
         assert!(state.iter().all(|n| !n.starts_with("rotary_emb")));
         // What transformers' files hold: no buffer of fucina's own.
         let ckpt = names(lm.checkpoint_tensors().unwrap());

@@ -11,6 +11,11 @@ use fucina_nn::{apply_lora, Init, Linear, LoraConfig};
 
 const HUGE: usize = 1 << 40;
 
+#[derive(fucina_nn::Module)]
+struct Proj {
+    proj: Linear,
+}
+
 fn peak_kb() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
@@ -45,6 +50,11 @@ fn huge_sizes_are_clean_errors_before_anything_is_filled() {
 
         let t = Tensor::constant(&ctx, &[1.5f32], &[1, 1]).unwrap();
         let b = t.broadcast_to(&[1 << 20, 1 << 20]).unwrap();
+        let shown = format!("{b}");
+        assert!(shown.contains("1.5000") && shown.contains("..."), "{shown}");
+        // A short first axis over a huge second one: cutting axis 0 first
+        // would copy 6 x 2^30 elements; only the corners are copied.
+        let b = t.broadcast_to(&[7, 1 << 30]).unwrap();
         let shown = format!("{b}");
         assert!(shown.contains("1.5000") && shown.contains("..."), "{shown}");
     }

@@ -160,8 +160,13 @@ fn fucina_adapters_load_in_peft() {
             let b = ctx
                 .to_vec::<f32>(&fresh.read_as(&ctx, name, DType::F32).unwrap())
                 .unwrap();
+            assert_eq!(
+                committed.info(name).unwrap().shape,
+                fresh.info(name).unwrap().shape,
+                "{fam}: {name}"
+            );
             assert!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "{fam}: {name} differs from the committed adapter"
             );
         }
