@@ -67,6 +67,7 @@ impl Activation {
 impl Module for Activation {
     fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
     fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+    fn visit_buffers(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &crate::buffer::Buffer)) {}
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
         f(prefix, self);
     }

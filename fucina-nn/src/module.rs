@@ -110,9 +110,10 @@ pub trait Module {
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor));
 
     /// Calls `f(path, buffer)` for every [`Buffer`] (non-parameter state),
-    /// in declaration order. Leaves without buffers keep this default
-    /// (none); derived structs, containers and [`Buffer`] report theirs.
-    fn visit_buffers(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Buffer)) {}
+    /// in declaration order. Required, as the other visits are: a composite
+    /// that forgot to forward it would silently drop its children's buffers
+    /// from the state dict.
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Buffer));
 
     /// Calls `f(path, module)` for this module and every sub-module, parents
     /// first (a derived struct reports itself, then its fields; `Vec`,
@@ -290,6 +291,7 @@ impl Module for Tensor {
     fn visit_params_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor)) {
         f(prefix, self);
     }
+    fn visit_buffers(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Buffer)) {}
     fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
     fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
     fn set_training(&self, _training: bool) {}
@@ -428,6 +430,7 @@ impl Clone for Mode {
 impl Module for Mode {
     fn visit_params(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor)) {}
     fn visit_params_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+    fn visit_buffers(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Buffer)) {}
     fn visit_modules(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &dyn Any)) {}
     fn visit_modules_mut(&mut self, _prefix: &str, _f: &mut dyn FnMut(&str, &mut dyn Any)) {}
     fn set_training(&self, training: bool) {

@@ -37,7 +37,7 @@ pub fn pad_sequences(ctx: &ExecContext, seqs: &[Vec<i64>], pad_id: i64) -> Resul
             format!("a batch of {} sequences with no tokens", seqs.len()),
         ));
     }
-    let (ids, mask) = pad_with(seqs, t, pad_id);
+    let (ids, mask) = pad_with(seqs, t, pad_id)?;
     Ok(Padded {
         ids: Tensor::constant(ctx, &ids, &[seqs.len(), t])?,
         mask: Tensor::constant(ctx, &mask, &[seqs.len(), t])?,
@@ -51,18 +51,30 @@ pub fn pad_labels(ctx: &ExecContext, seqs: &[Vec<i64>]) -> Result<Tensor> {
     if t == 0 {
         return Err(Error::config("pad_labels", "a batch with no labels"));
     }
-    let (labels, _) = pad_with(seqs, t, IGNORE_INDEX);
+    let (labels, _) = pad_with(seqs, t, IGNORE_INDEX)?;
     Ok(Tensor::constant(ctx, &labels, &[seqs.len(), t])?)
 }
 
-fn pad_with(seqs: &[Vec<i64>], t: usize, pad: i64) -> (Vec<i64>, Vec<u8>) {
-    let mut ids = Vec::with_capacity(seqs.len() * t);
-    let mut mask = Vec::with_capacity(seqs.len() * t);
+/// The padded ids and mask; a batch too large to allocate is an error.
+fn pad_with(seqs: &[Vec<i64>], t: usize, pad: i64) -> Result<(Vec<i64>, Vec<u8>)> {
+    let too_big = || {
+        Error::config(
+            "pad_sequences",
+            format!(
+                "{} sequences padded to {t} tokens cannot be allocated",
+                seqs.len()
+            ),
+        )
+    };
+    let n = seqs.len().checked_mul(t).ok_or_else(too_big)?;
+    let (mut ids, mut mask) = (Vec::new(), Vec::new());
+    ids.try_reserve_exact(n).map_err(|_| too_big())?;
+    mask.try_reserve_exact(n).map_err(|_| too_big())?;
     for s in seqs {
         ids.extend_from_slice(s);
         ids.extend(std::iter::repeat_n(pad, t - s.len()));
         mask.extend(std::iter::repeat_n(1u8, s.len()));
         mask.extend(std::iter::repeat_n(0u8, t - s.len()));
     }
-    (ids, mask)
+    Ok((ids, mask))
 }

@@ -55,6 +55,12 @@ impl crate::module::Module for Norm {
             Norm::Rms(n) => n.visit_params_mut(prefix, f),
         }
     }
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &crate::buffer::Buffer)) {
+        match self {
+            Norm::Layer(n) => n.visit_buffers(prefix, f),
+            Norm::Rms(n) => n.visit_buffers(prefix, f),
+        }
+    }
     fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
         match self {
             Norm::Layer(n) => n.visit_modules(prefix, f),
