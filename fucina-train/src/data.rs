@@ -175,9 +175,16 @@ pub struct JsonlDataset {
 }
 
 impl JsonlDataset {
-    /// Reads `path`; an unreadable file, a line that is not a JSON object
-    /// (naming its line number) or a file with no rows is an error.
+    /// Reads `path`; an unreadable or non-regular file, a line that is not
+    /// a JSON object (naming its line number) or a file with no rows is an
+    /// error.
     pub fn open(path: &Path) -> Result<JsonlDataset> {
+        // Only a regular file: a FIFO would hang and `/dev/zero` is one
+        // endless line.
+        let meta = std::fs::metadata(path).map_err(|e| Error::file(path, e.to_string()))?;
+        if !meta.is_file() {
+            return Err(Error::file(path, "not a regular file"));
+        }
         let f = std::fs::File::open(path).map_err(|e| Error::file(path, e.to_string()))?;
         let mut rows = Vec::new();
         for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
