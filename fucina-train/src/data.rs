@@ -172,6 +172,9 @@ impl Dataset for TextWindows {
 #[derive(Clone, Debug)]
 pub struct JsonlDataset {
     rows: Arc<Vec<serde_json::Value>>,
+    /// The 1-based line number of each row in the file.
+    lines: Arc<Vec<usize>>,
+    path: Arc<Path>,
 }
 
 impl JsonlDataset {
@@ -186,7 +189,7 @@ impl JsonlDataset {
             return Err(Error::file(path, "not a regular file"));
         }
         let f = std::fs::File::open(path).map_err(|e| Error::file(path, e.to_string()))?;
-        let mut rows = Vec::new();
+        let (mut rows, mut lines) = (Vec::new(), Vec::new());
         for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
             let line = line.map_err(|e| Error::file(path, format!("line {}: {e}", i + 1)))?;
             if line.trim().is_empty() {
@@ -201,32 +204,51 @@ impl JsonlDataset {
                 ));
             }
             rows.push(v);
+            lines.push(i + 1);
         }
         if rows.is_empty() {
             return Err(Error::file(path, "no rows (an empty JSONL file)"));
         }
         Ok(JsonlDataset {
             rows: Arc::new(rows),
+            lines: Arc::new(lines),
+            path: Arc::from(path),
         })
     }
 
-    /// The string field `key` of every row (an error naming the row where
-    /// it is missing or not a string).
+    /// The file the rows were read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The 1-based line number of row `index` in the file.
+    pub fn line_of(&self, index: usize) -> Option<usize> {
+        self.lines.get(index).copied()
+    }
+
+    /// The string field `key` of row `index`: an error naming the file and
+    /// the line where it is missing or not a string.
+    pub fn string(&self, index: usize, key: &str) -> Result<&str> {
+        let row = self
+            .rows
+            .get(index)
+            .ok_or_else(|| out_of_range("JsonlDataset", index, self.rows.len()))?;
+        row.get(key).and_then(|v| v.as_str()).ok_or_else(|| {
+            let line = self.lines[index];
+            let what = if row.get(key).is_some() {
+                "is not a string"
+            } else {
+                "is missing"
+            };
+            Error::file(&self.path, format!("line {line}: field `{key}` {what}"))
+        })
+    }
+
+    /// The string field `key` of every row (an error naming the file and
+    /// the line where it is missing or not a string).
     pub fn strings(&self, key: &str) -> Result<Vec<String>> {
-        self.rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.get(key)
-                    .and_then(|v| v.as_str())
-                    .map(str::to_string)
-                    .ok_or_else(|| {
-                        Error::config(
-                            "JsonlDataset",
-                            format!("row {i} has no string field `{key}`"),
-                        )
-                    })
-            })
+        (0..self.rows.len())
+            .map(|i| self.string(i, key).map(str::to_string))
             .collect()
     }
 }

@@ -8,6 +8,9 @@
 //!   and background prefetch on worker threads with a bounded queue. The
 //!   batch order is a pure function of the seed and the epoch, whatever the
 //!   prefetch depth or the worker count, and a resumed epoch continues it.
+//! - [`causal`]: causal-LM examples with labels (prompt tokens masked with
+//!   the ignore index), packing into fixed blocks, the JSONL
+//!   prompt/completion and text formats, and their padded batches.
 //! - [`accumulate`]: gradient accumulation, K micro-batches summed into the
 //!   leaf gradients with the loss scaled by 1/K.
 //! - [`metrics`]: a logger writing JSONL and TensorBoard event files.
@@ -26,6 +29,7 @@
 //! ```
 
 pub mod accumulate;
+pub mod causal;
 pub mod collate;
 pub mod data;
 pub mod error;

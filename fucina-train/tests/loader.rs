@@ -163,17 +163,19 @@ fn bad_input_is_a_clear_error() {
     let good = dir.join("good.jsonl");
     std::fs::write(
         &good,
-        "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"c\"}\n",
+        "{\"prompt\": \"a\", \"completion\": \"b\"}\n\n{\"prompt\": \"c\"}\n",
     )
     .unwrap();
     let d = JsonlDataset::open(&good).unwrap();
     assert_eq!(d.len(), 2);
     assert_eq!(d.strings("prompt").unwrap(), ["a", "c"]);
-    assert!(d
-        .strings("completion")
-        .unwrap_err()
-        .to_string()
-        .contains("row 1"));
+    // The error names the file and the line (3: the blank line counts).
+    let e = d.strings("completion").unwrap_err().to_string();
+    assert!(
+        e.contains("good.jsonl") && e.contains("line 3: field `completion` is missing"),
+        "{e}"
+    );
+    assert_eq!(d.line_of(1), Some(3));
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(
         DataLoader::new(InMemory::new(vec![1u32]), LoaderOptions::new(0), Ok),
