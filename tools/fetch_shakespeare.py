@@ -14,6 +14,12 @@ Writes, under --out (default: data/ next to this repository's tools/):
                              char-GPT corpus of `cargo run --example train_gpt`)
   comedy_tragedy/train.tsv   label<TAB>text, label 0 = comedy, 1 = tragedy
   comedy_tragedy/test.tsv    the same from held-out plays (split BY PLAY)
+  finetune/henry-v.txt       a history play, in shakespeare.txt's format: the
+                             fine-tuning text of `cargo run --example
+                             finetune_llm` (no history play is in the corpus,
+                             so the pre-trained model never saw it)
+  finetune/henry-v.jsonl     the same play as {"prompt", "completion"} lines:
+                             prompt = the speaker tag, completion = the speech
 
 Everything is deterministic (fixed play lists, a seeded shuffle).
 
@@ -23,6 +29,7 @@ Run:      PYTHON=venv/bin/python; ${PYTHON:-python3} tools/fetch_shakespeare.py
 
 import argparse
 import io
+import json
 import pathlib
 import random
 import re
@@ -58,6 +65,8 @@ TRAGEDY_TRAIN = [
     "coriolanus",
 ]
 TRAGEDY_TEST = ["macbeth", "romeo-and-juliet"]
+# Fine-tuning: a play from a directory the corpus leaves out.
+FINETUNE_PLAY = ("histories", "henry-v")
 LINES_PER_CLASS = {"train": 1500, "test": 500}
 MIN_WORDS = 6  # a line with fewer words says little about its genre
 
@@ -143,6 +152,19 @@ def main() -> None:
     (out / "shakespeare.txt").write_text(buf.getvalue(), encoding="utf-8")
     print(f"{out / 'shakespeare.txt'}: {len(buf.getvalue())} chars from "
           f"{sum(1 for k in parsed if k[0] in CORPUS_DIRS)} plays")
+
+    assert FINETUNE_PLAY[0] not in CORPUS_DIRS
+    (out / "finetune").mkdir(parents=True, exist_ok=True)
+    name = FINETUNE_PLAY[1]
+    speeches = parsed[FINETUNE_PLAY]
+    text = "".join(f"{who}:\n" + "\n".join(lines) + "\n\n" for who, lines in speeches)
+    (out / "finetune" / f"{name}.txt").write_text(text, encoding="utf-8")
+    jsonl = "".join(
+        json.dumps({"prompt": f"{who}:\n", "completion": "\n".join(lines) + "\n\n"}) + "\n"
+        for who, lines in speeches
+    )
+    (out / "finetune" / f"{name}.jsonl").write_text(jsonl, encoding="utf-8")
+    print(f"{out / 'finetune' / name}.{{txt,jsonl}}: {len(text)} chars, {len(speeches)} speeches")
 
     rng = random.Random(1234)
     for split, comedies, tragedies in [
