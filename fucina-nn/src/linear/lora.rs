@@ -505,6 +505,25 @@ pub fn unmerge_lora<M: Module>(model: &mut M) -> Result<()> {
     res
 }
 
+/// Merges every adapter into its base weight and detaches the adapters
+/// (PEFT's `merge_and_unload`): the model is then the plain base
+/// architecture with the merged weights, and `save_pretrained` writes the
+/// family's own keys only. Returns how many adapters were folded in. On an
+/// error nothing changes (merged adapters are unmerged again).
+pub fn merge_and_unload<M: Module>(model: &mut M) -> Result<usize> {
+    if let Err(e) = merge_lora(model) {
+        unmerge_lora(model)?;
+        return Err(e);
+    }
+    let mut n = 0;
+    for_each_mut(model, |_: &str, lin: &mut Linear| {
+        if lin.lora.take().is_some() {
+            n += 1;
+        }
+    });
+    Ok(n)
+}
+
 /// The adapter parameters of `model` under PEFT's key names.
 pub fn adapter_state_dict<M: Module>(model: &M) -> Vec<(String, Tensor)> {
     model
