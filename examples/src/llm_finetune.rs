@@ -30,7 +30,9 @@ use fucina_optim::{
     clip_grad_norm, load_latest, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup,
     Schedule, TrainerState,
 };
-use fucina_train::causal::{collate_causal, pack, read_records, CausalExample, Record};
+use fucina_train::causal::{
+    collate_causal, pack, read_records, CausalBatch, CausalExample, Record,
+};
 use fucina_train::{DataLoader, Dataset, InMemory, KeepLast, LoaderOptions, MetricsLogger};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -355,21 +357,19 @@ pub fn evaluate(lm: &CausalLm, blocks: &[CausalExample], batch: usize, pad: i64)
     Ok(total / count.max(1) as f64)
 }
 
-/// One training step on `batch`: forward, loss, backward, clip, AdamW step;
-/// returns the loss. The gradients are cleared for the next step.
+/// One training step on a padded batch: forward, loss, backward, clip,
+/// AdamW step; returns the loss. The gradients are cleared for the next
+/// step. The batch's tensors are the caller's (make them inside a scope).
 pub fn train_step(
     lm: &CausalLm,
     opt: &mut AdamW,
-    batch: &[CausalExample],
-    pad: i64,
+    batch: &CausalBatch,
     grad_clip: f64,
 ) -> Result<f32> {
-    let ctx = lm.ctx();
     let loss = {
-        let _scope = ctx.scope();
-        let b = collate_causal(ctx, batch, pad)?;
-        let logits = lm.forward(&b.input_ids, Some(&b.attention_mask))?;
-        let loss = lm.loss(&logits, &b.labels)?;
+        let _scope = lm.ctx().scope();
+        let logits = lm.forward(&batch.input_ids, Some(&batch.attention_mask))?;
+        let loss = lm.loss(&logits, &batch.labels)?;
         loss.backward()?;
         loss.item()? as f32
     };
@@ -635,7 +635,11 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         for batch in loader.epoch_from(epoch, start)? {
             let batch = batch?;
             step += 1;
-            let loss = train_step(&lm, &mut opt, &batch, pad, args.grad_clip)?;
+            let loss = {
+                let _scope = ctx.scope();
+                let b = collate_causal(&ctx, &batch, pad)?;
+                train_step(&lm, &mut opt, &b, args.grad_clip)?
+            };
             losses.push(loss);
             log.scalar("train/loss", step, loss as f64)?;
             log.scalar("train/lr", step, opt.lr(0)?)?;
