@@ -147,6 +147,11 @@ pub struct FinetuneArgs {
     /// Plain log lines instead of the progress bar
     #[arg(long)]
     pub no_progress: bool,
+    /// Write the run for the PyTorch + peft twin to DIR: the initial adapter,
+    /// every batch, the schedule and fucina's losses (`python3
+    /// tools/finetune_llm_torch.py replay --model MODEL --run DIR`)
+    #[arg(long)]
+    pub export_twin: Option<PathBuf>,
 }
 
 /// What a run shares with the checkpoint it resumes (threads, output and
@@ -235,6 +240,12 @@ impl FinetuneArgs {
             return Err(Error::arg(
                 "--warmup",
                 format!("{} must be below --steps {}", self.warmup, self.steps),
+            ));
+        }
+        if self.export_twin.is_some() && (self.full || self.lora_dropout > 0.0 || self.resume) {
+            return Err(Error::arg(
+                "--export-twin",
+                "needs a fresh LoRA run without dropout (torch cannot draw fucina's masks)",
             ));
         }
         if !(self.weight_decay >= 0.0 && self.grad_clip >= 0.0) {
@@ -627,6 +638,13 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         "validation loss before fine-tuning: {val_before:.4}"
     ));
 
+    let mut twin = match (&args.export_twin, &lora) {
+        (Some(dir), Some(cfg)) => {
+            save_adapter(&lm, cfg, &dir.join("adapter_init"))?;
+            Some(TwinExport::default())
+        }
+        _ => None,
+    };
     let t0 = Instant::now();
     let mut step = step0;
     'epochs: while step < last {
@@ -635,6 +653,9 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         for batch in loader.epoch_from(epoch, start)? {
             let batch = batch?;
             step += 1;
+            if let Some(t) = &mut twin {
+                t.push(&batch);
+            }
             let loss = {
                 let _scope = ctx.scope();
                 let b = collate_causal(&ctx, &batch, pad)?;
@@ -673,6 +694,13 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     }
     log.flush()?;
     let train_secs = t0.elapsed().as_secs_f64();
+    if let (Some(t), Some(dir)) = (&twin, &args.export_twin) {
+        t.write(&ctx, dir, args, &losses)?;
+        say(format!(
+            "twin run: {} (replay with tools/finetune_llm_torch.py)",
+            dir.display()
+        ));
+    }
     pb.finish_and_clear();
 
     let png = args.out.join("loss.png");
@@ -728,6 +756,74 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         peak_rss_mib: peak_rss_mib(),
         sample,
     })
+}
+
+/// The batches of a run, for the PyTorch twin (all of one shape: packed
+/// blocks in full batches).
+#[derive(Default)]
+struct TwinExport {
+    ids: Vec<i64>,
+    labels: Vec<i64>,
+    steps: usize,
+    shape: (usize, usize),
+}
+
+impl TwinExport {
+    fn push(&mut self, batch: &[CausalExample]) {
+        self.shape = (batch.len(), batch.first().map_or(0, CausalExample::len));
+        for e in batch {
+            self.ids.extend_from_slice(&e.input_ids);
+            self.labels.extend_from_slice(&e.labels);
+        }
+        self.steps += 1;
+    }
+
+    /// `dir/batches.safetensors` and `dir/run.json` (the twin's format).
+    fn write(
+        &self,
+        ctx: &ExecContext,
+        dir: &Path,
+        args: &FinetuneArgs,
+        losses: &[f32],
+    ) -> Result<()> {
+        let (b, t) = self.shape;
+        let shape = [self.steps, b, t];
+        let mask = vec![1i64; self.ids.len()];
+        let tensors = vec![
+            (
+                "input_ids".to_string(),
+                Tensor::constant(ctx, &self.ids, &shape)?,
+            ),
+            (
+                "labels".to_string(),
+                Tensor::constant(ctx, &self.labels, &shape)?,
+            ),
+            (
+                "attention_mask".to_string(),
+                Tensor::constant(ctx, &mask, &shape)?,
+            ),
+        ];
+        fucina_autograd::io::save_state_dict(
+            &dir.join("batches.safetensors"),
+            &tensors,
+            &Default::default(),
+        )?;
+        let adam = AdamConfig::adamw(args.lr());
+        let run = serde_json::json!({
+            "lr": args.lr(),
+            "warmup": args.warmup,
+            "total": args.steps,
+            "min_lr_frac": args.min_lr_frac,
+            "weight_decay": args.weight_decay,
+            "grad_clip": args.grad_clip,
+            "betas": [adam.betas.0, adam.betas.1],
+            "eps": adam.eps,
+            "losses": losses,
+        });
+        let p = dir.join("run.json");
+        std::fs::write(&p, format!("{run:#}\n")).map_err(|e| Error::io(&p, e))?;
+        Ok(())
+    }
 }
 
 /// `args.sample_len` tokens after `args.prompt`, sampled (temperature,
