@@ -1,0 +1,202 @@
+//! `finetune_llm` at a tiny size (the Llama fixture, a slice of *Henry V*):
+//! a run stopped at step k and resumed gives the same losses, bit for bit,
+//! as one that never stopped, for LoRA (with adapter dropout, so its
+//! counters must come back) and for full fine-tuning, and on another thread
+//! count; the JSONL prompt/completion format trains; the adapter it saves
+//! loads back; bad input is a clear error.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use fucina_examples::llm_finetune::{finetune_llm, FinetuneArgs, FinetuneReport};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fucina-ft-llm-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fucina-nn/tests/fixtures/hf/llama")
+}
+
+/// The first 12k characters of Henry V.
+fn small_text(dir: &Path) -> PathBuf {
+    let full = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/finetune/henry-v.txt"
+    ))
+    .unwrap();
+    let p = dir.join("small.txt");
+    std::fs::write(&p, full.chars().take(12_000).collect::<String>()).unwrap();
+    p
+}
+
+fn args(data: &Path, out: &Path, extra: &[&str]) -> FinetuneArgs {
+    let mut v: Vec<String> = [
+        "finetune_llm",
+        "--model",
+        fixture().to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--block-size",
+        "32",
+        "--batch-size",
+        "4",
+        "--steps",
+        "12",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "4",
+        "--ckpt-every",
+        "4",
+        "--sample-len",
+        "8",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    FinetuneArgs::try_parse_from(v).unwrap()
+}
+
+fn run(data: &Path, out: &Path, extra: &[&str]) -> FinetuneReport {
+    finetune_llm(&args(data, out, extra), false).unwrap()
+}
+
+fn check_resume(kind: &str, extra: &[&str]) {
+    let dir = tmp(kind);
+    let data = small_text(&dir);
+    let whole = run(&data, &dir.join("whole"), extra);
+    assert_eq!(whole.losses.len(), 12);
+    assert!(
+        whole.val_after.unwrap() < whole.val_before,
+        "{kind}: validation loss did not fall"
+    );
+    let cut = dir.join("cut");
+    let first = run(&data, &cut, &[extra, &["--stop-after", "8"]].concat());
+    assert_eq!(first.last_step, 8);
+    assert!(first.val_after.is_none() && first.sample.is_empty());
+    // The rest on two threads: the same bits.
+    let rest = run(
+        &data,
+        &cut,
+        &[extra, &["--resume", "--threads", "2"]].concat(),
+    );
+    assert_eq!(rest.losses, whole.losses, "{kind}: resumed losses differ");
+    assert_eq!(rest.val, whole.val, "{kind}: resumed validation differs");
+    assert_eq!(rest.sample, whole.sample);
+    // KeepLast(2): only the newest two complete checkpoints stay.
+    let kept: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
+        .unwrap()
+        .collect();
+    assert_eq!(kept.len(), 2, "{kind}: {kept:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn lora_resume_is_bit_exact_with_dropout() {
+    check_resume("lora", &["--lora-dropout", "0.1"]);
+}
+
+#[test]
+fn full_resume_is_bit_exact() {
+    check_resume("full", &["--full"]);
+}
+
+#[test]
+fn jsonl_prompt_completion_trains_and_the_adapter_loads_back() {
+    let dir = tmp("jsonl");
+    let full = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/finetune/henry-v.jsonl"
+    ))
+    .unwrap();
+    let data = dir.join("pc.jsonl");
+    std::fs::write(&data, full.lines().take(80).collect::<Vec<_>>().join("\n")).unwrap();
+    let out = dir.join("out");
+    let r = run(
+        &data,
+        &out,
+        &["--steps", "6", "--eval-every", "3", "--merge"],
+    );
+    assert!(r.val_after.unwrap() < r.val_before);
+    let ctx = fucina_core::ExecContext::with_threads(1).unwrap();
+    {
+        let mut lm =
+            fucina_nn::CausalLm::from_pretrained(&ctx, &fixture(), fucina_core::DType::F32)
+                .unwrap();
+        let mut init = fucina_nn::Init::new(&ctx, fucina_core::DType::F32, 0);
+        let cfg = fucina_nn::load_adapter(&mut lm, &out.join("adapter"), &mut init).unwrap();
+        assert_eq!(cfg.r, 8);
+        // The merged model has the family's keys only and loads strictly.
+        let merged = fucina_nn::CausalLm::from_pretrained(
+            &ctx,
+            &out.join("merged"),
+            fucina_core::DType::F32,
+        )
+        .unwrap();
+        let ids = fucina_autograd::Tensor::constant(&ctx, &[5i64, 6, 7, 8], &[1, 4]).unwrap();
+        fucina_nn::Module::eval(&lm);
+        let a = lm.forward(&ids, None).unwrap().to_vec::<f32>().unwrap();
+        let b = merged.forward(&ids, None).unwrap().to_vec::<f32>().unwrap();
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "merged vs adapter logits differ by {worst}");
+    }
+    assert_eq!(ctx.stats().outstanding, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tmp("bad");
+    let data = small_text(&dir);
+    let out = dir.join("out");
+    let err = |extra: &[&str]| {
+        finetune_llm(&args(&data, &out, extra), false)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err(&["--target-modules", "nope"]);
+    assert!(
+        e.contains("no linear layer matches") && e.contains("q_proj"),
+        "{e}"
+    );
+    let e = err(&["--lora-r", "0"]);
+    assert!(e.contains("--lora-r") && e.contains("positive"), "{e}");
+    let e = err(&["--block-size", "65"]);
+    assert!(e.contains("exceeds the model's context of 64"), "{e}");
+    let e = err(&["--model", dir.to_str().unwrap()]);
+    assert!(e.contains("has no config.json"), "{e}");
+    let e = err(&["--resume"]);
+    assert!(e.contains("no complete checkpoint"), "{e}");
+    let e = err(&["--full", "--export-twin", "x"]);
+    assert!(e.contains("--export-twin"), "{e}");
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"prompt\": \"A:\\n\", \"completion\": \"b\"}\n{\"prompt\": \"C:\\n\"}\n",
+    )
+    .unwrap();
+    let e = err(&["--data", bad.to_str().unwrap()]);
+    assert!(
+        e.contains("bad.jsonl") && e.contains("line 2: field `completion` is missing"),
+        "{e}"
+    );
+    let e = err(&["--data", dir.join("absent.txt").to_str().unwrap()]);
+    assert!(e.contains("absent.txt"), "{e}");
+    let e = err(&["--batch-size", "1000"]);
+    assert!(e.contains("make no batch of 1000"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
