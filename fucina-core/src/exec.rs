@@ -231,49 +231,53 @@ unsafe impl<T: Send> Send for MatMut<'_, T> {}
 
 impl<'a, T> MatMut<'a, T> {
     /// The matrices `[m, n]` with strides `(rs, cs)` at `offset + offset_of(batch, bs, i)` for
-    /// each batch index `i` in row-major order, or `None` when the whole view is not inside
-    /// `data` or two of its positions coincide ([`shape::non_overlapping`]).
+    /// each batch index `i` in row-major order; none when the matrices are empty (there is
+    /// nothing to write, however many there are). An error saying why when the whole view is
+    /// not inside `data`, two of its positions coincide ([`shape::non_overlapping`]) or the
+    /// list of matrices cannot be allocated.
     pub fn batch(
         data: &'a mut [T],
         offset: usize,
         (batch, bs): (&[usize], &[usize]),
         (m, n): (usize, usize),
         (rs, cs): (usize, usize),
-    ) -> Option<Vec<MatMut<'a, T>>> {
+    ) -> std::result::Result<Vec<MatMut<'a, T>>, &'static str> {
         let mut dims: Vec<usize> = batch.to_vec();
         let mut strides: Vec<usize> = bs.to_vec();
         dims.extend([m, n]);
         strides.extend([rs, cs]);
         if batch.len() != bs.len() || !shape::non_overlapping(&dims, &strides) {
-            return None;
+            return Err("overlaps itself");
         }
-        let items = shape::checked_numel(batch)?;
-        if items > 0 && m > 0 && n > 0 {
-            let last = dims
-                .iter()
-                .zip(&strides)
-                .try_fold(offset, |acc, (&d, &s)| {
-                    acc.checked_add((d - 1).checked_mul(s)?)
-                })?;
-            if last >= data.len() {
-                return None;
-            }
+        let items = shape::checked_numel(batch).ok_or("has more items than usize holds")?;
+        if items == 0 || m == 0 || n == 0 {
+            return Ok(Vec::new());
         }
+        let last = dims
+            .iter()
+            .zip(&strides)
+            .try_fold(offset, |acc, (&d, &s)| {
+                acc.checked_add((d - 1).checked_mul(s)?)
+            })
+            .ok_or("leaves its buffer")?;
+        if last >= data.len() {
+            return Err("leaves its buffer");
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(items)
+            .map_err(|_| "has too many items to list")?;
         let base = data.as_mut_ptr();
-        Some(
-            (0..items)
-                .map(|i| MatMut {
-                    // In bounds when the matrix is non-empty (checked above); never dereferenced
-                    // otherwise.
-                    ptr: base.wrapping_add(offset + shape::offset_of(batch, bs, i)),
-                    rows: m,
-                    cols: n,
-                    rs,
-                    cs,
-                    _borrow: std::marker::PhantomData,
-                })
-                .collect(),
-        )
+        out.extend((0..items).map(|i| MatMut {
+            // In bounds: the matrices are non-empty and the whole view is inside `data`
+            // (checked above).
+            ptr: base.wrapping_add(offset + shape::offset_of(batch, bs, i)),
+            rows: m,
+            cols: n,
+            rs,
+            cs,
+            _borrow: std::marker::PhantomData,
+        }));
+        Ok(out)
     }
 
     /// The disjoint tiles `row_cuts[g]..row_cuts[g+1]` × `col_cuts[w]..col_cuts[w+1]`, row-group

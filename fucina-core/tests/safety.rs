@@ -249,6 +249,25 @@ fn empty_tensors_with_huge_extents_are_handled() {
 }
 
 #[test]
+fn a_matmul_of_many_empty_matrices_lists_none_of_them() {
+    // Found by the full op soak: a batched matmul whose output had 2^62
+    // batch items of [0, n] collected one view per item (capacity overflow
+    // panic, then an abort on the 5e18-byte allocation).
+    let ctx = ctx();
+    let x = ctx.zeros(DType::F32, &[0]).unwrap();
+    let a = ctx.reshape(&x, &[1 << 62, 0, 3]).unwrap();
+    let b = ctx.zeros(DType::F32, &[3, 2]).unwrap();
+    let c = ctx.matmul(&a, &b).unwrap();
+    assert_eq!(c.shape(), &[1 << 62, 0, 2]);
+    let a = ctx.zeros(DType::F32, &[4, 0]).unwrap();
+    let b = ctx.reshape(&x, &[1 << 62, 0, 5]).unwrap();
+    // K = 0 but a non-empty [2^62, 4, 5] output: too large, a clean error.
+    let e = ctx.matmul(&a, &b).unwrap_err().to_string();
+    assert!(e.contains("more elements than usize can count"), "{e}");
+    drop((x, a, b, c));
+}
+
+#[test]
 fn narrowing_an_empty_tensor_keeps_the_view_inside_its_extent() {
     // Found by the fuzz soak: narrowing axis 1 of a [0, 2] tensor moved the
     // offset past the (empty) extent.

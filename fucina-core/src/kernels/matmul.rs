@@ -406,11 +406,9 @@ fn gemm_typed<T: GemmFloat>(
         (p.m, p.n),
         (p.c.rs, p.c.cs),
     )
-    .ok_or_else(|| Error::InvalidArgument {
+    .map_err(|why| Error::InvalidArgument {
         op,
-        msg: format!(
-            "output of shape {c_shape:?} with strides {c_strides:?} leaves its buffer or overlaps itself"
-        ),
+        msg: format!("output of shape {c_shape:?} with strides {c_strides:?} {why}"),
     })?;
     // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available (checked
     // above).
