@@ -22,7 +22,7 @@
 //! tensor is one error listing them), read through a memory map, every error
 //! naming the file and the tensor, and a failed load changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fucina_autograd::io::{self as sdio, LoadOptions, SaveOptions};
@@ -299,6 +299,8 @@ pub fn save_checkpoint(
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         sync_dir(root)?;
         write_payload(root, &dir, &model, &optim, &json)?;
+        // Best effort: a failure to tidy never fails a save that landed.
+        let _ = remove_stale_saves(root);
         return Ok(dir);
     }
     // Re-saving a step that has a marker: the old checkpoint stays complete
@@ -307,6 +309,7 @@ pub fn save_checkpoint(
     // window between them `find_latest` takes either of the two (both are
     // complete) from their sibling names.
     let tag = unique_tag();
+    let _in_flight = InFlight::register(&tag);
     let staging = root.join(format!("{name}.{STAGING}{tag}"));
     let old = root.join(format!("{name}.{REPLACED}{tag}"));
     std::fs::create_dir(&staging).map_err(|e| Error::io(&staging, e))?;
@@ -323,7 +326,105 @@ pub fn save_checkpoint(
     sync_dir(root)?;
     std::fs::remove_dir_all(&old).map_err(|e| Error::io(&old, e))?;
     sync_dir(root)?;
+    drop(_in_flight);
+    let _ = remove_stale_saves(root);
     Ok(dir)
+}
+
+/// The tags of this process's re-saves now running (their staging and
+/// replaced directories are not stale).
+static IN_FLIGHT: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Registers a re-save's tag while it runs.
+struct InFlight(String);
+
+impl InFlight {
+    fn register(tag: &str) -> InFlight {
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tag.to_string());
+        InFlight(tag.to_string())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+    }
+}
+
+/// Whether process `pid` may still be running (Linux: `/proc/<pid>`
+/// exists; elsewhere always assumed).
+fn may_be_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true
+    }
+}
+
+/// Deletes what interrupted re-saves left under `root` — the staging
+/// (`step-N.tmp-<pid>-<n>`) and replaced (`step-N.old-<pid>-<n>`)
+/// directories of a save that failed in this process or of a process that
+/// is gone — once `step-N` itself is complete again; returns what it
+/// deleted. A sibling of a save still running (here or in a live process)
+/// and the siblings of a step whose directory is missing (`find_latest`
+/// may need them) are kept. `save_checkpoint` calls it after every save.
+pub fn remove_stale_saves(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut gone = Vec::new();
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(gone),
+        Err(e) => return Err(Error::io(root, e)),
+    };
+    let me = std::process::id();
+    for e in entries {
+        let e = e.map_err(|err| Error::io(root, err))?;
+        let name = e.file_name();
+        let Some((step, tag)) = name
+            .to_str()
+            .and_then(|s| s.strip_prefix("step-"))
+            .and_then(|s| s.split_once('.'))
+            .and_then(|(n, rest)| {
+                let tag = rest
+                    .strip_prefix(STAGING)
+                    .or_else(|| rest.strip_prefix(REPLACED))?;
+                Some((n.parse::<u64>().ok()?, tag.to_string()))
+            })
+        else {
+            continue;
+        };
+        let Some(pid) = tag.split_once('-').and_then(|(p, _)| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let running = if pid == me {
+            IN_FLIGHT
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&tag)
+        } else {
+            may_be_alive(pid)
+        };
+        if running
+            || !matches!(
+                load_checkpoint(&root.join(step_dir_name(step))),
+                Ok(Some(_))
+            )
+        {
+            continue;
+        }
+        let path = e.path();
+        std::fs::remove_dir_all(&path).map_err(|err| Error::io(&path, err))?;
+        gone.push(path);
+    }
+    if !gone.is_empty() {
+        sync_dir(root)?;
+    }
+    Ok(gone)
 }
 
 /// The payload files, then the marker, into `dir` (each atomically).

@@ -77,8 +77,8 @@ pub use algo::sgd::{Sgd, SgdConfig};
 pub use algo::{adam, lion, muon, rmsprop, sgd};
 pub use checkpoint::{
     find_latest, fnv1a64, load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes,
-    save_checkpoint, save_model, Checkpoint, FileDigest, LatestCheckpoint, SkippedCheckpoint,
-    TrainerState,
+    remove_stale_saves, save_checkpoint, save_model, Checkpoint, FileDigest, LatestCheckpoint,
+    SkippedCheckpoint, TrainerState,
 };
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm, grads_are_finite};
 pub use error::{Error, Result};

@@ -169,6 +169,68 @@ fn resaving_a_step_keeps_it_complete_at_every_point() {
     std::fs::remove_dir_all(&root).ok();
 }
 
+#[test]
+fn leftovers_of_interrupted_resaves_are_removed_once_their_step_is_complete() {
+    let root = tmp_root("stale");
+    train_and_save(&root, 3).unwrap();
+    save_step5(&root, 1.0).unwrap();
+    // A re-save of step 5 that failed in this process mid-swap leaves the
+    // old copy and the staged one beside the new directory's absence.
+    inject_fault(Some(("after_swap_out", FaultAction::Fail)));
+    save_step5(&root, 2.0).unwrap_err();
+    inject_fault(None);
+    let names = |root: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let me = std::process::id();
+    assert_eq!(names(&root).len(), 3, "{:?}", names(&root));
+    // Leftovers of a dead process (pid above Linux's pid_max) for step 3,
+    // and for a step 9 whose directory is missing (find_latest may need them).
+    let dead = 999_999_999u32;
+    for n in [
+        format!("step-000003.tmp-{dead}-0"),
+        format!("step-000003.old-{dead}-1"),
+        format!("step-000009.tmp-{dead}-2"),
+    ] {
+        std::fs::create_dir(root.join(n)).unwrap();
+    }
+    // Step 5 is missing (mid-swap): nothing of step 5 or 9 may go yet.
+    let gone = remove_stale_saves(&root).unwrap();
+    let mut gone: Vec<String> = gone
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    gone.sort();
+    if cfg!(target_os = "linux") {
+        assert_eq!(
+            gone,
+            [
+                format!("step-000003.old-{dead}-1"),
+                format!("step-000003.tmp-{dead}-0")
+            ]
+        );
+    }
+    assert!(names(&root)
+        .iter()
+        .any(|n| n.starts_with(&format!("step-000005.old-{me}-"))));
+    // A successful re-save completes step 5 and tidies its own leftovers.
+    save_step5(&root, 3.0).unwrap();
+    let left = names(&root);
+    let want = [
+        "step-000003".to_string(),
+        "step-000005".to_string(),
+        format!("step-000009.tmp-{dead}-2"),
+    ];
+    assert_eq!(left, want, "{left:?}");
+    assert_eq!(load_latest(&root).unwrap().unwrap().state.data_position, 3);
+    std::fs::remove_dir_all(&root).ok();
+}
+
 /// In the child: save step 3 completely, then hang in the middle of saving step 6.
 /// Not a test of its own: `killed_mid_save_keeps_previous_checkpoint` runs it
 /// (with `--ignored` and the directory in `CHILD_ENV`) and kills it.
