@@ -11,6 +11,8 @@ use std::time::Instant;
 use fucina::Result;
 use fucina_core::ExecContext;
 
+#[path = "src/mfu.rs"]
+pub mod mfu;
 #[path = "src/workloads/mod.rs"]
 pub mod workloads;
 
@@ -20,6 +22,10 @@ pub trait Workload {
     fn step(&mut self) -> Result<()>;
     /// Floating point operations per step, when meaningful (reported as GFLOP/s).
     fn flops(&self) -> Option<f64> {
+        None
+    }
+    /// The shapes of a transformer training step, for tokens/s and MFU.
+    fn shape(&self) -> Option<mfu::TransformerShape> {
         None
     }
 }
@@ -105,6 +111,39 @@ pub fn json_line(name: &str, threads: usize, t: &Timing, flops: Option<f64>) -> 
         ));
     }
     s.push('}');
+    s
+}
+
+/// [`json_line`] plus, for a transformer step, `tokens_per_s`, the model
+/// FLOPs' rate `model_gflops` and `mfu` (that rate over `peak_gflops`, the
+/// machine's FMA peak; see [`mfu`]).
+pub fn json_line_mfu(
+    name: &str,
+    threads: usize,
+    t: &Timing,
+    flops: Option<f64>,
+    shape: Option<&mfu::TransformerShape>,
+    peak_gflops: Option<f64>,
+) -> String {
+    let mut s = json_line(name, threads, t, flops);
+    if let Some(sh) = shape {
+        s.pop();
+        let secs = t.median_ms * 1e-3;
+        let model = sh.train_flops() / secs / 1e9;
+        s.push_str(&format!(
+            ", \"tokens_per_s\": {}, \"model_gflops\": {}",
+            round_to(sh.tokens() as f64 / secs, 1),
+            round_to(model, 1)
+        ));
+        if let Some(p) = peak_gflops {
+            s.push_str(&format!(
+                ", \"peak_gflops\": {}, \"mfu\": {}",
+                round_to(p, 1),
+                round_to(model / p, 4)
+            ));
+        }
+        s.push('}');
+    }
     s
 }
 

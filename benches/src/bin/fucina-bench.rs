@@ -7,7 +7,7 @@
 //! workloads exit with status 2 before anything runs.
 
 use fucina_benches::workloads::{self, gemm::Layout, Options};
-use fucina_benches::{context, json_line, time_workload};
+use fucina_benches::{context, json_line_mfu, mfu, time_workload};
 
 struct Args {
     workloads: Vec<String>,
@@ -101,6 +101,8 @@ fn parse_args() -> Args {
 fn main() {
     let args = parse_args();
     let ctx = context(args.threads).unwrap_or_else(|e| fail(&format!("cannot build context: {e}")));
+    // The FMA peak MFU divides by, measured once (FUCINA_FMA_PEAK_GFLOPS skips it).
+    let mut peak: Option<Option<f64>> = None;
     for name in &args.workloads {
         let mut w = match workloads::build(name, &ctx, &args.opts) {
             Some(Ok(w)) => w,
@@ -113,7 +115,17 @@ fn main() {
         // torch_workloads.py times 20x more steps of the overhead-bound `tiny` workload.
         let steps = args.steps * if name == "tiny" { 20 } else { 1 };
         match time_workload(w.as_mut(), steps, args.warmup) {
-            Ok(t) => println!("{}", json_line(name, args.threads, &t, w.flops())),
+            Ok(t) => {
+                let shape = w.shape();
+                let p = match (&shape, peak) {
+                    (Some(_), None) => *peak.insert(mfu::fma_peak_gflops(args.threads)),
+                    (_, p) => p.flatten(),
+                };
+                println!(
+                    "{}",
+                    json_line_mfu(name, args.threads, &t, w.flops(), shape.as_ref(), p)
+                )
+            }
             Err(e) => {
                 eprintln!("fucina-bench: {name}: {e}");
                 std::process::exit(1);

@@ -96,4 +96,21 @@ impl crate::Workload for GptTrain {
     fn step(&mut self) -> Result<()> {
         self.train_step().map(|_| ())
     }
+    fn shape(&self) -> Option<crate::mfu::TransformerShape> {
+        let c = &self.model.config;
+        Some(crate::mfu::TransformerShape {
+            batch: BATCH,
+            seq: SEQ,
+            layers: c.n_layer,
+            d_model: c.n_embd,
+            heads: c.n_head,
+            kv_heads: c.n_head,
+            head_dim: c.n_embd / c.n_head,
+            ffn: 4 * c.n_embd,
+            mlp_matrices: 2,
+            vocab: c.vocab_size,
+            causal: true,
+            lora_rank: None,
+        })
+    }
 }

@@ -46,6 +46,8 @@ pub struct LlamaTrain {
     idx: Tensor,
     tgt: Tensor,
     opt: AdamW,
+    /// The base frozen under rank-8 adapters.
+    lora: bool,
 }
 
 impl LlamaTrain {
@@ -87,6 +89,7 @@ impl LlamaTrain {
             idx: Tensor::constant(ctx, &idx, &[BATCH, SEQ])?,
             tgt: Tensor::constant(ctx, &tgt, &[BATCH * SEQ])?,
             opt,
+            lora,
         })
     }
 
@@ -104,5 +107,22 @@ impl LlamaTrain {
 impl crate::Workload for LlamaTrain {
     fn step(&mut self) -> Result<()> {
         self.train_step().map(|_| ())
+    }
+    fn shape(&self) -> Option<crate::mfu::TransformerShape> {
+        let c = &self.model.config;
+        Some(crate::mfu::TransformerShape {
+            batch: BATCH,
+            seq: SEQ,
+            layers: c.num_layers,
+            d_model: c.hidden_size,
+            heads: c.num_heads,
+            kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            ffn: c.intermediate_size,
+            mlp_matrices: 3,
+            vocab: c.vocab_size,
+            causal: true,
+            lora_rank: self.lora.then_some(8),
+        })
     }
 }

@@ -213,4 +213,22 @@ impl crate::Workload for MiniLmTrain {
     fn step(&mut self) -> Result<()> {
         self.train_step().map(|_| ())
     }
+    fn shape(&self) -> Option<crate::mfu::TransformerShape> {
+        let c = &self.model.bert.config;
+        // Every position is computed (padding included); the 2-class head is not counted.
+        Some(crate::mfu::TransformerShape {
+            batch: BATCH,
+            seq: SEQ,
+            layers: c.num_hidden_layers,
+            d_model: c.hidden_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_attention_heads,
+            head_dim: c.hidden_size / c.num_attention_heads,
+            ffn: c.intermediate_size,
+            mlp_matrices: 2,
+            vocab: 0,
+            causal: false,
+            lora_rank: None,
+        })
+    }
 }
