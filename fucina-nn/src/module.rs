@@ -131,6 +131,14 @@ pub trait Module {
     /// (`true`) or evaluation (`false`).
     fn set_training(&self, training: bool);
 
+    /// The dotted path of the module that maps hidden states to the
+    /// vocabulary (transformers' `get_output_embeddings`), when this module
+    /// is a model with one: LoRA's `"all-linear"` leaves it out, as PEFT
+    /// does. `None` by default (a plain module has no output head).
+    fn output_head(&self) -> Option<String> {
+        None
+    }
+
     /// Every parameter with its dotted path, in declaration order; a tensor
     /// reached twice (a tied weight) is listed once, under its first path.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -396,6 +404,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn set_training(&self, training: bool) {
         (**self).set_training(training);
     }
+    fn output_head(&self) -> Option<String> {
+        (**self).output_head()
+    }
 }
 
 /// The train/eval flag of a module that behaves differently in the two
@@ -481,9 +492,11 @@ impl<T: Module + Forward> Layer for T {}
 /// Implements [`Module`] for a struct from a list of `name => field`
 /// children whose names are computed at run time (the decoder's names
 /// depend on the family): each child is visited under `join(prefix, name)`
-/// in list order; the struct reports itself to `visit_modules` first.
+/// in list order; the struct reports itself to `visit_modules` first. An
+/// optional `output_head = expr` (with the same `|s|` binding) implements
+/// [`Module::output_head`].
 macro_rules! module_children {
-    ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?]) => {
+    ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?] $(, output_head = $head:expr)?) => {
         impl $crate::module::Module for $ty {
             fn visit_params(
                 &self,
@@ -532,6 +545,12 @@ macro_rules! module_children {
                 let $s = self;
                 $( $crate::module::Module::set_training(&$s.$field, training); )*
             }
+            $(
+                fn output_head(&self) -> Option<String> {
+                    let $s = self;
+                    $head
+                }
+            )?
         }
     };
 }
