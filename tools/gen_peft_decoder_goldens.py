@@ -27,6 +27,13 @@ For each of the llama, qwen2 and qwen3 fixtures (fucina-nn/tests/fixtures/hf):
 fucina-nn/tests/peft_decoders.rs loads both adapters into fucina's CausalLm
 and compares the logits (1e-5).
 
+Reproducibility: the cases seed torch's global generator (PEFT draws A from
+it), so a rerun rewrites them byte for byte. The family adapters of step 1
+were made without that seed (kept as committed: adding it would change
+them), so a rerun redraws their A and rewrites them and their logits; the
+tests pass either way, but restore them (`git checkout`) to keep the diff
+to what changed.
+
 Run:  ${PYTHON:-python3} tools/gen_peft_decoder_goldens.py
 Writes fucina-nn/tests/goldens/peft_decoders/<fam>/{peft_adapter/,logits.safetensors}
 and fucina-nn/tests/goldens/peft_decoders/cases/<name>/.
