@@ -131,11 +131,12 @@ pub trait Module {
     /// (`true`) or evaluation (`false`).
     fn set_training(&self, training: bool);
 
-    /// The dotted path of the module that maps hidden states to the
-    /// vocabulary (transformers' `get_output_embeddings`), when this module
-    /// is a model with one: LoRA's `"all-linear"` leaves it out, as PEFT
-    /// does. `None` by default (a plain module has no output head).
-    fn output_head(&self) -> Option<String> {
+    /// The module that maps hidden states to the vocabulary (transformers'
+    /// `get_output_embeddings`), when this module is a model with one:
+    /// LoRA's `"all-linear"` leaves it out and `modules_to_save` refuses to
+    /// split a tied pair silently. `None` by default (a plain module has no
+    /// output head).
+    fn output_head(&self) -> Option<OutputHead> {
         None
     }
 
@@ -404,7 +405,7 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn set_training(&self, training: bool) {
         (**self).set_training(training);
     }
-    fn output_head(&self) -> Option<String> {
+    fn output_head(&self) -> Option<OutputHead> {
         (**self).output_head()
     }
 }
@@ -477,6 +478,17 @@ pub fn for_each_mut<T: Any, M: Module + ?Sized>(m: &mut M, mut f: impl FnMut(&st
     });
 }
 
+/// A model's output head, as [`Module::output_head`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputHead {
+    /// The head's dotted path (`lm_head`), whether or not it is a module of
+    /// its own.
+    pub path: String,
+    /// When the head is tied (it has no module and uses another module's
+    /// weight, `tie_word_embeddings`): that module's path (`model.embed_tokens`).
+    pub tied_to: Option<String>,
+}
+
 /// A module with one input and one output, as `Sequential` chains them.
 pub trait Forward {
     /// Runs the module on `x`.
@@ -546,7 +558,7 @@ macro_rules! module_children {
                 $( $crate::module::Module::set_training(&$s.$field, training); )*
             }
             $(
-                fn output_head(&self) -> Option<String> {
+                fn output_head(&self) -> Option<$crate::module::OutputHead> {
                     let $s = self;
                     $head
                 }

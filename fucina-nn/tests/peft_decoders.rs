@@ -731,6 +731,33 @@ fn bad_adapters_are_clear_errors() {
             e.contains("modules_to_save `score` matches no module"),
             "{e}"
         );
+        // On a tied model, saving the embedding whole would move the head too.
+        {
+            let mut tied = CausalLm::from_pretrained(&ctx, &fixture("qwen2"), DType::F32).unwrap();
+            let cfg = LoraConfig::new(4, 8.0, &["q_proj"]).with_modules_to_save(&["embed_tokens"]);
+            let e = err(cfg.clone(), &mut tied, &mut init);
+            assert!(
+                e.contains("`model.embed_tokens`") && e.contains("untie_lm_head"),
+                "{e}"
+            );
+            // Untied, the embedding trains on its copy and the head keeps the original.
+            let (ids, mask, _) = batch(&ctx, "qwen2");
+            let before = logits(&tied, &ids, &mask);
+            assert!(tied.untie_lm_head().unwrap() && !tied.untie_lm_head().unwrap());
+            assert_eq!(
+                logits(&tied, &ids, &mask),
+                before,
+                "untying changes no logit"
+            );
+            let embed = tied.embed_tokens.weight.clone();
+            apply_lora(&mut tied, &cfg, &mut init).unwrap();
+            let head = &tied.lm_head.as_ref().unwrap().weight;
+            assert!(
+                !tied.embed_tokens.weight.same_as(&embed)
+                    && tied.embed_tokens.weight.requires_grad()
+            );
+            assert!(!head.requires_grad() && !head.same_as(&tied.embed_tokens.weight));
+        }
         // An init PEFT has but fucina does not (it rewrites the base weights).
         let e = err(
             LoraConfig::new(4, 8.0, &["q_proj"]).with_init(InitLoraWeights::Name("pissa".into())),

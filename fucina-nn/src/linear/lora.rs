@@ -24,10 +24,12 @@
 //! originals (PEFT's `ModulesToSaveWrapper` deep copy), which are frozen and
 //! left untouched; [`remove_lora`] keeps the trained copies, as PEFT's
 //! `unload()` does. Everything else is frozen, so only adapter and saved
-//! parameters train. A tied output head has no module of its own here: a
-//! `modules_to_save` entry naming it is an error that says to untie it first
+//! parameters train. A tied output head has no module of its own here (it
+//! reads the embedding's tensor): a `modules_to_save` entry naming it, or
+//! the embedding it shares, is an error that says to untie it first
 //! (`CausalLm::untie_lm_head`, which gives the head a copy of the embedding,
-//! as PEFT's deep copy of the tied `lm_head` does).
+//! so a saved copy of either side leaves the other on the original, as in
+//! PEFT).
 //!
 //! Merging adds `scale·B·A` into the base weight and keeps the original
 //! weight tensor, so unmerging restores it bit for bit (subtracting the
@@ -60,7 +62,7 @@ use super::Linear;
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
-use crate::module::{for_each_mut, Module};
+use crate::module::{for_each_mut, Module, OutputHead};
 
 /// The key prefix PEFT gives every adapter tensor of a `PeftModel`.
 pub const PEFT_PREFIX: &str = "base_model.model.";
@@ -339,7 +341,9 @@ fn plan<M: Module + ?Sized>(model: &M, config: &LoraConfig) -> Result<Plan> {
         }
         match (m.check(path), kind) {
             (Check::Excluded, _) => excluded += 1,
-            (Check::Target, Kind::Linear { .. }) if m.is_all_linear() && head.as_ref() == Some(path) => {
+            (Check::Target, Kind::Linear { .. })
+                if m.is_all_linear() && head.as_ref().is_some_and(|h| &h.path == path) =>
+            {
                 unmatched += 1
             }
             (Check::Target, Kind::Linear { i, o, adapted }) => {
@@ -407,9 +411,12 @@ fn plan<M: Module + ?Sized>(model: &M, config: &LoraConfig) -> Result<Plan> {
             .collect();
         if hits.is_empty() {
             let msg = match &head {
-                Some(h) if h.ends_with(entry.as_str()) => format!(
-                    "modules_to_save `{entry}` names the output head `{h}`, which is tied to the \
-                     input embedding here and has no module of its own: untie it first \
+                Some(OutputHead {
+                    path: h,
+                    tied_to: Some(e),
+                }) if h.ends_with(entry.as_str()) => format!(
+                    "modules_to_save `{entry}` names the output head `{h}`, which is tied to \
+                     `{e}` here and has no module of its own: untie it first \
                      (`CausalLm::untie_lm_head`, which gives it a copy of the embedding, as \
                      PEFT's copy of a tied `lm_head` does)"
                 ),
@@ -430,6 +437,25 @@ fn plan<M: Module + ?Sized>(model: &M, config: &LoraConfig) -> Result<Plan> {
         }
         for p in hits {
             let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}."));
+            // PEFT copies the saved module only, so a tied head keeps the
+            // original weight; here the head reads the module's own tensor.
+            if let Some(OutputHead {
+                path: h,
+                tied_to: Some(e),
+            }) = &head
+            {
+                if inside(e, p) || inside(p, e) {
+                    return Err(Error::config(
+                        W,
+                        format!(
+                            "modules_to_save `{entry}` selects `{p}`, whose weight the tied output \
+                             head `{h}` shares: PEFT trains a copy for `{p}` only and keeps the head \
+                             on the original; untie the head first (`CausalLm::untie_lm_head`) to \
+                             get exactly that"
+                        ),
+                    ));
+                }
+            }
             if let Some((q, _)) = mods
                 .iter()
                 .find(|(q, k)| inside(q, p) && matches!(k, Kind::Linear { adapted: true, .. }))
@@ -485,7 +511,7 @@ pub(crate) fn saved_paths<M: Module + ?Sized>(
 /// except the model's output head, sorted (PEFT writes this set, before
 /// `exclude_modules` applies, as `target_modules` of the saved config).
 pub(crate) fn all_linear_paths<M: Module + ?Sized>(model: &M) -> Vec<String> {
-    let head = model.output_head();
+    let head = model.output_head().map(|h| h.path);
     let mut paths: Vec<String> = modules(model)
         .into_iter()
         .filter(|(p, k)| matches!(k, Kind::Linear { .. }) && head.as_ref() != Some(p))

@@ -77,7 +77,10 @@ module_children!(CausalLm, |s| [
     s.names.final_norm => norm,
     s.names.head => lm_head,
     "rotary_emb" => rope,
-], output_head = Some(s.names.head.to_string()));
+], output_head = Some(crate::module::OutputHead {
+    path: s.names.head.to_string(),
+    tied_to: s.lm_head.is_none().then(|| s.names.embed.to_string()),
+}));
 
 /// Where a model's parameters come from while it is built: called with
 /// each parameter's checkpoint name, its shape (`[out, in]` for every
