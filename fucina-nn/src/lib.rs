@@ -68,7 +68,9 @@ pub use kv_cache::KvCache;
 /// LoRA at its historical path (`fucina_nn::lora`); it lives in `linear/`.
 pub use linear::lora;
 pub use linear::Linear;
-pub use lora::{apply_lora, load_adapter, save_adapter, LoraAdapter, LoraConfig};
+pub use lora::{
+    apply_lora, load_adapter, save_adapter, InitLoraWeights, LoraAdapter, LoraConfig, TargetModules,
+};
 pub use models::{mean_pool, BertConfig, BertModel, CausalLm, Gpt, GptConfig};
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};

@@ -131,6 +131,15 @@ pub trait Module {
     /// (`true`) or evaluation (`false`).
     fn set_training(&self, training: bool);
 
+    /// The module that maps hidden states to the vocabulary (transformers'
+    /// `get_output_embeddings`), when this module is a model with one:
+    /// LoRA's `"all-linear"` leaves it out and `modules_to_save` refuses to
+    /// split a tied pair silently. `None` by default (a plain module has no
+    /// output head).
+    fn output_head(&self) -> Option<OutputHead> {
+        None
+    }
+
     /// Every parameter with its dotted path, in declaration order; a tensor
     /// reached twice (a tied weight) is listed once, under its first path.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -396,6 +405,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn set_training(&self, training: bool) {
         (**self).set_training(training);
     }
+    fn output_head(&self) -> Option<OutputHead> {
+        (**self).output_head()
+    }
 }
 
 /// The train/eval flag of a module that behaves differently in the two
@@ -466,6 +478,17 @@ pub fn for_each_mut<T: Any, M: Module + ?Sized>(m: &mut M, mut f: impl FnMut(&st
     });
 }
 
+/// A model's output head, as [`Module::output_head`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputHead {
+    /// The head's dotted path (`lm_head`), whether or not it is a module of
+    /// its own.
+    pub path: String,
+    /// When the head is tied (it has no module and uses another module's
+    /// weight, `tie_word_embeddings`): that module's path (`model.embed_tokens`).
+    pub tied_to: Option<String>,
+}
+
 /// A module with one input and one output, as `Sequential` chains them.
 pub trait Forward {
     /// Runs the module on `x`.
@@ -481,9 +504,11 @@ impl<T: Module + Forward> Layer for T {}
 /// Implements [`Module`] for a struct from a list of `name => field`
 /// children whose names are computed at run time (the decoder's names
 /// depend on the family): each child is visited under `join(prefix, name)`
-/// in list order; the struct reports itself to `visit_modules` first.
+/// in list order; the struct reports itself to `visit_modules` first. An
+/// optional `output_head = expr` (with the same `|s|` binding) implements
+/// [`Module::output_head`].
 macro_rules! module_children {
-    ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?]) => {
+    ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?] $(, output_head = $head:expr)?) => {
         impl $crate::module::Module for $ty {
             fn visit_params(
                 &self,
@@ -532,6 +557,12 @@ macro_rules! module_children {
                 let $s = self;
                 $( $crate::module::Module::set_training(&$s.$field, training); )*
             }
+            $(
+                fn output_head(&self) -> Option<$crate::module::OutputHead> {
+                    let $s = self;
+                    $head
+                }
+            )?
         }
     };
 }

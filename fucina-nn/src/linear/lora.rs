@@ -1,15 +1,35 @@
-//! LoRA (low-rank adaptation) on frozen `Linear` layers, in Hugging Face
-//! PEFT's layout and file format.
+//! LoRA (low-rank adaptation) on frozen `Linear` layers, by Hugging Face
+//! PEFT's rules (peft 0.21.2) and in its file format: the adapter layer,
+//! merging, and attaching adapters to any [`Module`] by path. The config and
+//! its path rules are in `lora/config.rs`, the adapter files in
+//! `lora/files.rs`.
 //!
-//! An adapter on a `Linear` of `in → out` holds `lora_A.weight [r, in]`
-//! (kaiming-uniform, PyTorch's `nn.Linear` default, as PEFT) and
-//! `lora_B.weight [out, r]` (zeros, so the initial delta is exactly zero);
-//! the layer computes `W·x + b + scale·B(A(dropout(x)))` with
-//! `scale = alpha / r` (`alpha / √r` with `use_rslora`). [`apply_lora`]
-//! attaches adapters to the linears of any [`Module`] (found with
-//! `module::for_each_mut`) whose dotted path matches a target (PEFT's rule:
-//! the path equals the target or ends with `.target`) and freezes everything
-//! else, so only adapter parameters train.
+//! An adapter on a `Linear` of `in → out` holds `lora_A.weight [r, in]` and
+//! `lora_B.weight [out, r]`; the layer computes `W·x + b + scale·B(A(dropout(x)))`
+//! with `scale = alpha / r` (`alpha / √r` with `use_rslora`). Fresh adapters
+//! follow `init_lora_weights`: `true` (A kaiming-uniform with a = √5, B zero,
+//! so the initial delta is exactly zero), `"gaussian"` (A ~ N(0, 1/r²), B
+//! zero) or `false` (A and B both `nn.Linear`'s kaiming-uniform), drawn from
+//! the [`Init`]'s seed.
+//!
+//! [`apply_lora`] walks every module of the model by dotted path (PEFT's
+//! `check_target_module_exists`): a path excluded by `exclude_modules` or
+//! lying inside a `modules_to_save` module is skipped; otherwise it is a
+//! target when `target_modules` (a list: the path equals an entry or ends
+//! with `.entry`; a string: a regex over the whole path; `"all-linear"`: every
+//! linear but [`Module::output_head`]) selects it. A selected module that is
+//! not a `Linear` is an error (PEFT's "not supported"). Every
+//! `modules_to_save` module (its path ends with an entry, PEFT's plain
+//! `endswith`) gets trainable copies of its parameters in place of the
+//! originals (PEFT's `ModulesToSaveWrapper` deep copy), which are frozen and
+//! left untouched; [`remove_lora`] keeps the trained copies, as PEFT's
+//! `unload()` does. Everything else is frozen, so only adapter and saved
+//! parameters train. A tied output head has no module of its own here (it
+//! reads the embedding's tensor): a `modules_to_save` entry naming it, or
+//! the embedding it shares, is an error that says to untie it first
+//! (`CausalLm::untie_lm_head`, which gives the head a copy of the embedding,
+//! so a saved copy of either side leaves the other on the original, as in
+//! PEFT).
 //!
 //! Merging adds `scale·B·A` into the base weight and keeps the original
 //! weight tensor, so unmerging restores it bit for bit (subtracting the
@@ -18,24 +38,31 @@
 //! that was added from the new weight instead of restoring the stale copy.
 //!
 //! Files ([`save_adapter`], [`load_adapter`]): `adapter_model.safetensors`
-//! with PEFT's key names (`base_model.model.<path>.lora_A.weight`) and
-//! `adapter_config.json` with PEFT's fields, so an adapter trained here loads
-//! in Python's `peft` (`PeftModel.from_pretrained`) and one trained there
-//! loads here. Supported: `peft_type = "LORA"`, a list of target modules,
-//! `bias = "none"`, no DoRA, no per-module rank or alpha patterns.
+//! with PEFT's key names (`base_model.model.<path>.lora_A.weight`, and
+//! `base_model.model.<path>.<param>` for a saved module: PEFT drops its
+//! `modules_to_save.<adapter>` part) and `adapter_config.json` with PEFT's
+//! fields, so an adapter trained here loads in Python's `peft`
+//! (`PeftModel.from_pretrained`) and one trained there loads here.
+//! Supported: `peft_type = "LORA"`, `bias = "none"`, no DoRA, no per-module
+//! rank or alpha patterns, no `layers_to_transform`.
+
+mod config;
+mod files;
+
+pub use config::{
+    Check, InitLoraWeights, LoraConfig, LoraInit, Matcher, TargetModules, ALL_LINEAR,
+};
+pub use files::{adapter_state_dict, load_adapter, save_adapter};
 
 use std::cell::RefCell;
-use std::path::Path;
 
-use fucina_autograd::io::{self as sdio, LoadOptions, SaveOptions};
 use fucina_autograd::{no_grad, RawTensor, Tensor};
-use serde::{Deserialize, Serialize};
 
 use super::Linear;
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
-use crate::module::{for_each_mut, Module};
+use crate::module::{for_each_mut, Module, OutputHead};
 
 /// The key prefix PEFT gives every adapter tensor of a `PeftModel`.
 pub const PEFT_PREFIX: &str = "base_model.model.";
@@ -92,11 +119,44 @@ impl LoraAdapter {
         scale: f64,
         dropout: f64,
     ) -> Result<LoraAdapter> {
+        Self::with_init(
+            init,
+            in_features,
+            out_features,
+            r,
+            scale,
+            dropout,
+            LoraInit::Default,
+        )
+    }
+
+    /// A fresh adapter drawn as `how` says (PEFT's `reset_lora_parameters`):
+    /// A first, then B, then the dropout's seed, one stream each.
+    pub fn with_init(
+        init: &mut Init,
+        in_features: usize,
+        out_features: usize,
+        r: usize,
+        scale: f64,
+        dropout: f64,
+        how: LoraInit,
+    ) -> Result<LoraAdapter> {
         if r == 0 {
             return Err(Error::config("LoraAdapter", "r must be positive"));
         }
-        let a = init.param(&[r, in_features], Dist::kaiming_uniform(in_features))?;
-        let b = init.param(&[out_features, r], Dist::Zeros)?;
+        // nn.Linear's kaiming_uniform(a = √5) is uniform on ±1/√fan_in.
+        let a_dist = match how {
+            LoraInit::Default | LoraInit::Random => Dist::kaiming_uniform(in_features),
+            // PEFT: nn.init.normal_(A, std = 1 / r).
+            LoraInit::Gaussian => Dist::normal(1.0 / r as f64),
+        };
+        let b_dist = match how {
+            LoraInit::Default | LoraInit::Gaussian => Dist::Zeros,
+            // Not reset: B keeps nn.Linear(r, out)'s default, fan_in = r.
+            LoraInit::Random => Dist::kaiming_uniform(r),
+        };
+        let a = init.param(&[r, in_features], a_dist)?;
+        let b = init.param(&[out_features, r], b_dist)?;
         let dropout = if dropout > 0.0 {
             Some(Dropout::new(init, dropout)?)
         } else {
@@ -210,258 +270,369 @@ fn same_bits(ctx: &fucina_core::ExecContext, a: &RawTensor, b: &RawTensor) -> Re
     Ok(a.as_bytes()? == b.as_bytes()?)
 }
 
-/// A LoRA configuration, serialised as PEFT's `adapter_config.json`. The
-/// fields fucina reads are typed; every other PEFT field is kept in
-/// `other` and written back unchanged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoraConfig {
-    /// Must be `"LORA"`.
-    pub peft_type: String,
-    /// The rank.
-    pub r: usize,
-    /// The scaling numerator.
-    pub lora_alpha: f64,
-    /// Dropout on the adapter input.
-    pub lora_dropout: f64,
-    /// Module names: a linear is adapted when its path equals one or ends
-    /// with `.` + one (PEFT's rule).
-    pub target_modules: Vec<String>,
-    /// Must be `"none"` (no bias adapters).
-    pub bias: String,
-    /// Must be `false` (PyTorch's `[out, in]` weight layout).
-    pub fan_in_fan_out: bool,
-    /// `scale = alpha / √r` instead of `alpha / r`.
-    #[serde(default)]
-    pub use_rslora: bool,
-    /// Must be `false`.
-    #[serde(default)]
-    pub use_dora: bool,
-    /// Must be empty.
-    #[serde(default)]
-    pub rank_pattern: serde_json::Map<String, serde_json::Value>,
-    /// Must be empty.
-    #[serde(default)]
-    pub alpha_pattern: serde_json::Map<String, serde_json::Value>,
-    /// Every other PEFT field, kept as read.
-    #[serde(flatten)]
-    pub other: serde_json::Map<String, serde_json::Value>,
+/// What kind of module a path of the model holds, for the rules.
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    /// A `Linear`: its sizes and whether an adapter is attached.
+    Linear { i: usize, o: usize, adapted: bool },
+    /// Part of an attached adapter (never a target: PEFT skips adapter internals).
+    AdapterPart,
+    /// Any other module.
+    Other,
 }
 
-impl LoraConfig {
-    /// A config with PEFT's defaults for every other field (as PEFT
-    /// [`PEFT_FORMAT_VERSION`] writes them for a bare `BertModel`).
-    pub fn new(r: usize, lora_alpha: f64, target_modules: &[&str]) -> LoraConfig {
-        use serde_json::{json, Value};
-        let other: serde_json::Map<String, Value> = [
-            ("alora_invocation_tokens", Value::Null),
-            ("arrow_config", Value::Null),
-            ("auto_mapping", Value::Null),
-            ("base_model_name_or_path", Value::Null),
-            ("corda_config", Value::Null),
-            ("ensure_weight_tying", json!(false)),
-            ("eva_config", Value::Null),
-            ("exclude_modules", Value::Null),
-            ("inference_mode", json!(true)),
-            ("init_lora_weights", json!(true)),
-            ("kasa_config", Value::Null),
-            ("layer_replication", Value::Null),
-            ("layers_pattern", Value::Null),
-            ("layers_to_transform", Value::Null),
-            ("loftq_config", json!({})),
-            ("lora_bias", json!(false)),
-            ("lora_ga_config", Value::Null),
-            ("megatron_config", Value::Null),
-            ("megatron_core", json!("megatron.core")),
-            ("modules_to_save", Value::Null),
-            ("monteclora_config", Value::Null),
-            ("peft_version", json!(PEFT_FORMAT_VERSION)),
-            ("qalora_group_size", json!(16)),
-            ("revision", Value::Null),
-            ("target_parameters", Value::Null),
-            ("task_type", Value::Null),
-            ("trainable_token_indices", Value::Null),
-            ("use_bdlora", Value::Null),
-            ("use_qalora", json!(false)),
-            ("velora_config", Value::Null),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        LoraConfig {
-            peft_type: "LORA".into(),
-            r,
-            lora_alpha,
-            lora_dropout: 0.0,
-            target_modules: target_modules.iter().map(|s| s.to_string()).collect(),
-            bias: "none".into(),
-            fan_in_fan_out: false,
-            use_rslora: false,
-            use_dora: false,
-            rank_pattern: Default::default(),
-            alpha_pattern: Default::default(),
-            other,
-        }
-    }
-
-    /// Sets the adapter dropout.
-    pub fn with_dropout(mut self, p: f64) -> LoraConfig {
-        self.lora_dropout = p;
-        self
-    }
-
-    /// `alpha / r`, or `alpha / √r` with `use_rslora`.
-    pub fn scale(&self) -> f64 {
-        if self.use_rslora {
-            self.lora_alpha / (self.r as f64).sqrt()
+/// Every module of `model` by path, parents first, with its kind; the root
+/// (`""`) is left out, as PEFT skips it.
+fn modules<M: Module + ?Sized>(model: &M) -> Vec<(String, Kind)> {
+    let mut out: Vec<(String, Kind)> = Vec::new();
+    let mut adapted: Vec<String> = Vec::new();
+    model.visit_modules("", &mut |path, any| {
+        let inside = adapted.iter().any(|p| path.starts_with(&format!("{p}.")));
+        let kind = if inside || any.is::<LoraAdapter>() || any.is::<LoraWeight>() {
+            Kind::AdapterPart
+        } else if let Some(l) = any.downcast_ref::<Linear>() {
+            if l.lora.is_some() {
+                adapted.push(path.to_string());
+            }
+            Kind::Linear {
+                i: l.in_features(),
+                o: l.out_features(),
+                adapted: l.lora.is_some(),
+            }
         } else {
-            self.lora_alpha / self.r as f64
+            Kind::Other
+        };
+        if !path.is_empty() {
+            out.push((path.to_string(), kind));
+        }
+    });
+    out
+}
+
+/// Up to 24 names, then how many more.
+fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 24;
+    let head: Vec<&String> = names.iter().take(SHOWN).collect();
+    if names.len() > SHOWN {
+        format!("{head:?} and {} more", names.len() - SHOWN)
+    } else {
+        format!("{head:?}")
+    }
+}
+
+/// The linears a config adapts and the modules it saves whole, as PEFT's
+/// rules pick them; checked, nothing changed.
+struct Plan {
+    /// `(path, in, out)` of each target, in visit order.
+    targets: Vec<(String, usize, usize)>,
+    /// The `modules_to_save` module paths (none inside another).
+    saved: Vec<String>,
+}
+
+fn plan<M: Module + ?Sized>(model: &M, config: &LoraConfig) -> Result<Plan> {
+    const W: &str = "apply_lora";
+    let m = config.matcher()?;
+    let mods = modules(model);
+    let head = model.output_head();
+    let (mut targets, mut excluded, mut unmatched) = (Vec::new(), 0usize, 0usize);
+    for (path, kind) in &mods {
+        if *kind == Kind::AdapterPart {
+            continue;
+        }
+        match (m.check(path), kind) {
+            (Check::Excluded, _) => excluded += 1,
+            (Check::Target, Kind::Linear { .. })
+                if m.is_all_linear() && head.as_ref().is_some_and(|h| &h.path == path) =>
+            {
+                unmatched += 1
+            }
+            (Check::Target, Kind::Linear { i, o, adapted }) => {
+                if *adapted {
+                    return Err(Error::config(W, format!("`{path}` already has a LoRA adapter")));
+                }
+                targets.push((path.clone(), *i, *o));
+            }
+            (Check::Target, _) if m.is_all_linear() => unmatched += 1,
+            (Check::Target, _) => {
+                return Err(Error::config(
+                    W,
+                    format!(
+                        "`{path}` matches target_modules {} but is not a linear layer (LoRA adapts `Linear` only)",
+                        json(&config.target_modules)
+                    ),
+                ))
+            }
+            (Check::Unmatched, _) => unmatched += 1,
         }
     }
-
-    /// Whether the linear at `path` is a target (PEFT's rule).
-    pub fn targets(&self, path: &str) -> bool {
-        self.target_modules
+    if targets.is_empty() {
+        let linears: Vec<String> = mods
             .iter()
-            .any(|t| path == t || path.ends_with(&format!(".{t}")))
+            .filter(|(_, k)| matches!(k, Kind::Linear { .. }))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let all_excluded = excluded > 0 && unmatched == 0;
+        let why = if all_excluded {
+            "every module was excluded (check target_modules, exclude_modules and modules_to_save)"
+        } else {
+            "no linear layer matches"
+        };
+        let names = match &config.target_modules {
+            // Names usually are last components: list those.
+            TargetModules::Names(_) => {
+                let mut last: Vec<String> = Vec::new();
+                for p in &linears {
+                    let l = p.rsplit('.').next().unwrap_or(p).to_string();
+                    if !last.contains(&l) {
+                        last.push(l);
+                    }
+                }
+                format!("the model's linear layers are named {}", listed(&last))
+            }
+            // A regex matches whole paths: list those.
+            TargetModules::Pattern(_) => {
+                format!("the model's linear layers are {}", listed(&linears))
+            }
+        };
+        return Err(Error::config(
+            W,
+            format!(
+                "{why}: target_modules {}; {names}",
+                json(&config.target_modules)
+            ),
+        ));
     }
-
-    /// Rejects what fucina does not implement, naming the field.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |msg: String| Err(Error::config("LoraConfig", msg));
-        if self.peft_type != "LORA" {
-            return bad(format!("peft_type `{}` is not LORA", self.peft_type));
+    let mut saved: Vec<String> = Vec::new();
+    for entry in m.saved() {
+        let hits: Vec<&String> = mods
+            .iter()
+            .filter(|(p, k)| *k != Kind::AdapterPart && p.ends_with(entry.as_str()))
+            .map(|(p, _)| p)
+            .collect();
+        if hits.is_empty() {
+            let msg = match &head {
+                Some(OutputHead {
+                    path: h,
+                    tied_to: Some(e),
+                }) if h.ends_with(entry.as_str()) => format!(
+                    "modules_to_save `{entry}` names the output head `{h}`, which is tied to \
+                     `{e}` here and has no module of its own: untie it first \
+                     (`CausalLm::untie_lm_head`, which gives it a copy of the embedding, as \
+                     PEFT's copy of a tied `lm_head` does)"
+                ),
+                _ => {
+                    let top: Vec<String> = mods
+                        .iter()
+                        .filter(|(p, k)| *k != Kind::AdapterPart && !p.contains('.'))
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    format!(
+                        "modules_to_save `{entry}` matches no module (a module is saved when its \
+                         path ends with the entry); the model's top-level modules are {}",
+                        listed(&top)
+                    )
+                }
+            };
+            return Err(Error::config(W, msg));
         }
-        if self.r == 0 {
-            return bad("r must be positive".into());
-        }
-        if !self.lora_alpha.is_finite() {
-            return bad(format!("lora_alpha {} is not finite", self.lora_alpha));
-        }
-        if !(0.0..1.0).contains(&self.lora_dropout) {
-            return bad(format!("lora_dropout {} not in [0, 1)", self.lora_dropout));
-        }
-        if self.target_modules.is_empty() {
-            return bad("target_modules is empty".into());
-        }
-        if self.bias != "none" {
-            return bad(format!(
-                "bias `{}` is not supported (only \"none\")",
-                self.bias
-            ));
-        }
-        if self.fan_in_fan_out {
-            return bad("fan_in_fan_out = true is not supported".into());
-        }
-        if self.use_dora {
-            return bad("use_dora = true is not supported".into());
-        }
-        if !self.rank_pattern.is_empty() || !self.alpha_pattern.is_empty() {
-            return bad("rank_pattern / alpha_pattern are not supported".into());
-        }
-        for key in ["layers_to_transform", "modules_to_save", "exclude_modules"] {
-            if self.other.get(key).is_some_and(|v| !v.is_null()) {
-                return bad(format!("{key} is not supported"));
+        for p in hits {
+            let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}."));
+            // PEFT copies the saved module only, so a tied head keeps the
+            // original weight; here the head reads the module's own tensor.
+            if let Some(OutputHead {
+                path: h,
+                tied_to: Some(e),
+            }) = &head
+            {
+                if inside(e, p) || inside(p, e) {
+                    return Err(Error::config(
+                        W,
+                        format!(
+                            "modules_to_save `{entry}` selects `{p}`, whose weight the tied output \
+                             head `{h}` shares: PEFT trains a copy for `{p}` only and keeps the head \
+                             on the original; untie the head first (`CausalLm::untie_lm_head`) to \
+                             get exactly that"
+                        ),
+                    ));
+                }
+            }
+            if let Some((q, _)) = mods
+                .iter()
+                .find(|(q, k)| inside(q, p) && matches!(k, Kind::Linear { adapted: true, .. }))
+            {
+                return Err(Error::config(
+                    W,
+                    format!("modules_to_save `{entry}`: `{q}` already has a LoRA adapter"),
+                ));
+            }
+            if !saved.iter().any(|s| inside(p, s)) {
+                saved.retain(|s| !inside(s, p));
+                saved.push(p.clone());
             }
         }
-        Ok(())
     }
+    Ok(Plan { targets, saved })
+}
 
-    /// Reads and validates an `adapter_config.json`.
-    pub fn from_file(path: &Path) -> Result<LoraConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::File {
-            file: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
-        let c: LoraConfig = serde_json::from_str(&text).map_err(|e| Error::File {
-            file: path.to_path_buf(),
-            msg: format!("not a PEFT LoRA adapter_config.json: {e}"),
-        })?;
-        c.validate().map_err(|e| Error::File {
-            file: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
-        Ok(c)
+/// A value as compact JSON (how the config file spells it).
+fn json(t: &TargetModules) -> String {
+    serde_json::to_string(t).unwrap_or_else(|_| format!("{t:?}"))
+}
+
+/// Whether parameter `name` lies inside one of the module paths `saved`.
+fn under(name: &str, saved: &[String]) -> bool {
+    saved.iter().any(|s| name.starts_with(&format!("{s}.")))
+}
+
+/// The module paths `config`'s `modules_to_save` selects in `model`.
+pub(crate) fn saved_paths<M: Module + ?Sized>(
+    model: &M,
+    config: &LoraConfig,
+) -> Result<Vec<String>> {
+    if config.modules_to_save.as_ref().is_none_or(|m| m.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let m = config.matcher()?;
+    let mods = modules(model);
+    let mut saved: Vec<String> = Vec::new();
+    for (p, k) in &mods {
+        if *k != Kind::AdapterPart && m.saves(p).is_some() {
+            let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}."));
+            if !saved.iter().any(|s| inside(p, s)) {
+                saved.retain(|s| !inside(s, p));
+                saved.push(p.clone());
+            }
+        }
+    }
+    Ok(saved)
+}
+
+/// PEFT's `"all-linear"` expansion: every linear's path (adapted or not)
+/// except the model's output head, sorted (PEFT writes this set, before
+/// `exclude_modules` applies, as `target_modules` of the saved config).
+pub(crate) fn all_linear_paths<M: Module + ?Sized>(model: &M) -> Vec<String> {
+    let head = model.output_head().map(|h| h.path);
+    let mut paths: Vec<String> = modules(model)
+        .into_iter()
+        .filter(|(p, k)| matches!(k, Kind::Linear { .. }) && head.as_ref() != Some(p))
+        .map(|(p, _)| p)
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// What [`apply`] changed, so a failed load can undo it.
+pub(crate) struct Applied {
+    /// The adapted linears.
+    pub(crate) targets: Vec<String>,
+    /// `(name, original)` of every parameter a saved module's copy replaced.
+    pub(crate) originals: Vec<(String, Tensor)>,
+}
+
+impl Applied {
+    /// Detaches the adapters and puts the original parameters back.
+    pub(crate) fn undo<M: Module + ?Sized>(self, model: &mut M) {
+        for_each_mut(model, |path: &str, lin: &mut Linear| {
+            if self.targets.iter().any(|t| t == path) {
+                lin.lora = None;
+            }
+        });
+        model.visit_params_mut("", &mut |name, t| {
+            if let Some((_, o)) = self.originals.iter().find(|(n, _)| n == name) {
+                *t = o.clone();
+            }
+        });
     }
 }
 
-/// Attaches a fresh adapter (A kaiming-uniform, B zero) to every linear
-/// of `model` that `config` targets, freezes every other parameter, and
-/// returns the adapted paths. An error (and no change) when nothing matches
-/// or a target already has an adapter.
+/// Attaches a fresh adapter (drawn as `init_lora_weights` says) to every
+/// linear of `model` that `config` targets, gives every `modules_to_save`
+/// module trainable copies of its parameters, freezes every other parameter,
+/// and returns the adapted paths. An error (and no change) when nothing
+/// matches, a `modules_to_save` entry matches no module, a selected module
+/// is not a linear, or a target already has an adapter.
 pub fn apply_lora<M: Module>(
     model: &mut M,
     config: &LoraConfig,
     init: &mut Init,
 ) -> Result<Vec<String>> {
+    Ok(apply(model, config, init)?.targets)
+}
+
+pub(crate) fn apply<M: Module + ?Sized>(
+    model: &mut M,
+    config: &LoraConfig,
+    init: &mut Init,
+) -> Result<Applied> {
     config.validate()?;
-    let mut targets: Vec<String> = Vec::new();
-    let mut clash: Option<String> = None;
-    for_each_mut(model, |path: &str, lin: &mut Linear| {
-        if config.targets(path) {
-            if lin.lora.is_some() && clash.is_none() {
-                clash = Some(path.to_string());
-            }
-            targets.push(path.to_string());
-        }
-    });
-    if let Some(p) = clash {
-        return Err(Error::config(
-            "apply_lora",
-            format!("`{p}` already has a LoRA adapter"),
-        ));
-    }
-    if targets.is_empty() {
-        // Name what exists: the distinct last components of every linear
-        // layer's path (what `target_modules` entries usually are).
-        let mut names: Vec<String> = Vec::new();
-        crate::module::for_each(&*model, |path: &str, _: &Linear| {
-            let last = path.rsplit('.').next().unwrap_or(path).to_string();
-            if !names.contains(&last) {
-                names.push(last);
-            }
-        });
-        return Err(Error::config(
-            "apply_lora",
-            format!(
-                "no linear layer matches target_modules {:?}; the model's linear layers are named {:?}",
-                config.target_modules, names
-            ),
-        ));
-    }
-    // Build every adapter first, then attach them (no partial application).
-    let mut adapters = Vec::with_capacity(targets.len());
-    let mut shapes = Vec::with_capacity(targets.len());
-    for_each_mut(model, |path: &str, lin: &mut Linear| {
-        if config.targets(path) {
-            shapes.push((lin.in_features(), lin.out_features()));
-        }
-    });
-    for (i, o) in shapes {
-        adapters.push(LoraAdapter::new(
+    let how = config.init_lora_weights.resolve()?;
+    let plan = plan(&*model, config)?;
+    // Build every adapter and copy first, then attach them (no partial application).
+    let mut adapters = Vec::with_capacity(plan.targets.len());
+    for (_, i, o) in &plan.targets {
+        adapters.push(LoraAdapter::with_init(
             init,
-            i,
-            o,
+            *i,
+            *o,
             config.r,
             config.scale(),
             config.lora_dropout,
+            how,
         )?);
+    }
+    // One copy per distinct tensor (a tensor tied inside a saved module stays tied to its copy).
+    let mut copies: Vec<(Tensor, Tensor)> = Vec::new();
+    let mut err = None;
+    model.visit_params("", &mut |name, t| {
+        if err.is_some() || !under(name, &plan.saved) || copies.iter().any(|(o, _)| o.same_as(t)) {
+            return;
+        }
+        let copy = t
+            .raw()
+            .and_then(|raw| Ok(t.ctx().copy(&raw)?))
+            .and_then(|raw| Tensor::from_raw(t.ctx(), raw, true));
+        match copy {
+            Ok(c) => copies.push((t.clone(), c)),
+            Err(e) => err = Some(e),
+        }
+    });
+    if let Some(e) = err {
+        return Err(e.into());
     }
     let mut it = adapters.into_iter();
     for_each_mut(model, |path: &str, lin: &mut Linear| {
-        if config.targets(path) {
+        if plan.targets.iter().any(|(t, _, _)| t == path) {
             lin.lora = it.next();
         }
     });
+    let mut originals = Vec::new();
+    model.visit_params_mut("", &mut |name, t| {
+        if !under(name, &plan.saved) {
+            return;
+        }
+        if let Some((o, c)) = copies.iter().find(|(o, _)| o.same_as(t)) {
+            originals.push((name.to_string(), o.clone()));
+            *t = c.clone();
+        }
+    });
+    // Parameters are leaves; these cannot fail.
+    for (o, _) in &copies {
+        let _ = o.set_requires_grad(false);
+    }
     model.visit_params("", &mut |name, t| {
         let adapter = name.contains("lora_A.") || name.contains("lora_B.");
-        // Parameters are leaves; this cannot fail.
-        let _ = t.set_requires_grad(adapter);
+        let _ = t.set_requires_grad(adapter || under(name, &plan.saved));
     });
-    Ok(targets)
+    Ok(Applied {
+        targets: plan.targets.into_iter().map(|(p, _, _)| p).collect(),
+        originals,
+    })
 }
 
 /// Detaches every adapter (unmerging merged ones first); base parameters
-/// stay frozen. Returns how many were removed.
+/// stay frozen, and a `modules_to_save` module keeps its trained copies
+/// (PEFT's `unload()` returns the saved copy). Returns how many adapters
+/// were removed.
 pub fn remove_lora<M: Module>(model: &mut M) -> Result<usize> {
     let mut n = 0;
     let mut err = None;
@@ -522,78 +693,4 @@ pub fn merge_and_unload<M: Module>(model: &mut M) -> Result<usize> {
         }
     });
     Ok(n)
-}
-
-/// The adapter parameters of `model` under PEFT's key names.
-pub fn adapter_state_dict<M: Module>(model: &M) -> Vec<(String, Tensor)> {
-    model
-        .named_parameters()
-        .into_iter()
-        .filter(|(n, _)| n.contains("lora_A.") || n.contains("lora_B."))
-        .map(|(n, t)| (format!("{PEFT_PREFIX}{n}"), t))
-        .collect()
-}
-
-/// Writes `dir/adapter_model.safetensors` (adapter tensors, PEFT names) and
-/// `dir/adapter_config.json`, each atomically.
-pub fn save_adapter<M: Module>(model: &M, config: &LoraConfig, dir: &Path) -> Result<()> {
-    config.validate()?;
-    let sd = adapter_state_dict(model);
-    if sd.is_empty() {
-        return Err(Error::config(
-            "save_adapter",
-            "the model has no LoRA adapter",
-        ));
-    }
-    std::fs::create_dir_all(dir).map_err(|e| Error::File {
-        file: dir.to_path_buf(),
-        msg: e.to_string(),
-    })?;
-    let opts = SaveOptions {
-        metadata: [("format".to_string(), "pt".to_string())]
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    };
-    sdio::save_state_dict(&dir.join(ADAPTER_WEIGHTS), &sd, &opts)?;
-    let json = serde_json::to_vec_pretty(config).map_err(|e| Error::File {
-        file: dir.join(ADAPTER_CONFIG),
-        msg: e.to_string(),
-    })?;
-    sdio::write_atomic(&dir.join(ADAPTER_CONFIG), &json)?;
-    Ok(())
-}
-
-/// Reads a PEFT adapter directory, attaches its adapters to `model` (see
-/// [`apply_lora`]) and loads their weights strictly (every tensor of the
-/// file used, none missing). On any error the new adapters are removed
-/// again and every parameter's `requires_grad` is restored. New adapters'
-/// dropout starts in training mode, as new modules do: call `eval()` for
-/// inference.
-pub fn load_adapter<M: Module>(model: &mut M, dir: &Path, init: &mut Init) -> Result<LoraConfig> {
-    let config = LoraConfig::from_file(&dir.join(ADAPTER_CONFIG))?;
-    let flags: Vec<(Tensor, bool)> = model
-        .named_parameters()
-        .into_iter()
-        .map(|(_, t)| {
-            let g = t.requires_grad();
-            (t, g)
-        })
-        .collect();
-    // apply_lora changes nothing when it fails.
-    let targets = apply_lora(model, &config, init)?;
-    let sd: Vec<(String, Tensor)> = adapter_state_dict(model);
-    if let Err(e) = sdio::load_state_dict(&dir.join(ADAPTER_WEIGHTS), &sd, &LoadOptions::new()) {
-        drop(sd);
-        for_each_mut(model, |path: &str, lin: &mut Linear| {
-            if targets.iter().any(|t| t == path) {
-                lin.lora = None;
-            }
-        });
-        for (t, g) in flags {
-            let _ = t.set_requires_grad(g);
-        }
-        return Err(e.into());
-    }
-    Ok(config)
 }

@@ -77,7 +77,10 @@ module_children!(CausalLm, |s| [
     s.names.final_norm => norm,
     s.names.head => lm_head,
     "rotary_emb" => rope,
-]);
+], output_head = Some(crate::module::OutputHead {
+    path: s.names.head.to_string(),
+    tied_to: s.lm_head.is_none().then(|| s.names.embed.to_string()),
+}));
 
 /// Where a model's parameters come from while it is built: called with
 /// each parameter's checkpoint name, its shape (`[out, in]` for every
@@ -275,6 +278,28 @@ impl CausalLm {
             source: None,
             gradient_checkpointing: false,
         })
+    }
+
+    /// Gives a tied head (`tie_word_embeddings`) its own `lm_head`, a copy
+    /// of the input embedding with the embedding's `requires_grad`, and sets
+    /// `tie_word_embeddings = false`: the logits are unchanged, and the two
+    /// can now train apart (what PEFT's `modules_to_save = ["lm_head"]` does
+    /// to a tied model by deep-copying its `lm_head`). Returns whether it
+    /// untied anything (`false` when the head was untied already).
+    pub fn untie_lm_head(&mut self) -> Result<bool> {
+        if self.lm_head.is_some() {
+            return Ok(false);
+        }
+        let w = &self.embed_tokens.weight;
+        let copy = w.ctx().copy(&w.raw()?)?;
+        let weight = Tensor::from_raw(w.ctx(), copy, w.requires_grad())?;
+        self.lm_head = Some(Linear {
+            weight,
+            bias: None,
+            lora: None,
+        });
+        self.config.tie_word_embeddings = false;
+        Ok(true)
     }
 
     /// The parameters' dtype.
