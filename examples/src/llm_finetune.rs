@@ -24,7 +24,7 @@ use clap::Parser;
 use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::Tokenizer;
-use fucina_nn::lora::{merge_and_unload, save_adapter};
+use fucina_nn::lora::{merge_and_unload, save_adapter, TargetModules};
 use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, LoraConfig, Module, Sampling};
 use fucina_optim::{
     clip_grad_norm, load_latest, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup,
@@ -75,9 +75,16 @@ pub struct FinetuneArgs {
     /// Dropout on the adapters' input
     #[arg(long, default_value_t = 0.0)]
     pub lora_dropout: f64,
-    /// The linear layers to adapt (PEFT's target_modules), comma-separated
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_TARGETS)]
+    /// The linear layers to adapt (PEFT's target_modules): names, comma-separated, or
+    /// `all-linear` (every linear layer but the output head)
+    #[arg(long, value_delimiter = ',', default_value = "all-linear")]
     pub target_modules: Vec<String>,
+    /// Scale the adapters by alpha / √r instead of alpha / r (rsLoRA)
+    #[arg(long)]
+    pub use_rslora: bool,
+    /// Modules that train in full beside the adapters (PEFT's modules_to_save), comma-separated
+    #[arg(long, value_delimiter = ',')]
+    pub modules_to_save: Vec<String>,
     /// Recompute each layer in backward instead of keeping its activations
     #[arg(long)]
     pub gradient_checkpointing: bool,
@@ -162,7 +169,7 @@ struct RunIdentity {
     train_tokens: usize,
     val_tokens: usize,
     full: bool,
-    lora: Option<(usize, f64, f64, Vec<String>)>,
+    lora: Option<serde_json::Value>,
     block_size: usize,
     batch_size: usize,
     steps: u64,
@@ -266,8 +273,18 @@ impl FinetuneArgs {
 
     /// The LoRA configuration these flags describe.
     pub fn lora_config(&self) -> LoraConfig {
-        let targets: Vec<&str> = self.target_modules.iter().map(String::as_str).collect();
-        LoraConfig::new(self.lora_r, self.lora_alpha, &targets).with_dropout(self.lora_dropout)
+        let targets = match self.target_modules.as_slice() {
+            [one] if one.eq_ignore_ascii_case("all-linear") => TargetModules::Pattern(one.clone()),
+            names => TargetModules::Names(names.to_vec()),
+        };
+        let mut c = LoraConfig::with_targets(self.lora_r, self.lora_alpha, targets)
+            .with_dropout(self.lora_dropout)
+            .with_rslora(self.use_rslora);
+        if !self.modules_to_save.is_empty() {
+            let names: Vec<&str> = self.modules_to_save.iter().map(String::as_str).collect();
+            c = c.with_modules_to_save(&names);
+        }
+        c
     }
 }
 
@@ -516,9 +533,7 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         train_tokens: train.len() * block,
         val_tokens: val.len() * block,
         full: args.full,
-        lora: lora
-            .as_ref()
-            .map(|c| (c.r, c.lora_alpha, c.lora_dropout, c.target_modules.clone())),
+        lora: lora.as_ref().and_then(|c| serde_json::to_value(c).ok()),
         block_size: block,
         batch_size: args.batch_size,
         steps: args.steps,
