@@ -31,6 +31,7 @@ pub mod data;
 pub mod error;
 pub mod metrics;
 pub mod policy;
+pub mod progress;
 mod tensorboard;
 
 pub use accumulate::accumulate_gradients;
