@@ -194,7 +194,7 @@ impl Progress {
                 }
             }
             ProgressMode::Plain { every } => {
-                if self.pos % every.max(1) == 0 || self.pos == self.total {
+                if self.pos.is_multiple_of(every.max(1)) || self.pos == self.total {
                     eprintln!(
                         "step {}/{} {msg} [{} < {eta}]",
                         self.pos,
