@@ -56,6 +56,9 @@ pub enum Error {
     /// An error from fucina-nn.
     #[error(transparent)]
     Nn(#[from] fucina_nn::Error),
+    /// An error from fucina-train (loader, metrics, checkpoint policy).
+    #[error(transparent)]
+    Train(#[from] fucina_train::Error),
 }
 
 impl Error {

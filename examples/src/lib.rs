@@ -1,11 +1,13 @@
 //! Shared code of the fucina examples: the error every example reports,
-//! character-level text data, the GPT training run behind `train_gpt`
-//! (a library function so a test can run it at a tiny size), the pictures,
-//! and process memory.
+//! character-level text data, the character models and the training run
+//! behind `train_gpt` (a library function so a test can run it at a tiny
+//! size) with its Hugging Face export, the pictures, and process memory.
 
+pub mod char_lm;
 pub mod chardata;
 pub mod error;
 pub mod gpt_train;
+pub mod hf_export;
 pub mod minilm;
 pub mod plot;
 pub mod sys;
