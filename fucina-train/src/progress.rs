@@ -142,6 +142,7 @@ impl Progress {
                 ) {
                     pb.set_style(style);
                 }
+                pb.set_prefix("?");
                 Some(pb)
             }
             _ => None,
