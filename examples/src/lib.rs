@@ -6,6 +6,7 @@
 pub mod char_lm;
 pub mod chardata;
 pub mod error;
+pub mod gpt_args;
 pub mod gpt_train;
 pub mod hf_export;
 pub mod minilm;
