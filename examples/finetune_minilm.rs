@@ -296,11 +296,7 @@ fn fine_tune(
     ])?;
     model.train();
     let mut log = MetricsLogger::create(&args.out.join(run))?;
-    let mut pb = Progress::for_batches(
-        loader.batches_per_epoch(),
-        args.epochs as u64,
-        ProgressMode::auto(10),
-    );
+    let mut pb = Progress::for_loader(&loader, args.epochs as u64, ProgressMode::auto(10));
     let mut step = 0u64;
     for epoch in 0..args.epochs {
         let mut sum = 0.0;

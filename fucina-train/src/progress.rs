@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::data::{DataLoader, Dataset};
+
 /// Step durations the estimate looks back over.
 pub const WINDOW: usize = 50;
 
@@ -165,6 +167,15 @@ impl Progress {
         Progress::new((batches_per_epoch as u64).saturating_mul(epochs), mode)
     }
 
+    /// Progress over `epochs` epochs of `loader`, a step per batch.
+    pub fn for_loader<D: Dataset, B: Send + 'static>(
+        loader: &DataLoader<D, B>,
+        epochs: u64,
+        mode: ProgressMode,
+    ) -> Progress {
+        Progress::for_batches(loader.batches_per_epoch(), epochs, mode)
+    }
+
     /// Starts at step `pos` (a resumed run); the clock restarts.
     pub fn start_at(&mut self, pos: u64) {
         self.pos = pos.min(self.total);
@@ -300,6 +311,13 @@ mod tests {
         assert_eq!(p.position(), 3);
         let p = Progress::for_batches(7, 3, ProgressMode::Hidden);
         assert_eq!(p.total(), 21);
+        let opts = crate::LoaderOptions::new(4).prefetch(0);
+        let loader = DataLoader::new(crate::InMemory::new((0..10u32).collect()), opts, Ok).unwrap();
+        // 10 items in batches of 4, the short tail kept: 3 a epoch.
+        assert_eq!(
+            Progress::for_loader(&loader, 2, ProgressMode::Hidden).total(),
+            6
+        );
     }
 
     #[test]
