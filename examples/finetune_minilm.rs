@@ -10,6 +10,12 @@
 //!
 //! Each reports held-out accuracy, wall time and trainable parameters.
 //! Text goes through the model's own WordPiece tokenizer (`tokenizer.json`).
+//! The fine-tuning loops run on fucina-train: the tokenised lines are an
+//! `InMemory` dataset, a seeded `DataLoader` shuffles them each epoch and
+//! collates each batch with `pad_sequences` (right padding and the
+//! attention mask) on a prefetch thread, a `MetricsLogger` writes the
+//! losses to `--out/<method>/metrics.jsonl` and TensorBoard, and
+//! `progress.rs` shows the progress.
 //!
 //! ```sh
 //! bash scripts/fetch-minilm.sh     # once: the model into $FUCINA_CACHE
@@ -21,11 +27,14 @@ use std::time::Instant;
 
 use clap::Parser;
 use fucina_autograd::{no_grad, CrossEntropyOpts, ScopeExt, Tensor};
-use fucina_core::{rng, DType, ExecContext};
+use fucina_core::{DType, ExecContext};
 use fucina_examples::minilm::{check_model_dir, load_tokenizer, model_dir, pooled, tokenize};
 use fucina_examples::{exit_on_error, Error, Result};
 use fucina_nn::{apply_lora, BertModel, Init, Linear, LoraConfig, Module};
 use fucina_optim::{clip_grad_norm, AdamConfig, AdamW, Optimizer, ParamGroup, Schedule};
+use fucina_train::collate::{pad_sequences, Padded};
+use fucina_train::progress::{Progress, ProgressMode};
+use fucina_train::{DataLoader, InMemory, LoaderOptions, MetricsLogger};
 use tokenizers::Tokenizer;
 
 /// Fine-tune all-MiniLM-L6-v2 for comedy-vs-tragedy: linear probe vs full fine-tuning vs LoRA.
@@ -77,6 +86,50 @@ struct Args {
     /// Worker threads (0: FUCINA_NUM_THREADS or every core)
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Output directory: metrics.jsonl and TensorBoard events of each method in OUT/<method>
+    #[arg(long, default_value = "runs/finetune_minilm")]
+    out: PathBuf,
+}
+
+/// A training batch: the padded token ids with their attention mask, and the labels.
+struct LabelledBatch {
+    tokens: Padded,
+    labels: Tensor,
+}
+
+/// A tokenised line and its label.
+type Line = (Vec<i64>, i64);
+
+/// The training lines, tokenised once (`[CLS] ... [SEP]`, truncated to
+/// `--max-len`), in a seeded, shuffling loader whose collate pads each
+/// batch to its longest line with the tokenizer's pad id.
+fn train_loader(
+    ctx: &ExecContext,
+    args: &Args,
+    tok: &Tokenizer,
+    train: &Split,
+) -> Result<DataLoader<InMemory<Line>, LabelledBatch>> {
+    let mut items = Vec::with_capacity(train.text.len());
+    for (text, &label) in train.text.iter().zip(&train.label) {
+        let enc = tok
+            .encode(text.as_str(), true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        items.push((enc.get_ids().iter().map(|&i| i as i64).collect(), label));
+    }
+    let pad_id = tok.get_padding().map_or(0, |p| p.pad_id) as i64;
+    let ctx = ctx.clone();
+    let opts = LoaderOptions::new(args.batch_size).seed(args.seed ^ 0x0b5e);
+    Ok(DataLoader::new(
+        InMemory::new(items),
+        opts,
+        move |rows: Vec<Line>| {
+            let (seqs, labels): (Vec<Vec<i64>>, Vec<i64>) = rows.into_iter().unzip();
+            Ok(LabelledBatch {
+                tokens: pad_sequences(&ctx, &seqs, pad_id)?,
+                labels: Tensor::constant(&ctx, &labels, &[labels.len()])?,
+            })
+        },
+    )?)
 }
 
 /// Labelled lines.
@@ -211,8 +264,9 @@ fn linear_probe(
 }
 
 /// Trains encoder + head on minibatches (the encoder's trainable parameters
-/// at `enc_lr`, the head at `args.head_lr`; warmup then cosine), then
-/// measures held-out accuracy.
+/// at `enc_lr`, the head at `args.head_lr`; warmup then cosine), logging to
+/// `args.out/<run>`, then measures held-out accuracy.
+#[allow(clippy::too_many_arguments)]
 fn fine_tune(
     ctx: &ExecContext,
     args: &Args,
@@ -222,10 +276,12 @@ fn fine_tune(
     train: &Split,
     test: &Split,
     label: &str,
+    run: &str,
 ) -> Result<(f64, usize)> {
     let h = model.config.hidden_size;
     let lin = head(ctx, args.seed, h)?;
-    let steps_per_epoch = train.text.len().div_ceil(args.batch_size) as u64;
+    let loader = train_loader(ctx, args, tok, train)?;
+    let steps_per_epoch = loader.batches_per_epoch() as u64;
     let total = steps_per_epoch * args.epochs as u64;
     let schedule = Schedule::WarmupCosine {
         warmup: (total / 10).max(1),
@@ -239,41 +295,41 @@ fn fine_tune(
         ParamGroup::new(lin.parameters(), AdamConfig::adamw(args.head_lr)).with_schedule(schedule),
     ])?;
     model.train();
-    let n = train.text.len();
+    let mut log = MetricsLogger::create(&args.out.join(run))?;
+    let mut pb = Progress::for_loader(&loader, args.epochs as u64, ProgressMode::auto(10));
+    let mut step = 0u64;
     for epoch in 0..args.epochs {
-        // A seeded permutation per epoch (Fisher–Yates on the counter-based RNG).
-        let mut order: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
-            let j = (rng::at(args.seed ^ 0x0b5e, (epoch as u64) << 32 | i as u64) % (i as u64 + 1))
-                as usize;
-            order.swap(i, j);
-        }
         let mut sum = 0.0;
-        for chunk in order.chunks(args.batch_size) {
+        for batch in loader.epoch(epoch as u64)? {
+            let b = batch?;
+            step += 1;
             let loss = {
                 let _scope = ctx.scope();
-                let refs: Vec<&str> = chunk.iter().map(|&i| train.text[i].as_str()).collect();
-                let labels: Vec<i64> = chunk.iter().map(|&i| train.label[i]).collect();
-                let (ids, mask) = tokenize(tok, &refs)?.tensors(ctx)?;
-                let y = Tensor::constant(ctx, &labels, &[labels.len()])?;
                 let loss = lin
-                    .forward(&pooled(model, &ids, &mask)?)?
-                    .cross_entropy(&y, CrossEntropyOpts::default())?;
+                    .forward(&pooled(model, &b.tokens.ids, &b.tokens.mask)?)?
+                    .cross_entropy(&b.labels, CrossEntropyOpts::default())?;
                 loss.backward()?;
                 loss.item()?
             };
             clip_grad_norm(&opt.params(), 1.0)?;
+            log.scalar("train/lr", step, opt.lr(0)?)?;
             opt.step()?;
             opt.zero_grad();
+            log.scalar("train/loss", step, loss)?;
+            pb.step(&format!("{label} loss {loss:.4}"));
             sum += loss;
         }
-        println!(
-            "  {label}: epoch {} mean training loss {:.4}",
-            epoch + 1,
-            sum / steps_per_epoch as f64
-        );
+        let mean = sum / steps_per_epoch as f64;
+        log.scalar("train/epoch_loss", epoch as u64 + 1, mean)?;
+        pb.println(&format!(
+            "  {label}: epoch {} mean training loss {mean:.4}",
+            epoch + 1
+        ));
     }
+    pb.finish();
     let acc = accuracy(ctx, tok, model, &lin, test)?;
+    log.scalar("test/accuracy", step, acc)?;
+    log.flush()?;
     Ok((acc, trainable))
 }
 
@@ -327,6 +383,7 @@ fn run() -> Result<()> {
         &train,
         &test,
         "full",
+        "full",
     )?;
     results.push(Outcome {
         name: "full fine-tuning",
@@ -364,6 +421,7 @@ fn run() -> Result<()> {
         &train,
         &test,
         "LoRA",
+        "lora",
     )?;
     results.push(Outcome {
         name: "LoRA",

@@ -4,13 +4,15 @@
 //! ```sh
 //! cargo run --release --example train_gpt
 //! cargo run --release --example train_gpt -- --help   # every knob
+//! cargo run --release --example train_gpt -- --arch llama --save-hf runs/llama-char/hf --out runs/llama-char
 //! ```
 //!
 //! Prints the unigram baseline, the validation loss as it trains and at the
 //! end, a generated sample, and pool/RSS memory over the run; writes the
-//! loss curve (`loss.png`), `losses.tsv`, `sample.txt` and checkpoints to
-//! `--out` (default `runs/train_gpt`). The loop lives in
-//! `fucina_examples::gpt_train`.
+//! loss curve (`loss.png`), `losses.tsv`, `metrics.jsonl` with a
+//! TensorBoard event file, `sample.txt` and checkpoints to `--out` (default
+//! `runs/train_gpt`), and with `--save-hf DIR` a Hugging Face model
+//! directory. The loop lives in `fucina_examples::gpt_train`.
 
 use clap::Parser;
 use fucina_examples::gpt_train::{train_gpt, TrainGptArgs};

@@ -1,15 +1,10 @@
 //! Character-level text data for the GPT example: the vocabulary (every
-//! distinct `char` of the file, sorted), the encoded text, the train /
-//! validation split (the file's tail is validation) and batch sampling.
-//!
-//! Batches are a pure function of `(seed, step)` through the counter-based
-//! RNG (`fucina_core::rng::at`), so a resumed run draws exactly the batches
-//! the uninterrupted run would have drawn, with no RNG state to save.
+//! distinct `char` of the file, sorted), the encoded text and the train /
+//! validation split (the file's tail is validation). Batches of it come
+//! from fucina-train's `TextWindows` and `DataLoader` (`gpt_train.rs`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
-
-use fucina_core::rng;
 
 use crate::error::{Error, Result};
 
@@ -114,55 +109,18 @@ impl CharData {
     }
 }
 
-/// `batch` windows of `block + 1` ids from `ids`, at offsets drawn from
-/// `rng::at(seed, stream·2³² + row)`: (inputs, targets), each `[batch·block]`
-/// row-major, targets shifted by one.
-pub fn sample_batch(
-    ids: &[u32],
-    batch: usize,
-    block: usize,
-    seed: u64,
-    stream: u64,
-) -> Result<(Vec<i64>, Vec<i64>)> {
-    let span = (ids.len() - block) as u64; // valid starts: 0..span (CharData ensures > 0)
-    let n = batch.checked_mul(block).ok_or_else(|| {
-        Error::arg(
-            "--batch-size",
-            format!("{batch} x {block} tokens overflows"),
-        )
-    })?;
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    if x.try_reserve_exact(n).is_err() || y.try_reserve_exact(n).is_err() {
-        return Err(Error::arg(
-            "--batch-size",
-            format!("cannot allocate a batch of {batch} x {block} tokens"),
-        ));
-    }
-    for row in 0..batch as u64 {
-        let start = (rng::at(seed, (stream << 32) | row) % span) as usize;
-        x.extend(ids[start..start + block].iter().map(|&v| v as i64));
-        y.extend(ids[start + 1..start + block + 1].iter().map(|&v| v as i64));
-    }
-    Ok((x, y))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn split_vocab_and_batches() {
+    fn split_vocab_and_round_trip() {
         let text = "abcabcabcabcabcabcabcabcabcabcxyz".repeat(3);
         let d = CharData::from_text(&text, 0.25, 4).unwrap();
         assert_eq!(d.chars, vec!['a', 'b', 'c', 'x', 'y', 'z']);
         assert_eq!(d.train.len() + d.val.len(), text.chars().count());
         assert_eq!(d.decode(&d.val), text[text.len() - d.val.len()..]);
-        let (x, y) = sample_batch(&d.train, 3, 4, 7, 5).unwrap();
-        assert_eq!((x.len(), y.len()), (12, 12));
-        for r in 0..3 {
-            assert_eq!(x[r * 4 + 1..r * 4 + 4], y[r * 4..r * 4 + 3]);
-        }
-        assert_eq!(sample_batch(&d.train, 3, 4, 7, 5).unwrap(), (x, y));
+        assert_eq!(d.decode(&d.encode("cab?")), "cab"); // `?` is not in it
         assert!(CharData::from_text("abc", 0.1, 4).is_err());
         // uniform over two symbols: ln 2
         let d = CharData::from_text(&"ab".repeat(50), 0.2, 4).unwrap();

@@ -56,7 +56,7 @@ pub enum Error {
     /// An error from fucina-nn.
     #[error(transparent)]
     Nn(#[from] fucina_nn::Error),
-    /// An error from the training kit (data, metrics, checkpoint policies).
+    /// An error from fucina-train (loader, metrics, checkpoint policy).
     #[error(transparent)]
     Train(#[from] fucina_train::Error),
 }

@@ -1,137 +1,74 @@
-//! The character-level GPT training run behind `cargo run --release
-//! --example train_gpt`: command-line knobs, the training loop (AdamW with
-//! nanoGPT's decay groups, warmup + cosine, gradient clipping), periodic
-//! validation on the text's held-out tail, checkpoints with bit-exact
-//! `--resume`, sampling, and the loss curve.
+//! The character-level training run behind `cargo run --release --example
+//! train_gpt`: command-line knobs, the model (`--arch gpt`, nanoGPT's GPT,
+//! or `--arch llama`, a Llama-layout decoder: `char_lm.rs`), the training
+//! loop (AdamW with nanoGPT's decay groups, warmup + cosine, gradient
+//! clipping), periodic validation on the text's held-out tail, checkpoints
+//! with bit-exact `--resume`, sampling, the loss curve and `--save-hf`.
+//!
+//! The plumbing is fucina-train's: the batches come from a `DataLoader`
+//! over `TextWindows` (step `s` takes batch `s - 1` of one long epoch of
+//! windows at seeded random starts), the metrics go through a
+//! `MetricsLogger` (`metrics.jsonl` and a TensorBoard event file in
+//! `--out`), the checkpoints are pruned by `KeepLast` with the best
+//! validation loss's (`KeepBest`) kept, and the progress is `progress.rs`'s.
 //!
 //! Resume is bit-exact because everything a step depends on is either in
 //! the checkpoint (weights, AdamW moments and step count, dropout call
-//! counters, the loss history) or a pure function of `(seed, step)` (the
-//! batches): a run stopped at step k and resumed computes the same loss at
-//! every later step as a run that never stopped.
+//! counters, the loss history) or a pure function of the seed and the step
+//! (the loader resumes its epoch at the step's batch): a run stopped at
+//! step k and resumed computes the same loss at every later step as a run
+//! that never stopped.
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::Parser;
 use fucina_autograd::{no_grad, ScopeExt, Tensor};
-use fucina_core::{rng, DType, ExecContext};
-use fucina_nn::{Gpt, GptConfig, Init, Module};
+use fucina_core::ExecContext;
+use fucina_nn::GptConfig;
 use fucina_optim::{
     clip_grad_norm, load_latest, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup,
     Schedule, TrainerState,
 };
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use fucina_train::progress::{Progress, ProgressMode};
+use fucina_train::{
+    DataLoader, KeepBest, KeepLast, LoaderOptions, MetricMode, MetricsLogger, TextWindows,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::chardata::{sample_batch, CharData};
+use crate::char_lm::{Arch, CharLm, LlamaShape};
+use crate::chardata::CharData;
 use crate::error::{Error, Result};
+pub use crate::gpt_args::TrainGptArgs;
+use crate::hf_export::save_hf;
 use crate::plot::{loss_curve_png, LossCurve};
 use crate::sys::rss_mib;
 
-/// Seed stream of the validation batches (fixed: every evaluation sees the same windows).
-const VAL_STREAM: u64 = 0xffff_ffff;
+/// Seed of the validation windows' starts (fixed: every evaluation sees the same windows).
+const VAL_SEED: u64 = 0xffff_ffff;
 
-/// Train a character-level GPT from scratch on a text file and sample from it.
-///
-/// The default run trains on the Shakespeare text shipped in `data/`,
-/// holding out its last 10% for validation, and writes its loss curve,
-/// a text sample and checkpoints to `--out`.
-#[derive(Parser, Debug, Clone, Serialize, Deserialize)]
-#[command(name = "train_gpt", version, args_override_self = true)]
-pub struct TrainGptArgs {
-    /// Training text: any UTF-8 file (default: this repository's data/shakespeare.txt)
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Output directory: loss curve, losses.tsv, sample.txt, checkpoints/
-    #[arg(long, default_value = "runs/train_gpt")]
-    pub out: PathBuf,
-    /// Fraction of the text (its tail) held out for validation
-    #[arg(long, default_value_t = 0.1)]
-    pub val_frac: f64,
+/// A batch as the loader hands it over: inputs and targets, `[B·T]` each.
+type Batch = (Vec<i64>, Vec<i64>);
 
-    /// Transformer blocks
-    #[arg(long, default_value_t = 4)]
-    pub n_layer: usize,
-    /// Attention heads per block
-    #[arg(long, default_value_t = 4)]
-    pub n_head: usize,
-    /// Model width (a multiple of --n-head)
-    #[arg(long, default_value_t = 128)]
-    pub n_embd: usize,
-    /// Context length in characters
-    #[arg(long, default_value_t = 64)]
-    pub block_size: usize,
-    /// Dropout after the embeddings and on each residual branch
-    #[arg(long, default_value_t = 0.0)]
-    pub dropout: f64,
+/// A loader of (input, target) batches of text windows.
+type Windows = DataLoader<TextWindows, Batch>;
 
-    /// Optimizer steps
-    #[arg(long, default_value_t = 800)]
-    pub steps: u64,
-    /// Sequences per batch
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
-    /// Peak learning rate (AdamW)
-    #[arg(long, default_value_t = 3e-3)]
-    pub lr: f64,
-    /// The cosine's floor as a fraction of --lr
-    #[arg(long, default_value_t = 0.1)]
-    pub min_lr_frac: f64,
-    /// Linear warmup steps before the cosine decay
-    #[arg(long, default_value_t = 50)]
-    pub warmup: u64,
-    /// AdamW decoupled weight decay (matrices and embeddings only; none on biases and norms)
-    #[arg(long, default_value_t = 0.1)]
-    pub weight_decay: f64,
-    /// AdamW beta2
-    #[arg(long, default_value_t = 0.99)]
-    pub beta2: f64,
-    /// Clip the global gradient norm to this (0: no clipping)
-    #[arg(long, default_value_t = 1.0)]
-    pub grad_clip: f64,
-    /// Seed of the init, the batches and the sampling
-    #[arg(long, default_value_t = 1337)]
-    pub seed: u64,
-    /// Worker threads (0: FUCINA_NUM_THREADS or every core); results are identical for any count
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+/// Concatenates the windows of a batch row-major.
+fn collate(items: Vec<(Vec<i64>, Vec<i64>)>) -> fucina_train::Result<Batch> {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for (a, b) in items {
+        x.extend(a);
+        y.extend(b);
+    }
+    Ok((x, y))
+}
 
-    /// Evaluate the validation loss every N steps (and at the end)
-    #[arg(long, default_value_t = 100)]
-    pub eval_every: u64,
-    /// Validation batches per evaluation (fixed windows of the held-out tail)
-    #[arg(long, default_value_t = 16)]
-    pub eval_batches: usize,
-    /// Write a checkpoint directory every N steps (0: only at the end)
-    #[arg(long, default_value_t = 200)]
-    pub ckpt_every: u64,
-    /// Continue from the newest complete checkpoint in OUT/checkpoints
-    #[arg(long)]
-    pub resume: bool,
-    /// Stop after this step, leaving a checkpoint there (then continue with --resume)
-    #[arg(long)]
-    pub stop_after: Option<u64>,
-
-    /// Characters to generate at the end
-    #[arg(long, default_value_t = 600)]
-    pub sample_len: usize,
-    /// Sampling temperature (> 0)
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f64,
-    /// Sample only among the k most likely characters (0: all)
-    #[arg(long, default_value_t = 20)]
-    pub top_k: usize,
-    /// Text to start the sample with (characters outside the vocabulary are skipped)
-    #[arg(long, default_value = "\n")]
-    pub prompt: String,
-
-    /// Also copy the loss curve to this path (the README's picture: docs/img/train_gpt_loss.png)
-    #[arg(long)]
-    pub copy_plot_to: Option<PathBuf>,
-    /// Plain log lines instead of the progress bar
-    #[arg(long)]
-    pub no_progress: bool,
+/// Batches of `batch` windows of `ids` in the order of `windows` (no
+/// shuffle: random windows are already in a random order), built ahead on
+/// a worker thread when `prefetch`.
+fn loader(windows: TextWindows, batch: usize, prefetch: bool) -> Result<Windows> {
+    let opts = LoaderOptions::new(batch)
+        .shuffle(false)
+        .prefetch(if prefetch { 2 } else { 0 });
+    Ok(DataLoader::new(windows, opts, collate)?)
 }
 
 /// What a run must share with the checkpoint it resumes from for the resume
@@ -141,7 +78,9 @@ struct RunIdentity {
     vocab: String,
     train_len: usize,
     val_len: usize,
-    gpt: GptConfig,
+    arch: Arch,
+    /// The model's config (`GptConfig`, or the Llama's `config.json`).
+    model: serde_json::Value,
     steps: u64,
     batch_size: usize,
     lr: f64,
@@ -192,85 +131,11 @@ pub struct TrainReport {
     pub train_secs: f64,
 }
 
-impl TrainGptArgs {
-    fn validate(&self) -> Result<()> {
-        let pos = |flag: &'static str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::arg(flag, format!("must be positive, got {v}")))
-            }
-        };
-        pos("--n-layer", self.n_layer as f64)?;
-        pos("--n-head", self.n_head as f64)?;
-        pos("--n-embd", self.n_embd as f64)?;
-        pos("--block-size", self.block_size as f64)?;
-        pos("--steps", self.steps as f64)?;
-        pos("--batch-size", self.batch_size as f64)?;
-        pos("--lr", self.lr)?;
-        pos("--temperature", self.temperature)?;
-        pos("--eval-every", self.eval_every as f64)?;
-        pos("--eval-batches", self.eval_batches as f64)?;
-        if (self.n_embd / self.n_head) * self.n_head != self.n_embd {
-            return Err(Error::arg(
-                "--n-embd",
-                format!(
-                    "{} is not a multiple of --n-head {}",
-                    self.n_embd, self.n_head
-                ),
-            ));
-        }
-        if !(self.val_frac > 0.0 && self.val_frac < 1.0) {
-            return Err(Error::arg(
-                "--val-frac",
-                format!("must be in (0, 1), got {}", self.val_frac),
-            ));
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return Err(Error::arg(
-                "--dropout",
-                format!("must be in [0, 1), got {}", self.dropout),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(Error::arg(
-                "--min-lr-frac",
-                format!("must be in [0, 1], got {}", self.min_lr_frac),
-            ));
-        }
-        if self.warmup >= self.steps {
-            return Err(Error::arg(
-                "--warmup",
-                format!("{} must be below --steps {}", self.warmup, self.steps),
-            ));
-        }
-        if !(self.beta2 >= 0.0 && self.beta2 < 1.0) {
-            return Err(Error::arg(
-                "--beta2",
-                format!("must be in [0, 1), got {}", self.beta2),
-            ));
-        }
-        if !(self.weight_decay >= 0.0 && self.grad_clip >= 0.0) {
-            return Err(Error::arg(
-                "--weight-decay/--grad-clip",
-                "must be non-negative",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The data file: `--data`, or the repository's Shakespeare text (found
-    /// from the working directory, else from this crate's source directory).
-    pub fn data_path(&self) -> PathBuf {
-        if let Some(p) = &self.data {
-            return p.clone();
-        }
-        let local = PathBuf::from("data/shakespeare.txt");
-        if local.exists() {
-            local
-        } else {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/shakespeare.txt")
-        }
+/// The model `args` describe, fresh from the seed.
+fn build_model(ctx: &ExecContext, args: &TrainGptArgs, vocab: usize) -> Result<CharLm> {
+    match args.arch {
+        Arch::Gpt => CharLm::gpt(ctx, &gpt_config(args, vocab), args.seed),
+        Arch::Llama => CharLm::llama(ctx, &llama_shape(args, vocab), args.seed),
     }
 }
 
@@ -286,27 +151,50 @@ fn gpt_config(args: &TrainGptArgs, vocab_size: usize) -> GptConfig {
     }
 }
 
-/// Mean validation loss over `args.eval_batches` fixed windows (eval mode, no grad).
-fn evaluate(ctx: &ExecContext, gpt: &Gpt, data: &CharData, args: &TrainGptArgs) -> Result<f64> {
-    gpt.eval();
+fn llama_shape(args: &TrainGptArgs, vocab: usize) -> LlamaShape {
+    LlamaShape {
+        vocab,
+        width: args.n_embd,
+        layers: args.n_layer,
+        heads: args.n_head,
+        kv_heads: args.n_kv_head,
+        intermediate: if args.intermediate == 0 {
+            LlamaShape::default_intermediate(args.n_embd)
+        } else {
+            args.intermediate
+        },
+        context: args.block_size,
+        tied: args.tied_head,
+        dropout: args.dropout,
+    }
+}
+
+/// The model's config as the run identity records it.
+fn model_identity(model: &CharLm) -> serde_json::Value {
+    match model {
+        CharLm::Gpt(g) => serde_json::to_value(&g.config).unwrap_or_default(),
+        CharLm::Llama(l) => l.config.to_hf_json(),
+    }
+}
+
+/// The mean loss over every batch of `batches` (eval mode, no grad).
+fn mean_loss(ctx: &ExecContext, model: &CharLm, batches: &Windows) -> Result<f64> {
+    let m = model.module();
+    m.eval_mode();
     let _ng = no_grad();
-    let mut total = 0.0;
-    for i in 0..args.eval_batches {
+    let (mut total, mut count) = (0.0, 0usize);
+    for b in batches.epoch(0)? {
+        let (x, y) = b?;
         let _scope = ctx.scope();
-        let (x, y) = sample_batch(
-            &data.val,
-            args.batch_size,
-            args.block_size,
-            args.seed,
-            VAL_STREAM - i as u64,
-        )?;
-        let shape = [args.batch_size, args.block_size];
+        let rows = x.len() / model.context().max(1);
+        let shape = [rows, x.len() / rows.max(1)];
         let x = Tensor::constant(ctx, &x, &shape)?;
         let y = Tensor::constant(ctx, &y, &shape)?;
-        total += gpt.loss(&x, &y)?.item()?;
+        total += model.loss(&x, &y)?.item()? * rows as f64;
+        count += rows;
     }
-    gpt.train();
-    Ok(total / args.eval_batches as f64)
+    m.train_mode();
+    Ok(total / count.max(1) as f64)
 }
 
 /// Mean loss over the whole validation text: consecutive non-overlapping
@@ -315,95 +203,25 @@ fn evaluate(ctx: &ExecContext, gpt: &Gpt, data: &CharData, args: &TrainGptArgs) 
 /// of `batch`. The number `tools/train_gpt_torch.py` computes too.
 pub fn evaluate_full(
     ctx: &ExecContext,
-    gpt: &Gpt,
+    model: &CharLm,
     val: &[u32],
     block: usize,
     batch: usize,
 ) -> Result<f64> {
-    gpt.eval();
-    let _ng = no_grad();
-    let windows = (val.len() - 1) / block;
-    let (mut total, mut count) = (0.0, 0usize);
-    for first in (0..windows).step_by(batch) {
-        let rows = batch.min(windows - first);
-        let _scope = ctx.scope();
-        let (mut x, mut y) = (Vec::new(), Vec::new());
-        for w in first..first + rows {
-            x.extend(val[w * block..(w + 1) * block].iter().map(|&v| v as i64));
-            y.extend(
-                val[w * block + 1..(w + 1) * block + 1]
-                    .iter()
-                    .map(|&v| v as i64),
-            );
-        }
-        let x = Tensor::constant(ctx, &x, &[rows, block])?;
-        let y = Tensor::constant(ctx, &y, &[rows, block])?;
-        total += gpt.loss(&x, &y)?.item()? * rows as f64;
-        count += rows;
-    }
-    gpt.train();
-    Ok(total / count.max(1) as f64)
-}
-
-/// Samples `n` characters after `prompt` (temperature, top-k), eval mode, no grad.
-pub fn generate(
-    ctx: &ExecContext,
-    gpt: &Gpt,
-    prompt: &[u32],
-    n: usize,
-    temperature: f64,
-    top_k: usize,
-    seed: u64,
-) -> Result<Vec<u32>> {
-    gpt.eval();
-    let _ng = no_grad();
-    let block = gpt.config.block_size;
-    let vocab = gpt.config.vocab_size;
-    let mut ids: Vec<u32> = if prompt.is_empty() {
-        vec![0]
-    } else {
-        prompt.to_vec()
-    };
-    let start = ids.len();
-    for i in 0..n {
-        let _scope = ctx.scope();
-        let ctx_ids: Vec<i64> = ids[ids.len().saturating_sub(block)..]
-            .iter()
-            .map(|&v| v as i64)
-            .collect();
-        let t = ctx_ids.len();
-        let x = Tensor::constant(ctx, &ctx_ids, &[1, t])?;
-        let logits = gpt.forward(&x)?.to_vec::<f32>()?;
-        let last = &logits[(t - 1) * vocab..t * vocab];
-        let mut order: Vec<usize> = (0..vocab).collect();
-        order.sort_by(|&a, &b| last[b].total_cmp(&last[a]));
-        let keep = if top_k == 0 { vocab } else { top_k.min(vocab) };
-        let top = &order[..keep];
-        let m = last[top[0]] as f64;
-        let w: Vec<f64> = top
-            .iter()
-            .map(|&j| ((last[j] as f64 - m) / temperature).exp())
-            .collect();
-        let u = rng::uniform(seed, i as u64) * w.iter().sum::<f64>();
-        let mut acc = 0.0;
-        let mut pick = top[keep - 1];
-        for (&j, &wj) in top.iter().zip(&w) {
-            acc += wj;
-            if u < acc {
-                pick = j;
-                break;
-            }
-        }
-        ids.push(pick as u32);
-    }
-    gpt.train();
-    Ok(ids[start..].to_vec())
+    let windows = TextWindows::sequential(val.to_vec(), block)?;
+    let opts = LoaderOptions::new(batch).shuffle(false).prefetch(0);
+    mean_loss(ctx, model, &DataLoader::new(windows, opts, collate)?)
 }
 
 /// Trains (or resumes) as `args` says, evaluates, checkpoints, samples and
-/// plots. With `progress`, shows a progress bar (when stderr is a terminal)
-/// and prints evaluations; otherwise runs silently.
+/// plots. With `progress`, shows a progress bar (when stderr is a terminal;
+/// plain lines otherwise) and prints evaluations; otherwise runs silently.
 pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
+    Ok(train_gpt_model(args, progress)?.0)
+}
+
+/// [`train_gpt`], also returning the trained model.
+pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainReport, CharLm)> {
     args.validate()?;
     let ctx = if args.threads == 0 {
         ExecContext::new()?
@@ -413,14 +231,15 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
     let data_path = args.data_path();
     let data = CharData::load(&data_path, args.val_frac, args.block_size)?;
     let unigram = data.unigram_entropy();
-    let gcfg = gpt_config(args, data.vocab_size());
-    let gpt = Gpt::new(&mut Init::new(&ctx, DType::F32, args.seed), &gcfg)?;
+    let model = build_model(&ctx, args, data.vocab_size())?;
+    let module = model.module();
     // The parameters and the persistent buffers (the dropout counters, so a
     // resumed run draws the masks the uninterrupted one would).
-    let named = gpt.state_dict();
-    let num_params = gpt.num_parameters();
+    let named = module.state();
+    let params = module.named();
+    let num_params = module.count();
 
-    let [decay, no_decay] = gpt.decay_groups();
+    let [decay, no_decay] = module.decay();
     let schedule = Schedule::WarmupCosine {
         warmup: args.warmup,
         total: args.steps,
@@ -443,11 +262,37 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
         .with_schedule(schedule),
     ])?;
 
+    // Step s trains on batch s - 1 of one epoch of steps x batch windows at
+    // random starts (start of window i: rng::at(seed, i)).
+    let count = (args.steps as usize)
+        .checked_mul(args.batch_size)
+        .ok_or_else(|| Error::arg("--steps", "--steps x --batch-size windows overflow"))?;
+    let train_batches = loader(
+        TextWindows::random(data.train.clone(), args.block_size, count, args.seed)?,
+        args.batch_size,
+        true,
+    )?;
+    let val_windows = args
+        .eval_batches
+        .checked_mul(args.batch_size)
+        .ok_or_else(|| Error::arg("--eval-batches", "too many validation windows"))?;
+    let val_batches = loader(
+        TextWindows::random(
+            data.val.clone(),
+            args.block_size,
+            val_windows,
+            args.seed ^ VAL_SEED,
+        )?,
+        args.batch_size,
+        false,
+    )?;
+
     let identity = RunIdentity {
         vocab: data.chars.iter().collect(),
         train_len: data.train.len(),
         val_len: data.val.len(),
-        gpt: gcfg.clone(),
+        arch: args.arch,
+        model: model_identity(&model),
         steps: args.steps,
         batch_size: args.batch_size,
         lr: args.lr,
@@ -489,90 +334,121 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
             .map_err(|e| resume_err(format!("bad loss history: {e}")))?;
         val = serde_json::from_value(get("val"))
             .map_err(|e| resume_err(format!("bad validation history: {e}")))?;
-        if losses.len() as u64 != ck.state.step {
+        if losses.len() as u64 != ck.state.step || ck.state.data_position != ck.state.step {
             return Err(resume_err("inconsistent trainer state".into()));
         }
         step0 = ck.state.step;
     }
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
+    // The best validation loss so far (the resumed history replayed).
+    let mut best = KeepBest::new(MetricMode::Min);
+    for &(s, v) in &val {
+        best.observe(s, v);
+    }
+    let keep = KeepLast::new(args.keep_last)?;
+    let mut log = MetricsLogger::create(&args.out)?.histograms_every(args.histograms_every);
 
-    let pb = if progress && !args.no_progress {
-        ProgressBar::with_draw_target(Some(args.steps), ProgressDrawTarget::stderr())
+    let mode = if !progress {
+        ProgressMode::Hidden
+    } else if args.no_progress {
+        ProgressMode::Plain {
+            every: (args.eval_every / 4).max(1),
+        }
     } else {
-        ProgressBar::hidden()
+        ProgressMode::auto((args.eval_every / 4).max(1))
     };
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:32.cyan/blue} step {pos}/{len} {msg} [{elapsed} < {eta}]",
-        )
-        .map_err(|e| Error::arg("progress", e.to_string()))?,
-    );
-    pb.set_position(step0);
-    pb.reset_eta();
-    let say = |line: String| {
+    let mut pb = Progress::new(args.steps, mode);
+    pb.start_at(step0);
+    let say = |pb: &Progress, line: String| {
         if progress {
-            pb.suspend(|| println!("{line}"));
+            pb.println(&line);
         }
     };
-    say(format!(
-        "train_gpt: {} ({} chars, vocab {}; train {}, validation {} = last {:.0}%)",
-        data_path.display(),
-        data.train.len() + data.val.len(),
-        data.vocab_size(),
-        data.train.len(),
-        data.val.len(),
-        100.0 * args.val_frac
-    ));
-    say(format!(
-        "model: GPT {} layers, {} heads, width {}, context {} -> {} parameters; {} threads",
-        args.n_layer,
-        args.n_head,
-        args.n_embd,
-        args.block_size,
-        num_params,
-        ctx.num_threads()
-    ));
-    say(format!(
-        "unigram baseline (entropy of the training characters): {unigram:.4} nats"
-    ));
+    say(
+        &pb,
+        format!(
+            "train_gpt: {} ({} chars, vocab {}; train {}, validation {} = last {:.0}%)",
+            data_path.display(),
+            data.train.len() + data.val.len(),
+            data.vocab_size(),
+            data.train.len(),
+            data.val.len(),
+            100.0 * args.val_frac
+        ),
+    );
+    let shape_line = match &model {
+        CharLm::Gpt(_) => format!("GPT {} layers, {} heads", args.n_layer, args.n_head),
+        CharLm::Llama(l) => format!(
+            "Llama {} layers, {} heads / {} kv heads, SwiGLU {}, {} head",
+            l.config.num_layers,
+            l.config.num_heads,
+            l.config.num_kv_heads,
+            l.config.intermediate_size,
+            if l.config.tie_word_embeddings {
+                "tied"
+            } else {
+                "untied"
+            }
+        ),
+    };
+    say(
+        &pb,
+        format!(
+            "model: {shape_line}, width {}, context {} -> {} parameters; {} threads",
+            args.n_embd,
+            args.block_size,
+            num_params,
+            ctx.num_threads()
+        ),
+    );
+    say(
+        &pb,
+        format!("unigram baseline (entropy of the training characters): {unigram:.4} nats"),
+    );
     if step0 > 0 {
-        say(format!("resumed from step {step0}"));
+        say(&pb, format!("resumed from step {step0}"));
     }
 
     let mut mem = Vec::new();
     let shape = [args.batch_size, args.block_size];
     let tokens_per_step = (args.batch_size * args.block_size) as f64;
     let t0 = Instant::now();
+    let mut batches = train_batches.epoch_from(0, step0 as usize)?;
     for step in step0 + 1..=last {
-        let (x, y) = sample_batch(
-            &data.train,
-            args.batch_size,
-            args.block_size,
-            args.seed,
-            step,
-        )?;
+        let (x, y) = batches.next().ok_or_else(|| {
+            Error::arg(
+                "--steps",
+                format!("the loader ran out of batches at step {step}"),
+            )
+        })??;
         let loss = {
             let _scope = ctx.scope();
             let x = Tensor::constant(&ctx, &x, &shape)?;
             let y = Tensor::constant(&ctx, &y, &shape)?;
-            let loss = gpt.loss(&x, &y)?;
+            let loss = model.loss(&x, &y)?;
             loss.backward()?;
             loss.item()? as f32
         };
         if args.grad_clip > 0.0 {
             clip_grad_norm(&opt.params(), args.grad_clip)?;
         }
+        log.parameter_histograms(step, &params)?;
+        let lr = opt.lr(0)?;
         opt.step()?;
         opt.zero_grad();
         losses.push(loss);
+        log.scalar("train/loss", step, loss as f64)?;
+        log.scalar("train/lr", step, lr)?;
 
         let done = (step - step0) as f64;
         let tps = done * tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9);
-        pb.set_position(step);
-        pb.set_message(format!("loss {loss:.4} | {:.1}k tok/s", tps / 1e3));
+        pb.step(&format!("loss {loss:.4} | {:.1}k tok/s", tps / 1e3));
+        let mut new_best = false;
         if step % args.eval_every == 0 || step == args.steps {
-            let v = evaluate(&ctx, &gpt, &data, args)?;
+            let v = mean_loss(&ctx, &model, &val_batches)?;
             val.push((step, v));
+            new_best = best.observe(step, v);
+            log.scalar("val/loss", step, v)?;
             let s = ctx.stats();
             mem.push(MemPoint {
                 step,
@@ -580,12 +456,13 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
                 live_bytes: s.live_bytes,
                 rss_mib: rss_mib(),
             });
-            say(format!(
+            say(&pb, format!(
                 "step {step:>5}: train loss {loss:.4}, validation loss {v:.4}  ({:.0} tok/s, pool outstanding {}, RSS {:.0} MiB)",
                 tps, s.outstanding, rss_mib()
             ));
         }
-        let ckpt_now = (args.ckpt_every > 0 && step % args.ckpt_every == 0) || step == last;
+        let ckpt_now =
+            (args.ckpt_every > 0 && step % args.ckpt_every == 0) || step == last || new_best;
         if ckpt_now {
             let state = TrainerState {
                 step,
@@ -599,11 +476,16 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
                 }),
             };
             save_checkpoint(&ckpt_root, &named, &opt, &state)?;
+            keep.prune(&ckpt_root, best.best().map(|(s, _)| s))?;
+            log.flush()?;
         }
+        // Evaluations and saves are not part of a step's time.
+        pb.pause_clock();
     }
+    drop(batches);
     let train_secs = t0.elapsed().as_secs_f64();
     let ran = last.saturating_sub(step0) as f64;
-    pb.finish_and_clear();
+    pb.finish();
 
     let curve = LossCurve {
         train: &losses,
@@ -633,12 +515,12 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
     let mut sample = String::new();
     let mut final_val = None;
     if last == args.steps {
-        let v = evaluate_full(&ctx, &gpt, &data.val, args.block_size, args.batch_size)?;
+        let v = evaluate_full(&ctx, &model, &data.val, args.block_size, args.batch_size)?;
         final_val = Some(v);
+        log.scalar("val/full_loss", last, v)?;
         let prompt = data.encode(&args.prompt);
-        let ids = generate(
+        let ids = model.generate(
             &ctx,
-            &gpt,
             &prompt,
             args.sample_len,
             args.temperature,
@@ -648,9 +530,17 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
         sample = data.decode(&prompt) + &data.decode(&ids);
         let p = args.out.join("sample.txt");
         std::fs::write(&p, &sample).map_err(|e| Error::io(&p, e))?;
+        if let Some(dir) = &args.save_hf {
+            save_hf(&model, &data, dir)?;
+            say(
+                &pb,
+                format!("wrote the Hugging Face model directory {}", dir.display()),
+            );
+        }
     }
-    drop((named, opt, gpt));
-    Ok(TrainReport {
+    log.flush()?;
+    drop((named, params, opt));
+    let report = TrainReport {
         losses,
         val,
         unigram,
@@ -661,5 +551,6 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
         mem,
         tokens_per_sec: ran * tokens_per_step / train_secs.max(1e-9),
         train_secs,
-    })
+    };
+    Ok((report, model))
 }

@@ -1,12 +1,15 @@
 //! Shared code of the fucina examples: the error every example reports,
-//! character-level text data, the GPT training run behind `train_gpt`
-//! (a library function so a test can run it at a tiny size), the decoder-LLM
-//! fine-tuning run behind `finetune_llm` (the same), the pictures,
-//! and process memory.
+//! character-level text data, the character models and the training run
+//! behind `train_gpt` (a library function so a test can run it at a tiny
+//! size) with its Hugging Face export, the decoder-LLM fine-tuning run
+//! behind `finetune_llm` (the same), the pictures, and process memory.
 
+pub mod char_lm;
 pub mod chardata;
 pub mod error;
+pub mod gpt_args;
 pub mod gpt_train;
+pub mod hf_export;
 pub mod llm_finetune;
 pub mod minilm;
 pub mod plot;

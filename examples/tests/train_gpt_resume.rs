@@ -4,6 +4,10 @@
 //! checkpoint, as after a crash), with dropout on so its counters must be
 //! restored too; the thread count does not change a bit; pool memory is
 //! flat over the run; bad arguments and unreadable data are clear errors.
+//! The batches come from fucina-train's prefetching `DataLoader`, which the
+//! resumed run restarts at the checkpoint's batch; the same holds for
+//! `--arch llama`; `--keep-last` prunes old checkpoints but keeps the best
+//! validation loss's; the metrics reach `metrics.jsonl`.
 
 use std::path::{Path, PathBuf};
 
@@ -123,6 +127,69 @@ fn resume_is_bit_exact() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+fn step_dirs(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
+    let root = tmp("llama");
+    let data = small_text(&root);
+    let llama = ["--arch", "llama", "--n-kv-head", "1"];
+    let full = train_gpt(&args(&data, &root.join("a"), &llama), false).unwrap();
+    assert!(full.losses.iter().all(|l| l.is_finite()));
+    let b = root.join("b");
+    let mut stop = llama.to_vec();
+    stop.extend(["--stop-after", "5"]);
+    train_gpt(&args(&data, &b, &stop), false).unwrap();
+    let mut resume = llama.to_vec();
+    resume.push("--resume");
+    let resumed = train_gpt(&args(&data, &b, &resume), false).unwrap();
+    assert_eq!(bits(&resumed), bits(&full));
+    assert_eq!(resumed.sample, full.sample);
+    // A Llama checkpoint does not resume as a GPT.
+    let e = train_gpt(&args(&data, &b, &["--resume"]), false).unwrap_err();
+    assert!(matches!(e, Error::Resume { .. }), "{e}");
+
+    // --keep-last 1: the newest checkpoint and the best validation loss's.
+    let c = root.join("c");
+    let mut keep = llama.to_vec();
+    keep.extend(["--keep-last", "1"]);
+    let r = train_gpt(&args(&data, &c, &keep), false).unwrap();
+    let (best_step, _) = r
+        .val
+        .iter()
+        .copied()
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .unwrap();
+    let mut want = vec![format!("step-{best_step:06}"), "step-000012".to_string()];
+    want.dedup();
+    want.sort();
+    assert_eq!(step_dirs(&c), want);
+    // Every step's loss and every evaluation in metrics.jsonl.
+    let text = std::fs::read_to_string(c.join("metrics.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tagged = |t: &str| rows.iter().filter(|r| r["tag"] == t).count();
+    assert_eq!(tagged("train/loss"), 12);
+    assert_eq!(tagged("val/loss"), r.val.len());
+    let logged: Vec<f32> = rows
+        .iter()
+        .filter(|r| r["tag"] == "train/loss")
+        .map(|r| r["value"].as_f64().unwrap() as f32)
+        .collect();
+    assert_eq!(logged, r.losses);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn bad_arguments_and_data_are_clear_errors() {
     let root = tmp("errors");
@@ -132,6 +199,14 @@ fn bad_arguments_and_data_are_clear_errors() {
     assert!(e.to_string().contains("--n-embd"), "{e}");
     let e = train_gpt(&args(&data, &out, &["--steps", "0"]), false).unwrap_err();
     assert!(e.to_string().contains("--steps"), "{e}");
+    let e = train_gpt(
+        &args(&data, &out, &["--arch", "llama", "--n-kv-head", "3"]),
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--n-kv-head"), "{e}");
+    let e = train_gpt(&args(&data, &out, &["--keep-last", "0"]), false).unwrap_err();
+    assert!(e.to_string().contains("--keep-last"), "{e}");
     let missing = root.join("nope.txt");
     let e = train_gpt(&args(&missing, &out, &[]), false).unwrap_err();
     assert!(

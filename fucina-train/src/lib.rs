@@ -35,6 +35,7 @@ pub mod data;
 pub mod error;
 pub mod metrics;
 pub mod policy;
+pub mod progress;
 mod tensorboard;
 
 pub use accumulate::accumulate_gradients;

@@ -4,6 +4,12 @@
 //! event file (`events.out.tfevents.<secs>.<host>.<pid>.<n>`) in the run
 //! directory, which `tensorboard --logdir` reads. Both are flushed on
 //! [`MetricsLogger::flush`] and on drop.
+//!
+//! Histograms go to the event file only (TensorBoard's Histograms and
+//! Distributions tabs): any values with [`MetricsLogger::histogram`], or,
+//! once [`MetricsLogger::histograms_every`] turned them on, every
+//! parameter's weights (`weights/<name>`) and gradient (`grads/<name>`)
+//! with [`MetricsLogger::parameter_histograms`].
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -11,8 +17,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use fucina_autograd::Tensor;
+
 use crate::error::{Error, Result};
-use crate::tensorboard;
+use crate::tensorboard::{self, Histogram};
+
+/// Buckets of a histogram unless [`MetricsLogger::histogram_bins`] says otherwise.
+pub const DEFAULT_BINS: usize = 30;
 
 /// Writes scalars to JSONL and TensorBoard.
 ///
@@ -31,6 +42,8 @@ pub struct MetricsLogger {
     events: BufWriter<File>,
     jsonl_path: PathBuf,
     events_path: PathBuf,
+    histogram_every: Option<u64>,
+    bins: usize,
 }
 
 static FILE_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -68,6 +81,8 @@ impl MetricsLogger {
             events: BufWriter::new(events),
             jsonl_path,
             events_path,
+            histogram_every: None,
+            bins: DEFAULT_BINS,
         };
         let first = tensorboard::record(&tensorboard::file_version_event(t));
         log.write_events(&first)?;
@@ -85,15 +100,77 @@ impl MetricsLogger {
             .map_err(|e| Error::file(&self.events_path, e.to_string()))
     }
 
-    /// Logs `value` under `tag` at `step` (TensorBoard stores it as f32).
-    pub fn scalar(&mut self, tag: &str, step: u64, value: f64) -> Result<()> {
-        let t = now();
-        let step_i = i64::try_from(step).map_err(|_| {
+    /// Turns on [`MetricsLogger::parameter_histograms`] at every step that
+    /// is a multiple of `every` (0 turns them off again).
+    pub fn histograms_every(mut self, every: u64) -> MetricsLogger {
+        self.histogram_every = (every > 0).then_some(every);
+        self
+    }
+
+    /// Buckets per histogram (default [`DEFAULT_BINS`]); 0 is an error.
+    pub fn histogram_bins(mut self, bins: usize) -> Result<MetricsLogger> {
+        if bins == 0 {
+            return Err(Error::config(
+                "MetricsLogger",
+                "histogram_bins must be at least 1",
+            ));
+        }
+        self.bins = bins;
+        Ok(self)
+    }
+
+    fn step_i64(step: u64) -> Result<i64> {
+        i64::try_from(step).map_err(|_| {
             Error::config(
                 "MetricsLogger",
                 format!("step {step} does not fit TensorBoard's int64"),
             )
+        })
+    }
+
+    /// Logs a histogram of `values` under `tag` at `step`: equal-width
+    /// buckets over their range, with their count, sum and sum of squares.
+    /// No values, or a NaN or infinite one, is an error naming the tag.
+    pub fn histogram(&mut self, tag: &str, step: u64, values: &[f64]) -> Result<()> {
+        let step = Self::step_i64(step)?;
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(Error::config(
+                "MetricsLogger",
+                format!(
+                    "histogram `{tag}`: value {i} is {} (histograms take finite values)",
+                    values[i]
+                ),
+            ));
+        }
+        let h = Histogram::of(values, self.bins).ok_or_else(|| {
+            Error::config("MetricsLogger", format!("histogram `{tag}` has no values"))
         })?;
+        let rec = tensorboard::record(&tensorboard::histogram_event(now(), step, tag, &h));
+        self.write_events(&rec)
+    }
+
+    /// When histograms are on and `step` is due, logs `weights/<name>` of
+    /// every parameter and `grads/<name>` of each that has a gradient;
+    /// returns whether it did. Call it after backward and before
+    /// `zero_grad` to see the gradients.
+    pub fn parameter_histograms(&mut self, step: u64, params: &[(String, Tensor)]) -> Result<bool> {
+        match self.histogram_every {
+            Some(every) if step.is_multiple_of(every) => {}
+            _ => return Ok(false),
+        }
+        for (name, p) in params {
+            self.histogram(&format!("weights/{name}"), step, &p.to_vec_f64()?)?;
+            if let Some(g) = p.grad() {
+                self.histogram(&format!("grads/{name}"), step, &g.to_vec_f64()?)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Logs `value` under `tag` at `step` (TensorBoard stores it as f32).
+    pub fn scalar(&mut self, tag: &str, step: u64, value: f64) -> Result<()> {
+        let t = now();
+        let step_i = Self::step_i64(step)?;
         // JSON has no NaN or infinity: those are written as the strings
         // "NaN", "Infinity" and "-Infinity" (what Python's json reads back).
         let v = if value.is_finite() {

@@ -8,7 +8,11 @@
 //! `step` (field 2, int64), then either `file_version` (field 3, string;
 //! the first record, `"brain.Event:2"`) or `summary` (field 5: a
 //! `Summary`, repeated `value` (field 1) of `Summary.Value { tag (field
-//! 1, string), simple_value (field 2, float) }`).
+//! 1, string), simple_value (field 2, float) | histo (field 5,
+//! HistogramProto) }`). `HistogramProto` is `min` (1), `max` (2), `num`
+//! (3), `sum` (4), `sum_squares` (5), all doubles, then the packed
+//! repeated doubles `bucket_limit` (6; bucket `i` holds the values above
+//! limit `i - 1` up to limit `i`) and `bucket` (7, the counts).
 
 /// The masked CRC-32C of TFRecord framing.
 fn masked_crc(data: &[u8]) -> u32 {
@@ -71,6 +75,90 @@ pub(crate) fn scalar_event(wall_time: f64, step: i64, tag: &str, value: f32) -> 
     e
 }
 
+fn double_field(field: u32, v: f64, out: &mut Vec<u8>) {
+    varint(((field << 3) | 1) as u64, out);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn packed_doubles(field: u32, vs: &[f64], out: &mut Vec<u8>) {
+    let bytes: Vec<u8> = vs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    bytes_field(field, &bytes, out);
+}
+
+/// A histogram's summary: the statistics of the values and the counts of
+/// its buckets, each bucket up to and including its right edge.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Histogram {
+    pub min: f64,
+    pub max: f64,
+    pub num: f64,
+    pub sum: f64,
+    pub sum_squares: f64,
+    pub bucket_limit: Vec<f64>,
+    pub bucket: Vec<f64>,
+}
+
+impl Histogram {
+    /// `bins` equal-width buckets over `[min, max]` of finite `values`
+    /// (one bucket when they are all equal); sums in f64, in order, so the
+    /// same values give the same bits. `None` for no values.
+    pub fn of(values: &[f64], bins: usize) -> Option<Histogram> {
+        let (&first, _) = values.split_first()?;
+        let (mut min, mut max) = (first, first);
+        let (mut sum, mut sum_squares) = (0.0, 0.0);
+        for &v in values {
+            min = min.min(v);
+            max = max.max(v);
+            sum += v;
+            sum_squares += v * v;
+        }
+        let bins = if max > min { bins.max(1) } else { 1 };
+        let width = (max - min) / bins as f64;
+        let mut bucket = vec![0.0; bins];
+        for &v in values {
+            // ceil((v - min) / width) - 1: the bucket whose right edge is
+            // the first at or above v (min itself in bucket 0).
+            let i = if width > 0.0 {
+                (((v - min) / width).ceil() as usize).saturating_sub(1)
+            } else {
+                0
+            };
+            bucket[i.min(bins - 1)] += 1.0;
+        }
+        let mut bucket_limit: Vec<f64> = (1..=bins).map(|i| min + width * i as f64).collect();
+        bucket_limit[bins - 1] = max;
+        Some(Histogram {
+            min,
+            max,
+            num: values.len() as f64,
+            sum,
+            sum_squares,
+            bucket_limit,
+            bucket,
+        })
+    }
+}
+
+/// An event with one histogram.
+pub(crate) fn histogram_event(wall_time: f64, step: i64, tag: &str, h: &Histogram) -> Vec<u8> {
+    let mut p = Vec::new();
+    double_field(1, h.min, &mut p);
+    double_field(2, h.max, &mut p);
+    double_field(3, h.num, &mut p);
+    double_field(4, h.sum, &mut p);
+    double_field(5, h.sum_squares, &mut p);
+    packed_doubles(6, &h.bucket_limit, &mut p);
+    packed_doubles(7, &h.bucket, &mut p);
+    let mut v = Vec::new();
+    bytes_field(1, tag.as_bytes(), &mut v);
+    bytes_field(5, &p, &mut v);
+    let mut summary = Vec::new();
+    bytes_field(1, &v, &mut summary);
+    let mut e = event_head(wall_time, step);
+    bytes_field(5, &summary, &mut e);
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +174,17 @@ mod tests {
             masked_crc(b"123456789"),
             0xe306_9283u32.rotate_right(15).wrapping_add(0xa282_ead8)
         );
+    }
+
+    #[test]
+    fn histogram_buckets_hold_values_up_to_their_right_edge() {
+        let h = Histogram::of(&[0.0, 1.0, 2.0, 2.5, 4.0], 4).unwrap();
+        assert_eq!(h.bucket_limit, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(h.bucket, [2.0, 1.0, 1.0, 1.0]);
+        assert_eq!((h.min, h.max, h.num), (0.0, 4.0, 5.0));
+        assert_eq!((h.sum, h.sum_squares), (9.5, 27.25));
+        let one = Histogram::of(&[3.0, 3.0], 30).unwrap();
+        assert_eq!((one.bucket_limit, one.bucket), (vec![3.0], vec![2.0]));
+        assert!(Histogram::of(&[], 30).is_none());
     }
 }

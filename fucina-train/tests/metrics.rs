@@ -3,12 +3,16 @@
 //! read the committed event file (`tests/fixtures/run.tfevents`, written
 //! by `write_fixture` below) with
 //! `tensorboard.backend.event_processing.event_accumulator` and wrote every
-//! scalar it saw to `tests/goldens/tensorboard.json`; this test checks that
-//! a fresh run writes the same records as the fixture (wall times aside),
-//! with valid framing checksums, and that they decode to the golden.
+//! scalar and histogram it saw to `tests/goldens/tensorboard.json`; this
+//! test checks that a fresh run writes the same records as the fixture
+//! (wall times aside), with valid framing checksums, and that they decode
+//! to the golden: every scalar, and every histogram's step, min, max, num,
+//! sum, sum of squares, bucket limits and counts.
 
 use std::path::{Path, PathBuf};
 
+use fucina_autograd::testing::TestCtx;
+use fucina_autograd::Tensor;
 use fucina_train::MetricsLogger;
 
 /// The run: three tags at their steps.
@@ -24,13 +28,66 @@ fn script() -> Vec<(&'static str, u64, f64)> {
     v
 }
 
+/// The parameters whose histograms the run logs: `w` `[3, 4]` with the
+/// gradient of `sum((w·x)²)`, and `b` `[4]`, which has no gradient.
+fn params(ctx: &TestCtx, step: u64) -> Vec<(String, Tensor)> {
+    let s = step as f64;
+    let w: Vec<f64> = (0..12).map(|i| (i as f64 - 5.5) * 0.1 * s).collect();
+    let w = Tensor::variable(ctx, &w, &[3, 4]).unwrap();
+    let x = Tensor::constant(ctx, &[1.0, -2.0, 0.5], &[1, 3]).unwrap();
+    let y = x.matmul(&w).unwrap();
+    y.mul(&y).unwrap().sum_all().unwrap().backward().unwrap();
+    let b = Tensor::constant(ctx, &[0.25, 0.25, 0.25, 0.25], &[4]).unwrap();
+    vec![("w".into(), w), ("b".into(), b)]
+}
+
+/// The steps whose parameter histograms are logged (every 10th).
+const HIST_EVERY: u64 = 10;
+
 fn write_run(dir: &Path) -> PathBuf {
-    let mut log = MetricsLogger::create(dir).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let mut log = MetricsLogger::create(dir)
+        .unwrap()
+        .histograms_every(HIST_EVERY)
+        .histogram_bins(5)
+        .unwrap();
     for (tag, step, value) in script() {
         log.scalar(tag, step, value).unwrap();
+        if tag == "lr" {
+            let logged = log.parameter_histograms(step, &params(&ctx, step)).unwrap();
+            assert_eq!(logged, step % HIST_EVERY == 0);
+        }
     }
+    // Values of any source, and one bucket when they are all equal.
+    log.histogram("const", 3, &[7.0; 4]).unwrap();
     log.flush().unwrap();
     log.event_file().to_path_buf()
+}
+
+/// `(tag, step, [min, max, num, sum, sum_squares], limits, counts)` of a
+/// histogram event.
+type Hist = (String, i64, Vec<f64>, Vec<f64>, Vec<f64>);
+
+fn doubles(b: &[u8]) -> Vec<f64> {
+    b.chunks(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn histogram(event: &[u8]) -> Option<Hist> {
+    let fs = fields(event);
+    let step = fs
+        .iter()
+        .find(|f| f.0 == 2)
+        .map(|f| i64::from_le_bytes(f.2[..8].try_into().unwrap()))?;
+    let summary = &fs.iter().find(|f| f.0 == 5)?.2;
+    let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
+    let vf = fields(value);
+    let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    let h = fields(&vf.iter().find(|f| f.0 == 5)?.2);
+    let get = |n: u64| h.iter().find(|f| f.0 == n).map(|f| doubles(&f.2)).unwrap();
+    let stats = (1..=5).map(|n| get(n)[0]).collect();
+    Some((tag, step, stats, get(6), get(7)))
 }
 
 fn masked_crc(d: &[u8]) -> u32 {
@@ -158,7 +215,7 @@ fn event_files_match_the_fixture_tensorboard_read() {
         .unwrap(),
     )
     .unwrap();
-    let ours: Vec<(String, i64, f32)> = fresh[1..].iter().map(|e| scalar(e).unwrap()).collect();
+    let ours: Vec<(String, i64, f32)> = fresh[1..].iter().filter_map(|e| scalar(e)).collect();
     let mut n = 0;
     for (tag, rows) in golden["scalars"].as_object().unwrap() {
         for r in rows.as_array().unwrap() {
@@ -172,6 +229,47 @@ fn event_files_match_the_fixture_tensorboard_read() {
     }
     assert_eq!(n, script().len(), "TensorBoard read every scalar");
     assert_eq!(ours.len(), script().len());
+    // Histograms: weights/w and grads/w at steps 10 and 20, weights/b
+    // (no gradient: no grads/b) and `const`.
+    let hists: Vec<Hist> = fresh[1..].iter().filter_map(|e| histogram(e)).collect();
+    assert_eq!(hists.len(), 2 * 3 + 1);
+    assert!(!hists.iter().any(|h| h.0 == "grads/b"));
+    let mut n = 0;
+    for (tag, rows) in golden["histograms"].as_object().unwrap() {
+        for r in rows.as_array().unwrap() {
+            let f = |k: &str| r[k].as_f64().unwrap();
+            let list = |k: &str| -> Vec<f64> {
+                r[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect()
+            };
+            let want: Hist = (
+                tag.clone(),
+                r["step"].as_i64().unwrap(),
+                vec![f("min"), f("max"), f("num"), f("sum"), f("sum_squares")],
+                list("bucket_limit"),
+                list("bucket"),
+            );
+            assert!(hists.contains(&want), "{want:?} not in {hists:?}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, hists.len(), "TensorBoard read every histogram");
+    // The gradient of sum((x·w)²) is xᵀ·2(x·w): checked against the logged one.
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let p = params(&ctx, 10);
+    let g = p[0].1.grad().unwrap().to_vec_f64().unwrap();
+    let logged = hists
+        .iter()
+        .find(|h| h.0 == "grads/w" && h.1 == 10)
+        .unwrap();
+    let min = g.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = g.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(logged.2[..3], [min, max, 12.0]);
+    assert_eq!(logged.4.iter().sum::<f64>(), 12.0);
+    drop(p);
     // JSONL: one line per scalar with the exact f64.
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = text
@@ -205,6 +303,18 @@ fn non_finite_values_are_logged_not_lost() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["value"].to_string())
         .collect();
     assert_eq!(values, ["\"NaN\"", "\"Infinity\"", "\"-Infinity\""]);
+    // A histogram takes finite values only, and at least one; bins >= 1.
+    {
+        let mut log = MetricsLogger::create(&dir).unwrap();
+        let e = log.histogram("h", 1, &[1.0, f64::NAN]).unwrap_err();
+        assert!(
+            e.to_string().contains("`h`") && e.to_string().contains("value 1"),
+            "{e}"
+        );
+        assert!(log.histogram("h", 1, &[]).is_err());
+        assert!(log.histogram("h", u64::MAX, &[1.0]).is_err());
+        assert!(log.histogram_bins(0).is_err());
+    }
     let recs = records(&std::fs::read(events).unwrap());
     let v: Vec<f32> = recs[1..].iter().map(|e| scalar(e).unwrap().2).collect();
     assert!(v[0].is_nan() && v[1] == f32::INFINITY && v[2] == f32::NEG_INFINITY);
