@@ -10,6 +10,8 @@
 //! A; row-major A without a fast pack (f64) is read in place when K takes more than one
 //! step (a tile's rows are MR sequential streams).
 //! The first K step applies `beta`; later steps accumulate.
+//! B may be bf16/f16 (`widen::BElem`): its panels are then widened to f32/f64 as they are
+//! packed (the same values in the same places as the pack of a widened B, so the same C).
 //!
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
 //! steps added in ascending K, packed or not. The job grid (which depends on the thread count)
@@ -24,6 +26,7 @@ use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 
 use super::tile::{self, MatRef, PanelPack, Tile, MR};
+use super::widen::{pack_panels_widen, BElem};
 use super::{avx2, avx512};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
@@ -196,6 +199,12 @@ thread_local! {
     static B_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
 }
 
+/// Runs `f` on this thread's packed-B scratch (`len` elements of `T`): the tiled path widens
+/// its bf16/f16 B panels into it.
+pub(super) fn with_b_scratch<T: Float, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    with_scratch(&B_SCRATCH, len, f)
+}
+
 /// Runs `f` on a thread-local scratch slice of at least `len` elements of `T`.
 fn with_scratch<T: Float, R>(
     key: &'static std::thread::LocalKey<Cell<Vec<f64>>>,
@@ -362,13 +371,13 @@ fn grid<K: PackedKernel>(
 /// # Safety
 /// As [`gemm`] for A and B.
 #[allow(clippy::too_many_arguments)]
-unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
+unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
     k: usize,
     alpha: T,
     a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
+    b: MatRef<'_, S>,
     beta: T,
     mut c: MatMut<'_, T>,
     bias: Option<(&[T], usize)>,
@@ -392,15 +401,29 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
                     for pc in (0..k).step_by(KC) {
                         let kc = KC.min(k - pc);
                         let bpk = &mut bbuf[..cols.div_ceil(nr) * kc * nr];
-                        // SAFETY: K steps pc.., columns jc.. are inside B.
-                        unsafe {
-                            K::pack_b(
-                                bpk,
-                                b.ptr().add(pc * b.rs + jc * b.cs),
-                                (b.cs, b.rs),
-                                (cols, kc),
-                            )
-                        };
+                        let at = pc * b.rs + jc * b.cs;
+                        match S::same(b.data) {
+                            // SAFETY: K steps pc.., columns jc.. are inside B.
+                            Some(bt) => unsafe {
+                                K::pack_b(
+                                    bpk,
+                                    bt.as_ptr().wrapping_add(b.offset).add(at),
+                                    (b.cs, b.rs),
+                                    (cols, kc),
+                                )
+                            },
+                            // bf16/f16 B: widened into the f32/f64 panels as it is packed.
+                            // SAFETY: as above.
+                            None => unsafe {
+                                pack_panels_widen::<T, S>(
+                                    bpk,
+                                    b.ptr().add(at),
+                                    (b.cs, b.rs),
+                                    (cols, kc),
+                                    nr,
+                                )
+                            },
+                        }
                         let first = pc == 0;
                         for ic in (r0..r1).step_by(MC) {
                             let rows = MC.min(r1 - ic);
@@ -463,20 +486,20 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
 }
 
 /// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`; beta == 0 never reads
-/// C), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
+/// C; B of `T` or of a 16-bit storage type `S` widened while packed), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
 /// Parallel over the context's threads when `parallel`: C's jobs are disjoint tiles
 /// ([`MatMut::split_grid`]).
 ///
 /// # Safety
 /// Every addressed element of A and B is inside its buffer (a view validated by `plan`).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
+pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     ctx: &ExecContext,
     parallel: bool,
     k: usize,
     alpha: T,
     a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
+    b: MatRef<'_, S>,
     beta: T,
     mut c: MatMut<'_, T>,
     bias: Option<(&[T], usize)>,
@@ -506,7 +529,7 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
         let (ri, ci) = (j / gn, j % gn);
         // SAFETY: the caller's contract covers A and B; `cj` is this job's own tile of C.
         unsafe {
-            job::<T, K>(
+            job::<T, K, S>(
                 (rcuts[ri], rcuts[ri + 1]),
                 (ccuts[ci], ccuts[ci + 1]),
                 k,
