@@ -3,7 +3,8 @@
 //!
 //! Indices (I64, I32, U32 or U8, any strides) are read once and checked at the
 //! entry: a negative or too-large index is [`Error::OutOfRange`], never a panic.
-//! Selections are pure copies (any dtype). The adds (f32/f64) are parallel by
+//! Selections are pure copies (any dtype); `embedding_to` gathers a bf16/f16
+//! table into f32/f64 rows, widening only the gathered rows. The adds (f32/f64) are parallel by
 //! DESTINATION with fixed chunks, and every destination sums its contributions
 //! in increasing source order starting from 0: bitwise equal to the reference
 //! and to itself for any thread count, duplicates included.

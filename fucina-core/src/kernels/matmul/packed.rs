@@ -197,6 +197,8 @@ thread_local! {
     static A_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
     /// Packed-B scratch of this thread (as above).
     static B_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+    /// One widened B panel's K runs (bf16/f16 B, as above).
+    static W_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's packed-B scratch (`len` elements of `T`): the tiled path widens
@@ -323,6 +325,56 @@ unsafe fn pack_panels<T: Float, const W: usize>(
     }
 }
 
+/// Packs a bf16/f16 B block into `K::NR`-wide f32/f64 panels, widening: the layout and
+/// values of [`pack_panels`] on the widened block. A K-contiguous B (`step == 1`: linear's
+/// `wᵀ`) widens each full panel's `NR` K runs into scratch (contiguous, vectorisable) and
+/// moves them with the kernel's register-transpose pack (data movement only); any other
+/// layout, and a last partial panel, go through the portable `pack_panels_widen`.
+///
+/// # Safety
+/// As [`pack_panels`] (`src` of `S`), with `K`'s features present.
+unsafe fn pack_b_widened<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
+    dst: &mut [T],
+    src: *const S,
+    (lane, step): (usize, usize),
+    (len, k): (usize, usize),
+) {
+    let nr = K::NR;
+    if step != 1 || lane == 1 {
+        // SAFETY: forwarded caller contract.
+        unsafe { pack_panels_widen::<T, S>(dst, src, (lane, step), (len, k), nr) };
+        return;
+    }
+    let full = len / nr;
+    with_scratch::<T, _>(&W_SCRATCH, nr * k, |runs| {
+        for pi in 0..full {
+            for (i, run) in runs.chunks_exact_mut(k).enumerate() {
+                // SAFETY: lane pi·NR + i < len, its K steps 0..k are inside the block.
+                let line = unsafe { src.add((pi * nr + i) * lane) };
+                for (p, v) in run.iter_mut().enumerate() {
+                    // SAFETY: as above, p < k.
+                    *v = unsafe { *line.add(p) }.widen();
+                }
+            }
+            // SAFETY: `runs` holds NR K-contiguous columns `k` apart; panel pi of `dst`
+            // holds `k · NR` elements; the caller guarantees `K`'s features.
+            unsafe { K::pack_b_kmajor(dst.as_mut_ptr().add(pi * k * nr), runs.as_ptr(), k, k) };
+        }
+    });
+    if full * nr < len {
+        // SAFETY: the remaining lanes of the block, into the panels after the full ones.
+        unsafe {
+            pack_panels_widen::<T, S>(
+                &mut dst[full * k * nr..],
+                src.add(full * nr * lane),
+                (lane, step),
+                (len - full * nr, k),
+                nr,
+            )
+        };
+    }
+}
+
 /// Splits `len` into `parts` runs whose starts are multiples of `align` (the last may be
 /// shorter); returns the run starts and the end.
 fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
@@ -415,12 +467,11 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
                             // bf16/f16 B: widened into the f32/f64 panels as it is packed.
                             // SAFETY: as above.
                             None => unsafe {
-                                pack_panels_widen::<T, S>(
+                                pack_b_widened::<T, K, S>(
                                     bpk,
                                     b.ptr().add(at),
                                     (b.cs, b.rs),
                                     (cols, kc),
-                                    nr,
                                 )
                             },
                         }

@@ -12,6 +12,9 @@
 //! checkpoints carry (GPT-2's `attn.bias`, Llama's `rotary_emb.inv_freq`)
 //! are recomputed, not read. A checkpoint of the bare model (GPT-2's
 //! `wte.weight` without `transformer.`, Llama's without `model.`) loads too.
+//! With a storage dtype (`from_pretrained_frozen`, in `frozen.rs`) every 2-D
+//! parameter is read in that dtype (a bf16 file straight into bf16 buffers)
+//! and frozen.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
