@@ -199,9 +199,9 @@ pub(super) unsafe fn run<T: GemmKernel, S: BElem<T>>(
                         let wj = w.min(cols - j0);
                         let dst = &mut panel[..k * wj];
                         // SAFETY: columns c0 + j0.. and K steps 0..k are inside the view
-                        // validated by `plan`; `dst` holds `k · wj` elements. The panel's
-                        // lanes are its K steps (`(lane, step) = (rs, cs)` of B) and it is
-                        // one panel `wj` wide: `dst[p·wj + j]`, row-major `k × wj`.
+                        // validated by `plan`; `dst` holds `k · wj` elements. The lanes
+                        // are B's columns (`(lane, step) = (cs, rs)`), one panel `wj` wide:
+                        // `dst[p·wj + j]`, B's block row-major `k × wj`.
                         unsafe {
                             pack_panels_widen::<T, S>(
                                 dst,
