@@ -1,8 +1,8 @@
 //! Tests of the mixed-dtype GEMM: a bf16 or f16 B (the weight) with f32/f64 A and C, widened
 //! inside B's packing. Because widening is exact, the result must be **bitwise** the GEMM of
 //! the fully widened B: checked on every `GemmPath` this CPU has (`gemm_on`; a `skip:` line
-//! on stderr for a path it lacks), over ragged shapes, K over several packing steps, column
-//! panels of the tiled path, transposed, narrowed and column-strided A and B, column-major C,
+//! on stderr for a path it lacks), over ragged shapes, K over several packing steps, tiles
+//! of the tiled path split into several widened column panels, transposed, narrowed and column-strided A and B, column-major C,
 //! alpha/beta and bias, on 1 and 2 threads; and through `linear`, `matmul` and `gemm`. Every
 //! other mixed combination is a `DTypeMismatch`. Every context ends with no buffer
 //! outstanding.
@@ -167,6 +167,10 @@ fn cases() -> Vec<Case> {
         // `NC` block, and over two widened column panels on the tiled path.
         (70, 600, 700),
         (130, 97, 1030),
+        // One tiled tile wider than a widened panel (384 + 316 columns at K = 600), and
+        // tiles of 240 columns cut into 128-column panels at K = 2000.
+        (2, 700, 600),
+        (3, 450, 2000),
     ];
     let betas = [0.0, 1.0, -0.75];
     let mut out = Vec::new();
