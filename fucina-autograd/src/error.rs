@@ -137,6 +137,24 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: fucina_core::DType,
     },
+    /// A weight that requires a gradient whose dtype differs from the input's:
+    /// only a frozen weight (no gradient) may be of another dtype (a bf16/f16
+    /// base weight, widened inside the GEMM's packing).
+    #[error(
+        "{op}: the {arg} requires a gradient but is {weight} while the input is {input}; a \
+         trainable {arg} must have the input's dtype (only a frozen one, requires_grad = false, \
+         may be stored as bf16/f16)"
+    )]
+    TrainableDTypeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The argument's name ("weight", "table").
+        arg: &'static str,
+        /// The input's (compute) dtype.
+        input: fucina_core::DType,
+        /// The weight's dtype.
+        weight: fucina_core::DType,
+    },
     /// An argument has the wrong dtype for its role (for example one-hot
     /// float targets given to cross-entropy, which takes class indices).
     #[error("{op}: {arg} {expected}, got dtype {got} with shape {shape:?}; {hint}")]

@@ -211,7 +211,16 @@ fucina_core::for_each_binary_op!(binary_rows);
 
 /// Ops that exist on `Tensor` but are not differentiable (or are aliases
 /// covered by another row); the coverage test accepts these without a row.
-pub const NOT_DIFFERENTIABLE: &[&str] = &["compare", "argmax", "one_hot", "unary", "binary"];
+/// (`embedding_to` is `embedding` into the table's own dtype, and a constant
+/// for a frozen bf16/f16 table widened to f32/f64.)
+pub const NOT_DIFFERENTIABLE: &[&str] = &[
+    "compare",
+    "argmax",
+    "one_hot",
+    "unary",
+    "binary",
+    "embedding_to",
+];
 
 /// Makes the inputs of `case` in `dtype`, deterministically from `seed`.
 pub fn make_inputs(

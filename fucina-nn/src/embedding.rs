@@ -1,6 +1,8 @@
 //! `Embedding`: a lookup table `weight [num_embeddings, dim]` indexed by
 //! integer ids of any shape; PyTorch's default init N(0, 1). Out-of-range
 //! ids are an error from the kernel (never a read outside the table).
+//! A frozen table may be stored as bf16/f16: its rows are widened to the
+//! compute dtype as they are gathered (`forward_as`), never the table.
 
 use fucina_autograd::Tensor;
 
@@ -71,9 +73,23 @@ impl Embedding {
         self.weight.shape()[1]
     }
 
-    /// Integer `ids [...]` (I32 or I64, a constant) `-> [..., dim]`.
+    /// Integer `ids [...]` (I32 or I64, a constant) `-> [..., dim]`, in the
+    /// table's dtype, or f32 for a frozen bf16/f16 table (see
+    /// [`Embedding::forward_as`]).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.weight.embedding(ids)?)
+        match self.weight.dtype() {
+            fucina_core::DType::BF16 | fucina_core::DType::F16 => {
+                self.forward_as(ids, fucina_core::DType::F32)
+            }
+            _ => Ok(self.weight.embedding(ids)?),
+        }
+    }
+
+    /// [`Embedding::forward`] with rows in `dtype`: the table's own, or
+    /// f32/f64 from a frozen bf16/f16 table (only the gathered rows are
+    /// widened; the table gets no gradient).
+    pub fn forward_as(&self, ids: &Tensor, dtype: fucina_core::DType) -> Result<Tensor> {
+        Ok(self.weight.embedding_to(ids, dtype)?)
     }
 }
 

@@ -159,12 +159,8 @@ impl<A: Algorithm> Optim<A> {
             g.config.validate()?;
             g.schedule.validate()?;
             for (pi, p) in g.params.iter().enumerate() {
-                if !matches!(p.dtype(), DType::F32 | DType::F64) {
-                    return Err(Error::config(
-                        A::NAME,
-                        format!("parameters must be f32 or f64, got {}", p.dtype()),
-                    ));
-                }
+                // Frozen first: a frozen bf16/f16 base matrix is named as frozen
+                // (leave it out: `Module::trainable_parameters`), not as a dtype.
                 if !p.requires_grad() {
                     return Err(Error::NotTrainable {
                         optimizer: A::NAME,
@@ -172,6 +168,12 @@ impl<A: Algorithm> Optim<A> {
                         index: pi,
                         shape: p.shape().to_vec(),
                     });
+                }
+                if !matches!(p.dtype(), DType::F32 | DType::F64) {
+                    return Err(Error::config(
+                        A::NAME,
+                        format!("parameters must be f32 or f64, got {}", p.dtype()),
+                    ));
                 }
                 if seen.iter().any(|q| q.same_as(p)) {
                     return Err(Error::config(

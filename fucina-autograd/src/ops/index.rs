@@ -1,5 +1,9 @@
 //! Indexing: embedding / index_select, gather (take along axis), scatter_add,
 //! one_hot. Index tensors are integer constants and get no gradient.
+//!
+//! An embedding table that needs no gradient may be bf16/f16 and gathered
+//! into f32/f64 rows ([`Tensor::embedding_to`]): only the gathered rows are
+//! widened, and no backward work is done for the frozen table.
 
 use fucina_core::shape::Dims;
 use fucina_core::{DType, ExecContext, RawTensor};
@@ -27,11 +31,13 @@ impl Backward for EmbeddingBackward {
     fn name(&self) -> &'static str {
         "embedding"
     }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![
-            Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?),
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let gw = if needs[0] {
+            Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?)
+        } else {
             None
-        ])
+        };
+        Ok(smallvec::smallvec![gw, None])
     }
 }
 
@@ -117,6 +123,32 @@ impl Tensor {
         Ok(record(ctx, "embedding", y, &[self, ids], |_| {
             Box::new(EmbeddingBackward { vocab, ids: idsr })
         }))
+    }
+
+    /// [`Tensor::embedding`] into rows of `dtype`: this table's dtype, or
+    /// f32/f64 from a bf16/f16 table that needs no gradient (a frozen base
+    /// embedding; only the gathered rows are widened). A table that
+    /// requires a gradient must already be `dtype`
+    /// ([`crate::Error::TrainableDTypeMismatch`]).
+    pub fn embedding_to(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return self.embedding(ids);
+        }
+        if self.requires_grad() {
+            return Err(crate::Error::TrainableDTypeMismatch {
+                op: "embedding",
+                arg: "table",
+                input: dtype,
+                weight: self.dtype(),
+            });
+        }
+        check_index("embedding (ids)", ids)?;
+        let ctx = self.ctx();
+        let y = ctx.embedding_to(&self.value()?, &ids.raw()?, dtype)?;
+        // Neither the frozen table nor the integer ids take a gradient: a constant.
+        let t = Tensor::leaf(ctx, y);
+        crate::tape::scope::adopt(&t);
+        Ok(t)
     }
 
     /// Entries of `axis` picked by a 1-D integer index.

@@ -1,10 +1,17 @@
 //! Contractions: matmul (2-D and batched, broadcast batch dims) and linear.
 //! Backward uses transposed views, never materialised transposes.
+//!
+//! The right operand (linear's weight, matmul's B) may be a frozen bf16/f16
+//! tensor under an f32/f64 input: the core GEMM widens it inside its B
+//! packing, and the backward computes only the input gradient through the
+//! same mixed GEMM. A node keeps an operand only when a gradient that reads
+//! it is needed (decided at record time from `requires_grad`): a frozen
+//! linear does not pin its input.
 
 use fucina_core::kernels::reduce::ReduceOp;
 use fucina_core::{ExecContext, RawTensor};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ops::same_dtype;
 use crate::tape::graph::{record, Backward, Grads};
 use crate::tape::tensor::Tensor;
@@ -16,10 +23,11 @@ fn t_last(x: &RawTensor) -> Result<RawTensor> {
 }
 
 /// C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC (at the broadcast batch shape; the engine
-/// sums broadcast batch axes away).
+/// sums broadcast batch axes away). `a` is kept only when dB is needed, `b`
+/// only when dA is.
 struct MatmulBackward {
-    a: RawTensor,
-    b: RawTensor,
+    a: Option<RawTensor>,
+    b: Option<RawTensor>,
 }
 
 impl Backward for MatmulBackward {
@@ -27,24 +35,26 @@ impl Backward for MatmulBackward {
         "matmul"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let ga = if needs[0] {
-            Some(ctx.matmul(gy, &t_last(&self.b)?)?)
-        } else {
-            None
+        let ga = match (&self.b, needs[0]) {
+            (Some(b), true) => Some(ctx.matmul(gy, &t_last(b)?)?),
+            _ => None,
         };
-        let gb = if needs[1] {
-            Some(ctx.matmul(&t_last(&self.a)?, gy)?)
-        } else {
-            None
+        let gb = match (&self.a, needs[1]) {
+            (Some(a), true) => Some(ctx.matmul(&t_last(a)?, gy)?),
+            _ => None,
         };
         Ok(smallvec::smallvec![ga, gb])
     }
 }
 
 /// y = x·Wᵀ + b over rows r: dx = dy·W, dW = Σ_r dyᵣᵀ xᵣ = dy₂ᵀ·x₂, db = Σ_r dyᵣ.
+/// `x` is kept only when dW is needed, `w` only when dx is (a bf16/f16 frozen
+/// `w` makes dx a mixed GEMM, widened in its packing); `(n, k)` is W's shape.
 struct LinearBackward {
-    x: RawTensor,
-    w: RawTensor,
+    x: Option<RawTensor>,
+    w: Option<RawTensor>,
+    n: usize,
+    k: usize,
 }
 
 impl Backward for LinearBackward {
@@ -52,27 +62,42 @@ impl Backward for LinearBackward {
         "linear"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let n = self.w.shape()[0];
-        let k = self.w.shape()[1];
+        let (n, k) = (self.n, self.k);
         let rows = gy.numel() / n.max(1);
-        let gx = if needs[0] {
-            Some(ctx.matmul(gy, &self.w)?)
-        } else {
-            None
+        let gx = match (&self.w, needs[0]) {
+            (Some(w), true) => Some(ctx.matmul(gy, w)?),
+            _ => None,
         };
         let (mut gw, mut gb) = (None, None);
-        if needs[1] || needs.get(2).copied().unwrap_or(false) {
+        let need_b = needs.get(2).copied().unwrap_or(false);
+        if needs[1] || need_b {
             let gy2 = ctx.reshape(gy, &[rows, n])?;
-            if needs[1] {
-                let x2 = ctx.reshape(&self.x, &[rows, k])?;
+            if let (Some(x), true) = (&self.x, needs[1]) {
+                let x2 = ctx.reshape(x, &[rows, k])?;
                 gw = Some(ctx.matmul(&gy2.transpose(0, 1)?, &x2)?);
             }
-            if needs.get(2).copied().unwrap_or(false) {
+            if need_b {
                 gb = Some(ctx.reduce(&gy2, ReduceOp::Sum, &[0], false)?);
             }
         }
         Ok(smallvec::smallvec![gx, gw, gb])
     }
+}
+
+/// The dtype rule of a contraction whose right operand is a weight: equal
+/// dtypes, or a weight that needs no gradient (a frozen bf16/f16 base
+/// weight, which the core widens in its GEMM; other pairs are the core's
+/// `DTypeMismatch`).
+fn weight_dtype(op: &'static str, arg: &'static str, x: &Tensor, w: &Tensor) -> Result<()> {
+    if x.dtype() != w.dtype() && w.requires_grad() {
+        return Err(Error::TrainableDTypeMismatch {
+            op,
+            arg,
+            input: x.dtype(),
+            weight: w.dtype(),
+        });
+    }
+    Ok(())
 }
 
 impl Tensor {
@@ -89,20 +114,45 @@ impl Tensor {
     /// assert_eq!(a.linear(&w, None)?.shape(), &[2, 2]);
     /// # Ok::<(), fucina_autograd::Error>(())
     /// ```
+    ///
+    /// `other` may be a frozen bf16/f16 tensor under an f32/f64 `self`
+    /// (widened inside the GEMM; only `self` then gets a gradient).
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        same_dtype("matmul", self, other)?;
+        weight_dtype("matmul", "right operand", self, other)?;
         let a = self.raw()?;
         let b = other.raw()?;
         let ctx = self.ctx();
         let y = ctx.matmul(&a, &b)?;
+        // Keep an operand only for the gradient that reads it.
+        let a = other.requires_grad().then_some(a);
+        let b = self.requires_grad().then_some(b);
         Ok(record(ctx, "matmul", y, &[self, other], |_| {
             Box::new(MatmulBackward { a, b })
         }))
     }
 
     /// `x·Wᵀ + b` with `W` of shape `[N, K]` and optional bias `[N]` (fused).
+    ///
+    /// A frozen `W` (no gradient) may be bf16 or f16 under an f32/f64 `x`:
+    /// it is widened inside the GEMM's packing, never copied in full, and
+    /// backward computes only dx (and db). A `W` that requires a gradient
+    /// must have `x`'s dtype ([`Error::TrainableDTypeMismatch`]).
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_core::DType;
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let x = Tensor::variable(&ctx, &[1.0f32, 2.0], &[1, 2])?;
+    /// let w32 = ctx.from_slice(&[1.0f32, 0.5, -1.0, 2.0], &[2, 2])?;
+    /// let w = Tensor::from_raw(&ctx, ctx.to_dtype(&w32, DType::BF16)?, false)?;
+    /// let y = x.linear(&w, None)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 3.0]);
+    /// y.sum_all()?.backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, 2.5]);
+    /// # Ok::<(), fucina_autograd::Error>(())
+    /// ```
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        same_dtype("linear", self, weight)?;
+        weight_dtype("linear", "weight", self, weight)?;
         let x = self.raw()?;
         let w = weight.raw()?;
         let ctx = self.ctx();
@@ -118,8 +168,12 @@ impl Tensor {
             Some(b) => vec![self, weight, b],
             None => vec![self, weight],
         };
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        // Keep x only for dW and W only for dx: a frozen linear does not pin its input.
+        let x = weight.requires_grad().then_some(x);
+        let w = self.requires_grad().then_some(w);
         Ok(record(ctx, "linear", y, &inputs, |_| {
-            Box::new(LinearBackward { x, w })
+            Box::new(LinearBackward { x, w, n, k })
         }))
     }
 }

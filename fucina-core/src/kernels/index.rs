@@ -3,7 +3,8 @@
 //!
 //! Indices (I64, I32, U32 or U8, any strides) are read once and checked at the
 //! entry: a negative or too-large index is [`Error::OutOfRange`], never a panic.
-//! Selections are pure copies (any dtype). The adds (f32/f64) are parallel by
+//! Selections are pure copies (any dtype); `embedding_to` gathers a bf16/f16
+//! table into f32/f64 rows, widening only the gathered rows. The adds (f32/f64) are parallel by
 //! DESTINATION with fixed chunks, and every destination sums its contributions
 //! in increasing source order starting from 0: bitwise equal to the reference
 //! and to itself for any thread count, duplicates included.
@@ -72,6 +73,38 @@ fn offset_table(
         *d = off as i64;
     }
     Ok(t)
+}
+
+/// Rows `ids` of the `[V, D]` table `x` (any strides) into the contiguous `out`
+/// (`[ids.len(), D]` elements), each element widened from `S` to `D` exactly (through f64:
+/// bf16/f16 to f32/f64). In fixed row chunks, as `select_rows`.
+fn widen_rows<S: Element, D: Element>(
+    ctx: &ExecContext,
+    x: &RawTensor,
+    ids: &[i64],
+    out: &mut RawTensor,
+) -> Result<()> {
+    let d = x.shape()[1];
+    let (rs, cs) = (x.strides()[0], x.strides()[1]);
+    let s = x.storage::<S>()?;
+    let xoff = x.offset();
+    let n = ids.len();
+    let dst = out.as_mut_slice::<D>()?;
+    if n == 0 || d == 0 {
+        return Ok(());
+    }
+    let rows_per_chunk = (CHUNK / d).max(1);
+    let dst = &mut dst[..n * d];
+    ctx.par_chunks_mut(dst, rows_per_chunk * d, n * d >= CHUNK, |c, chunk| {
+        let r0 = c * rows_per_chunk;
+        for (r, row) in (r0..).zip(chunk.chunks_exact_mut(d)) {
+            let base = xoff + ids[r] as usize * rs;
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = D::from_f64(s[base + j * cs].to_f64());
+            }
+        }
+    });
+    Ok(())
 }
 
 /// `out[o, i, :] = x[o, ids[i], :]` with x seen as `[outer, A, inner]` about `axis`;
@@ -432,6 +465,56 @@ impl ExecContext {
         oshape.push(weight.shape()[1]);
         let mut out = self.empty(weight.dtype(), &oshape)?;
         crate::dispatch_any!(weight.dtype(), T => select_rows::<T>(self, weight, 0, &list, &mut out))?;
+        Ok(out)
+    }
+
+    /// [`ExecContext::embedding`] into rows of `dtype`: the table's own dtype (the plain
+    /// lookup), or f32/f64 from a bf16/f16 table, where only the gathered rows are widened
+    /// (exactly), never the table. Other pairs are [`Error::DTypeMismatch`].
+    ///
+    /// ```
+    /// use fucina_core::{DType, ExecContext};
+    /// let ctx = ExecContext::with_threads(1)?;
+    /// let t = ctx.to_dtype(&ctx.from_slice(&[0.5f32, 1.0, -2.0, 3.0], &[2, 2])?, DType::BF16)?;
+    /// let ids = ctx.from_slice(&[1i64, 1, 0], &[3])?;
+    /// let rows = ctx.embedding_to(&t, &ids, DType::F32)?;
+    /// assert_eq!(rows.to_vec::<f32>()?, vec![-2.0, 3.0, -2.0, 3.0, 0.5, 1.0]);
+    /// # Ok::<(), fucina_core::Error>(())
+    /// ```
+    pub fn embedding_to(
+        &self,
+        weight: &RawTensor,
+        ids: &RawTensor,
+        dtype: DType,
+    ) -> Result<RawTensor> {
+        const OP: &str = "embedding";
+        if dtype == weight.dtype() {
+            return self.embedding(weight, ids);
+        }
+        if !(dtype.is_compute_float() && matches!(weight.dtype(), DType::BF16 | DType::F16)) {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                lhs: dtype,
+                rhs: weight.dtype(),
+            });
+        }
+        if weight.rank() != 2 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                msg: format!("weight must be [V, D], got shape {:?}", weight.shape()),
+            });
+        }
+        let list = read_indices(self, OP, ids, weight.shape()[0], weight.shape())?;
+        let mut oshape = ids.shape().to_vec();
+        oshape.push(weight.shape()[1]);
+        let mut out = self.empty(dtype, &oshape)?;
+        use half::{bf16, f16};
+        match (weight.dtype(), dtype) {
+            (DType::BF16, DType::F32) => widen_rows::<bf16, f32>(self, weight, &list, &mut out)?,
+            (DType::BF16, _) => widen_rows::<bf16, f64>(self, weight, &list, &mut out)?,
+            (_, DType::F32) => widen_rows::<f16, f32>(self, weight, &list, &mut out)?,
+            _ => widen_rows::<f16, f64>(self, weight, &list, &mut out)?,
+        }
         Ok(out)
     }
 

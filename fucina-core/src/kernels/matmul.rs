@@ -14,6 +14,12 @@
 //! so results are bitwise identical for any number of threads. Strided views (transposes
 //! included) reach the kernels as row and column strides: operands are never copied. C must
 //! be the sole owner of its buffer.
+//!
+//! Mixed precision: B (the weight: `linear`'s `w`, the input gradient's `W`) may be bf16 or
+//! f16 while A and C are f32 or f64. Its elements are widened inside B's packing (`widen`:
+//! the packed panels, or the tiled path's per-panel scratch, are f32/f64), never by a full
+//! copy of the weight; widening is exact, so C is bitwise the GEMM of the widened B on every
+//! path. Any other mix of dtypes is a `DTypeMismatch`.
 
 mod avx2;
 mod avx512;
@@ -21,14 +27,16 @@ mod micro;
 mod packed;
 mod tile;
 mod tiled;
+mod widen;
 
 use tile::MatRef;
+use widen::BElem;
 
 use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
-use crate::dtype::Float;
+use crate::dtype::{DType, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
 use crate::exec::MatMut;
@@ -67,16 +75,28 @@ fn plan(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result
     plan_unfolded(op, a, b, c).map(fold_batch)
 }
 
-/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out as given.
+/// True when B may be a 16-bit storage type widened while packed: A (and C) f32 or f64, B
+/// bf16 or f16.
+fn widened_b(a: DType, b: DType) -> bool {
+    a.is_compute_float() && matches!(b, DType::BF16 | DType::F16)
+}
+
+/// Validates `c = alpha·a·b + beta·c` shapes and dtypes and lays the problem out as given:
+/// A and C share a compute dtype; B has it too, or is bf16/f16 (widened while packed).
 fn plan_unfolded(op: &'static str, a: &RawTensor, b: &RawTensor, c: &RawTensor) -> Result<Problem> {
-    for t in [b, c] {
-        if t.dtype() != a.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: a.dtype(),
-                rhs: t.dtype(),
-            });
-        }
+    if c.dtype() != a.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: c.dtype(),
+        });
+    }
+    if b.dtype() != a.dtype() && !widened_b(a.dtype(), b.dtype()) {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
     }
     if !a.dtype().is_compute_float() {
         return Err(Error::UnsupportedDType {
@@ -274,13 +294,13 @@ impl GemmFloat for f64 {
 /// As [`tiled::run`]: `a` and `b` are the buffers `p` was planned on (every element the
 /// problem addresses in them is in bounds); `path.available()`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn run<T: GemmFloat>(
+unsafe fn run<T: GemmFloat, S: BElem<T>>(
     ctx: &ExecContext,
     path: GemmPath,
     p: &Problem,
     alpha: T,
     a: &[T],
-    b: &[T],
+    b: &[S],
     beta: T,
     c: Vec<MatMut<'_, T>>,
     bias: Option<(&[T], usize)>,
@@ -290,12 +310,12 @@ unsafe fn run<T: GemmFloat>(
         GemmPath::Tiled => unsafe { tiled::run(ctx, p, alpha, a, b, beta, c, bias) },
         // SAFETY: forwarded caller contract; `path.available()`, so AVX2 and FMA are present.
         GemmPath::PackedAvx2 => unsafe {
-            run_packed::<T, T::Avx2>(ctx, p, alpha, a, b, beta, c, bias)
+            run_packed::<T, T::Avx2, S>(ctx, p, alpha, a, b, beta, c, bias)
         },
         // SAFETY: forwarded caller contract; `path.available()`, so AVX-512F, AVX2 and FMA
         // are present.
         GemmPath::PackedAvx512 => unsafe {
-            run_packed::<T, T::Avx512>(ctx, p, alpha, a, b, beta, c, bias)
+            run_packed::<T, T::Avx512, S>(ctx, p, alpha, a, b, beta, c, bias)
         },
     }
 }
@@ -306,12 +326,12 @@ unsafe fn run<T: GemmFloat>(
 /// # Safety
 /// As [`run`], with `K`'s features present.
 #[allow(clippy::too_many_arguments)]
-unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>>(
+unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T>>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
     a: &[T],
-    b: &[T],
+    b: &[S],
     beta: T,
     c: Vec<MatMut<'_, T>>,
     bias: Option<(&[T], usize)>,
@@ -328,26 +348,22 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>>(
     let one = |bi: usize, ci: MatMut<'_, T>, inner_parallel: bool| {
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
-        let view = |data, offset, o: &Operand| MatRef {
-            data,
-            offset,
-            rs: o.rs,
-            cs: o.cs,
+        let av = MatRef {
+            data: a,
+            offset: ao,
+            rs: p.a.rs,
+            cs: p.a.cs,
+        };
+        let bv = MatRef {
+            data: b,
+            offset: bo,
+            rs: p.b.rs,
+            cs: p.b.cs,
         };
         // SAFETY: offsets stay inside the views validated by `plan`; `ci` is item bi's own
         // part of C.
         unsafe {
-            packed::gemm::<T, K>(
-                ctx,
-                inner_parallel,
-                k,
-                alpha,
-                view(a, ao, &p.a),
-                view(b, bo, &p.b),
-                beta,
-                ci,
-                bias,
-            );
+            packed::gemm::<T, K, S>(ctx, inner_parallel, k, alpha, av, bv, beta, ci, bias);
         }
     };
     if per_item {
@@ -362,7 +378,7 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>>(
 /// Typed body of [`ExecContext::gemm`] (and of matmul/linear, and [`gemm_on`]), on a
 /// validated problem and GEMM path (an error when this CPU cannot run the path).
 #[allow(clippy::too_many_arguments)]
-fn gemm_typed<T: GemmFloat>(
+fn gemm_typed<T: GemmFloat, S: BElem<T> + crate::dtype::Element>(
     ctx: &ExecContext,
     path: GemmPath,
     op: &'static str,
@@ -381,7 +397,7 @@ fn gemm_typed<T: GemmFloat>(
             msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
         });
     }
-    let (a_s, b_s) = (a.storage::<T>()?, b.storage::<T>()?);
+    let (a_s, b_s) = (a.storage::<T>()?, b.storage::<S>()?);
     let bias = match bias {
         Some(t) => Some((
             &t.storage::<T>()?[t.offset()..],
@@ -413,7 +429,7 @@ fn gemm_typed<T: GemmFloat>(
     // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available (checked
     // above).
     unsafe {
-        run::<T>(
+        run::<T, S>(
             ctx,
             path,
             p,
@@ -426,6 +442,45 @@ fn gemm_typed<T: GemmFloat>(
         )
     };
     Ok(())
+}
+
+/// [`gemm_typed`] for the dtypes of a validated problem: C's compute type `T` and B's (`T`, or
+/// bf16/f16 widened while packed).
+#[allow(clippy::too_many_arguments)]
+fn gemm_dispatch(
+    ctx: &ExecContext,
+    path: GemmPath,
+    op: &'static str,
+    p: &Problem,
+    alpha: f64,
+    a: &RawTensor,
+    b: &RawTensor,
+    beta: f64,
+    c: &mut RawTensor,
+    bias: Option<&RawTensor>,
+) -> Result<()> {
+    use half::{bf16, f16};
+    match (c.dtype(), b.dtype()) {
+        (DType::F32, DType::F32) => {
+            gemm_typed::<f32, f32>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (DType::F32, DType::BF16) => {
+            gemm_typed::<f32, bf16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (DType::F32, DType::F16) => {
+            gemm_typed::<f32, f16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (DType::F64, DType::F64) => {
+            gemm_typed::<f64, f64>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (DType::F64, DType::BF16) => {
+            gemm_typed::<f64, bf16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (DType::F64, DType::F16) => {
+            gemm_typed::<f64, f16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+        }
+        (dtype, _) => Err(Error::UnsupportedDType { op, dtype }),
+    }
 }
 
 /// Views `a` and `b` as at-least-2-D matmul operands (torch.matmul's 1-D promotion) and
@@ -485,7 +540,9 @@ impl ExecContext {
     ///
     /// `c` must be the sole owner of its buffer ([`Error::SharedBuffer`] otherwise) and may
     /// have any non-overlapping strides. `beta == 0` ignores C's old contents (NaN-safe).
-    /// f32 and f64; results are bitwise identical for any thread count.
+    /// f32 and f64; `b` may also be bf16/f16 under f32/f64 `a` and `c` (widened while
+    /// packed, bitwise the GEMM of the widened `b`). Results are bitwise identical for any
+    /// thread count.
     ///
     /// ```
     /// use fucina_core::{DType, ExecContext};
@@ -505,11 +562,13 @@ impl ExecContext {
         c: &mut RawTensor,
     ) -> Result<()> {
         let p = plan("gemm", a, b, c)?;
-        crate::dispatch_float!(c.dtype(), "gemm", T => gemm_typed::<T>(self, gemm_path(), "gemm", &p, alpha, a, b, beta, c, None))
+        gemm_dispatch(self, gemm_path(), "gemm", &p, alpha, a, b, beta, c, None)
     }
 
     /// `a [..., M, K] @ b [..., K, N] -> [..., M, N]` with broadcast batch dims; a 1-D `a` is a
     /// row vector and a 1-D `b` a column vector whose unit axis is dropped (as `torch.matmul`).
+    /// `b` may be bf16/f16 under an f32/f64 `a` (as [`ExecContext::gemm`]); the result has
+    /// `a`'s dtype.
     ///
     /// ```
     /// use fucina_core::ExecContext;
@@ -521,7 +580,7 @@ impl ExecContext {
     /// ```
     pub fn matmul(&self, a: &RawTensor, b: &RawTensor) -> Result<RawTensor> {
         let (a2, b2, full, out_shape) = matmul_shapes("matmul", a, b)?;
-        if a.dtype() != b.dtype() {
+        if a.dtype() != b.dtype() && !widened_b(a.dtype(), b.dtype()) {
             return Err(Error::DTypeMismatch {
                 op: "matmul",
                 lhs: a.dtype(),
@@ -530,12 +589,25 @@ impl ExecContext {
         }
         let mut c = self.empty(a.dtype(), &full)?;
         let p = plan("matmul", &a2, &b2, &c)?;
-        crate::dispatch_float!(c.dtype(), "matmul", T => gemm_typed::<T>(self, gemm_path(), "matmul", &p, 1.0, &a2, &b2, 0.0, &mut c, None))?;
+        gemm_dispatch(
+            self,
+            gemm_path(),
+            "matmul",
+            &p,
+            1.0,
+            &a2,
+            &b2,
+            0.0,
+            &mut c,
+            None,
+        )?;
         c.reshape(&out_shape)
     }
 
     /// `x [..., K] · wᵀ + bias -> [..., N]` for `w [N, K]` and `bias [N]`; the bias is added
-    /// tile by tile in the same pass over the output that the product writes.
+    /// tile by tile in the same pass over the output that the product writes. `w` may be
+    /// bf16/f16 under an f32/f64 `x` and `bias` (a frozen low-precision weight, widened while
+    /// packed); the result has `x`'s dtype.
     ///
     /// ```
     /// use fucina_core::ExecContext;
@@ -572,7 +644,7 @@ impl ExecContext {
                 rhs: w.shape().to_vec(),
             });
         }
-        if w.dtype() != x.dtype() {
+        if w.dtype() != x.dtype() && !widened_b(x.dtype(), w.dtype()) {
             return Err(Error::DTypeMismatch {
                 op,
                 lhs: x.dtype(),
@@ -600,7 +672,7 @@ impl ExecContext {
         let wt = w.transpose(0, 1)?;
         let mut c = self.empty(x.dtype(), &[rows, n])?;
         let p = plan(op, &x2, &wt, &c)?;
-        crate::dispatch_float!(x.dtype(), op, T => gemm_typed::<T>(self, gemm_path(), op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias))?;
+        gemm_dispatch(self, gemm_path(), op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias)?;
         let mut out_shape: Dims = SmallVec::from_slice(&x.shape()[..x.rank() - 1]);
         out_shape.push(n);
         c.reshape(&out_shape)
@@ -654,86 +726,8 @@ pub fn gemm_on(
             });
         }
     }
-    crate::dispatch_float!(c.dtype(), op, T => gemm_typed::<T>(ctx, path, op, &p, alpha, a, b, beta, c, bias))
+    gemm_dispatch(ctx, path, op, &p, alpha, a, b, beta, c, bias)
 }
 
 /// Plain scalar triple-loop implementations: the spec of the fast kernels above.
-pub mod reference {
-    use super::*;
-
-    /// `C = alpha·A·B + beta·C` over strided, batched views with the same validation as
-    /// [`ExecContext::gemm`]; each element is `alpha·Σ_k a·b (accumulated in T, k ascending)
-    /// + beta·c`, with `beta == 0` ignoring the old C.
-    pub fn gemm<T: Float>(
-        alpha: f64,
-        a: &RawTensor,
-        b: &RawTensor,
-        beta: f64,
-        c: &mut RawTensor,
-    ) -> Result<()> {
-        let p = plan_unfolded("gemm", a, b, c)?;
-        if T::DTYPE != c.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "gemm",
-                lhs: c.dtype(),
-                rhs: T::DTYPE,
-            });
-        }
-        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
-        let sa = a.storage::<T>()?;
-        let sb = b.storage::<T>()?;
-        let bytes = c.as_mut_bytes()?;
-        let sc: &mut [T] =
-            bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::InvalidArgument {
-                op: "gemm",
-                msg: format!("output buffer cannot be viewed as {}: {e}", T::DTYPE),
-            })?;
-        for bi in 0..p.batch_len() {
-            let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
-            let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
-            let co = p.c.offset + shape::offset_of(&p.batch, &p.c.batch_strides, bi);
-            for i in 0..p.m {
-                for j in 0..p.n {
-                    let mut acc = T::ZERO;
-                    for kk in 0..p.k {
-                        acc +=
-                            sa[ao + i * p.a.rs + kk * p.a.cs] * sb[bo + kk * p.b.rs + j * p.b.cs];
-                    }
-                    let dst = &mut sc[co + i * p.c.rs + j * p.c.cs];
-                    *dst = if beta == T::ZERO {
-                        alpha * acc
-                    } else {
-                        alpha * acc + beta * *dst
-                    };
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `torch.matmul` semantics on the reference gemm.
-    pub fn matmul<T: Float>(ctx: &ExecContext, a: &RawTensor, b: &RawTensor) -> Result<RawTensor> {
-        let (a2, b2, full, out_shape) = matmul_shapes("matmul", a, b)?;
-        let mut c = ctx.empty(T::DTYPE, &full)?;
-        gemm::<T>(1.0, &a2, &b2, 0.0, &mut c)?;
-        c.reshape(&out_shape)
-    }
-
-    /// `x · wᵀ + bias` on the reference gemm (bias added after the full product).
-    pub fn linear<T: Float>(
-        ctx: &ExecContext,
-        x: &RawTensor,
-        w: &RawTensor,
-        bias: Option<&RawTensor>,
-    ) -> Result<RawTensor> {
-        let mut y = matmul::<T>(ctx, x, &w.transpose(0, 1)?)?;
-        if let Some(bt) = bias {
-            let bv = bt.to_vec::<T>()?;
-            let n = bv.len();
-            for (i, v) in y.as_mut_slice::<T>()?.iter_mut().enumerate() {
-                *v += bv[i % n];
-            }
-        }
-        Ok(y)
-    }
-}
+pub mod reference;

@@ -37,6 +37,14 @@
 //! the base weight was replaced while merged, unmerging subtracts the delta
 //! that was added from the new weight instead of restoring the stale copy.
 //!
+//! A bf16/f16 base (frozen, see `CausalLm::store_frozen_weights`) takes
+//! adapters in the compute dtype: they are made in the [`Init`]'s dtype,
+//! which must be f32 or f64, never the weight's. Merging into a bf16/f16
+//! weight is computed in f32 (`widen(W) + scale·B·A`) and rounded once to
+//! the weight's dtype (round-to-nearest-even), so the merged forward differs
+//! from the unmerged one by that rounding; unmerging restores the original
+//! weight bit for bit.
+//!
 //! Files ([`save_adapter`], [`load_adapter`]): `adapter_model.safetensors`
 //! with PEFT's key names (`base_model.model.<path>.lora_A.weight`, and
 //! `base_model.model.<path>.<param>` for a saved module: PEFT drops its
@@ -57,6 +65,8 @@ pub use files::{adapter_state_dict, load_adapter, save_adapter};
 use std::cell::RefCell;
 
 use fucina_autograd::{no_grad, RawTensor, Tensor};
+use fucina_core::kernels::elementwise::BinaryOp;
+use fucina_core::DType;
 
 use super::Linear;
 use crate::dropout::Dropout;
@@ -215,7 +225,16 @@ impl Linear {
                 .weight
                 .matmul(&l.lora_a.weight)?
                 .mul_scalar(l.scale)?;
-            self.weight.add(&delta)?.raw()?
+            let w = self.weight.raw()?;
+            if w.dtype() == delta.dtype() {
+                self.weight.add(&delta)?.raw()?
+            } else {
+                // A bf16/f16 base: the sum in the adapter's dtype, rounded once.
+                let ctx = self.weight.ctx();
+                let sum = widened(ctx, &w, delta.dtype())?;
+                let sum = ctx.binary(&sum, &delta.raw()?, BinaryOp::Add)?;
+                ctx.to_dtype(&sum, w.dtype())?
+            }
         };
         let original = self.weight.raw()?;
         self.weight.set_value(merged.clone_view())?;
@@ -246,16 +265,36 @@ impl Linear {
             if same_bits(ctx, &current, &m.merged)? {
                 m.original.clone_view()
             } else {
-                // current − (merged − original): exactly the delta added.
-                use fucina_core::kernels::elementwise::BinaryOp;
-                let delta = ctx.binary(&m.merged, &m.original, BinaryOp::Sub)?;
-                ctx.binary(&current, &delta, BinaryOp::Sub)?
+                // current − (merged − original): exactly the delta added (in
+                // the adapter's dtype for a bf16/f16 base, rounded once).
+                let dt = l.lora_a.weight.dtype();
+                let (cur, mer, ori) = (
+                    widened(ctx, &current, dt)?,
+                    widened(ctx, &m.merged, dt)?,
+                    widened(ctx, &m.original, dt)?,
+                );
+                let delta = ctx.binary(&mer, &ori, BinaryOp::Sub)?;
+                let back = ctx.binary(&cur, &delta, BinaryOp::Sub)?;
+                if back.dtype() == current.dtype() {
+                    back
+                } else {
+                    ctx.to_dtype(&back, current.dtype())?
+                }
             }
         };
         self.weight.set_value(restored)?;
         *l.original.borrow_mut() = None;
         Ok(())
     }
+}
+
+/// `t` in `dtype` (a view of it when it already is; a bf16/f16 weight
+/// widened exactly, for merging only).
+fn widened(ctx: &fucina_core::ExecContext, t: &RawTensor, dtype: DType) -> Result<RawTensor> {
+    if t.dtype() == dtype {
+        return Ok(t.clone_view());
+    }
+    Ok(ctx.to_dtype(t, dtype)?)
 }
 
 /// Whether two tensors of one shape and dtype hold the same bytes.
@@ -565,6 +604,15 @@ pub(crate) fn apply<M: Module + ?Sized>(
     init: &mut Init,
 ) -> Result<Applied> {
     config.validate()?;
+    if !init.dtype().is_compute_float() {
+        return Err(Error::config(
+            "apply_lora",
+            format!(
+                "adapters are made in the Init's dtype, which must be the compute dtype (f32 or f64), got {}; a bf16/f16 base takes f32 adapters",
+                init.dtype()
+            ),
+        ));
+    }
     let how = config.init_lora_weights.resolve()?;
     let plan = plan(&*model, config)?;
     // Build every adapter and copy first, then attach them (no partial application).

@@ -1,6 +1,8 @@
 //! `Linear`: `y = x·Wᵀ + b` over the last axis, PyTorch's layout
 //! (`weight [out, in]`, `bias [out]`) and default init (uniform on
 //! `±1/√in` for both). The product runs through autograd's fused `linear`.
+//! A frozen weight may be stored as bf16/f16 (its bias and the activations
+//! stay f32/f64): the GEMM widens it while packing.
 //!
 //! LoRA lives in the `lora` submodule (re-exported as `fucina_nn::lora`):
 //! the layer holds its adapter and the adapter's functions walk layers, so
@@ -9,6 +11,7 @@
 pub mod lora;
 
 use fucina_autograd::Tensor;
+use fucina_core::DType;
 
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
@@ -87,7 +90,10 @@ impl Linear {
             ));
         }
         if let Some(b) = &bias {
-            if b.shape() != [weight.shape()[0]] || b.dtype() != weight.dtype() {
+            // A frozen bf16/f16 weight keeps its bias in the compute dtype.
+            let low = matches!(weight.dtype(), DType::BF16 | DType::F16);
+            let dtype_ok = b.dtype() == weight.dtype() || (low && b.dtype().is_compute_float());
+            if b.shape() != [weight.shape()[0]] || !dtype_ok {
                 return Err(Error::config(
                     "Linear",
                     format!(

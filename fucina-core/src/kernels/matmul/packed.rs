@@ -10,6 +10,8 @@
 //! A; row-major A without a fast pack (f64) is read in place when K takes more than one
 //! step (a tile's rows are MR sequential streams).
 //! The first K step applies `beta`; later steps accumulate.
+//! B may be bf16/f16 (`widen::BElem`): its panels are then widened to f32/f64 as they are
+//! packed (the same values in the same places as the pack of a widened B, so the same C).
 //!
 //! An element of C is therefore always computed the same way: one FMA chain per `KC` step,
 //! steps added in ascending K, packed or not. The job grid (which depends on the thread count)
@@ -24,6 +26,7 @@ use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 
 use super::tile::{self, MatRef, PanelPack, Tile, MR};
+use super::widen::{pack_panels_widen, BElem};
 use super::{avx2, avx512};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
@@ -194,6 +197,14 @@ thread_local! {
     static A_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
     /// Packed-B scratch of this thread (as above).
     static B_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+    /// One widened B panel's K runs (bf16/f16 B, as above).
+    static W_SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's packed-B scratch (`len` elements of `T`): the tiled path widens
+/// its bf16/f16 B panels into it.
+pub(super) fn with_b_scratch<T: Float, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    with_scratch(&B_SCRATCH, len, f)
 }
 
 /// Runs `f` on a thread-local scratch slice of at least `len` elements of `T`.
@@ -314,6 +325,56 @@ unsafe fn pack_panels<T: Float, const W: usize>(
     }
 }
 
+/// Packs a bf16/f16 B block into `K::NR`-wide f32/f64 panels, widening: the layout and
+/// values of [`pack_panels`] on the widened block. A K-contiguous B (`step == 1`: linear's
+/// `wᵀ`) widens each full panel's `NR` K runs into scratch (contiguous, vectorisable) and
+/// moves them with the kernel's register-transpose pack (data movement only); any other
+/// layout, and a last partial panel, go through the portable `pack_panels_widen`.
+///
+/// # Safety
+/// As [`pack_panels`] (`src` of `S`), with `K`'s features present.
+unsafe fn pack_b_widened<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
+    dst: &mut [T],
+    src: *const S,
+    (lane, step): (usize, usize),
+    (len, k): (usize, usize),
+) {
+    let nr = K::NR;
+    if step != 1 || lane == 1 {
+        // SAFETY: forwarded caller contract.
+        unsafe { pack_panels_widen::<T, S>(dst, src, (lane, step), (len, k), nr) };
+        return;
+    }
+    let full = len / nr;
+    with_scratch::<T, _>(&W_SCRATCH, nr * k, |runs| {
+        for pi in 0..full {
+            for (i, run) in runs.chunks_exact_mut(k).enumerate() {
+                // SAFETY: lane pi·NR + i < len, its K steps 0..k are inside the block.
+                let line = unsafe { src.add((pi * nr + i) * lane) };
+                for (p, v) in run.iter_mut().enumerate() {
+                    // SAFETY: as above, p < k.
+                    *v = unsafe { *line.add(p) }.widen();
+                }
+            }
+            // SAFETY: `runs` holds NR K-contiguous columns `k` apart; panel pi of `dst`
+            // holds `k · NR` elements; the caller guarantees `K`'s features.
+            unsafe { K::pack_b_kmajor(dst.as_mut_ptr().add(pi * k * nr), runs.as_ptr(), k, k) };
+        }
+    });
+    if full * nr < len {
+        // SAFETY: the remaining lanes of the block, into the panels after the full ones.
+        unsafe {
+            pack_panels_widen::<T, S>(
+                &mut dst[full * k * nr..],
+                src.add(full * nr * lane),
+                (lane, step),
+                (len - full * nr, k),
+                nr,
+            )
+        };
+    }
+}
+
 /// Splits `len` into `parts` runs whose starts are multiples of `align` (the last may be
 /// shorter); returns the run starts and the end.
 fn split(len: usize, parts: usize, align: usize) -> Vec<usize> {
@@ -362,13 +423,13 @@ fn grid<K: PackedKernel>(
 /// # Safety
 /// As [`gemm`] for A and B.
 #[allow(clippy::too_many_arguments)]
-unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
+unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
     k: usize,
     alpha: T,
     a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
+    b: MatRef<'_, S>,
     beta: T,
     mut c: MatMut<'_, T>,
     bias: Option<(&[T], usize)>,
@@ -392,15 +453,28 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
                     for pc in (0..k).step_by(KC) {
                         let kc = KC.min(k - pc);
                         let bpk = &mut bbuf[..cols.div_ceil(nr) * kc * nr];
-                        // SAFETY: K steps pc.., columns jc.. are inside B.
-                        unsafe {
-                            K::pack_b(
-                                bpk,
-                                b.ptr().add(pc * b.rs + jc * b.cs),
-                                (b.cs, b.rs),
-                                (cols, kc),
-                            )
-                        };
+                        let at = pc * b.rs + jc * b.cs;
+                        match S::same(b.data) {
+                            // SAFETY: K steps pc.., columns jc.. are inside B.
+                            Some(bt) => unsafe {
+                                K::pack_b(
+                                    bpk,
+                                    bt.as_ptr().wrapping_add(b.offset).add(at),
+                                    (b.cs, b.rs),
+                                    (cols, kc),
+                                )
+                            },
+                            // bf16/f16 B: widened into the f32/f64 panels as it is packed.
+                            // SAFETY: as above.
+                            None => unsafe {
+                                pack_b_widened::<T, K, S>(
+                                    bpk,
+                                    b.ptr().add(at),
+                                    (b.cs, b.rs),
+                                    (cols, kc),
+                                )
+                            },
+                        }
                         let first = pc == 0;
                         for ic in (r0..r1).step_by(MC) {
                             let rows = MC.min(r1 - ic);
@@ -463,20 +537,20 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>>(
 }
 
 /// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`; beta == 0 never reads
-/// C), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
+/// C; B of `T` or of a 16-bit storage type `S` widened while packed), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
 /// Parallel over the context's threads when `parallel`: C's jobs are disjoint tiles
 /// ([`MatMut::split_grid`]).
 ///
 /// # Safety
 /// Every addressed element of A and B is inside its buffer (a view validated by `plan`).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
+pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     ctx: &ExecContext,
     parallel: bool,
     k: usize,
     alpha: T,
     a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
+    b: MatRef<'_, S>,
     beta: T,
     mut c: MatMut<'_, T>,
     bias: Option<(&[T], usize)>,
@@ -506,7 +580,7 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>>(
         let (ri, ci) = (j / gn, j % gn);
         // SAFETY: the caller's contract covers A and B; `cj` is this job's own tile of C.
         unsafe {
-            job::<T, K>(
+            job::<T, K, S>(
                 (rcuts[ri], rcuts[ri + 1]),
                 (ccuts[ci], ccuts[ci + 1]),
                 k,

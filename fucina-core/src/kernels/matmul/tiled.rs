@@ -5,11 +5,15 @@
 //! Tile boundaries depend only on (batch, M, N, K), and every C element is reduced over K
 //! inside exactly one kernel call, so results are bitwise identical for any thread count.
 //! Strided views reach the kernel as row and column strides: operands are never copied.
+//! A bf16/f16 B is widened one column panel of a tile at a time into thread-local scratch
+//! (panels a multiple of 64 columns wide: the same micro-tiles, so the same bits).
 
 use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 use crate::shape;
 
+use super::packed::with_b_scratch;
+use super::widen::{pack_panels_widen, BElem};
 use super::Problem;
 
 /// Tile edges are multiples of this (the AVX-512 f32 micro-kernel is 16×16).
@@ -22,6 +26,13 @@ const MIN_TILE_FLOPS: usize = 1 << 21;
 const TARGET_CHUNKS: usize = 8;
 /// Below this many FLOPs in total a GEMM runs on the calling thread only.
 const PAR_MIN_FLOPS: usize = 1 << 23;
+/// A bf16/f16 B is widened per column panel of a tile: at most this many widened elements
+/// (1 MiB of f32) per panel, but never fewer than [`WIDEN_COLS`] columns.
+const WIDEN_ELEMS: usize = 1 << 18;
+/// Widened panels are a multiple of this many columns wide (so every micro-tile of
+/// `matrixmultiply` that is full in the whole tile stays full in its panel: NR ≤ 16 divides
+/// it, and an element is computed by the same full or masked kernel as unwidened).
+const WIDEN_COLS: usize = 64;
 
 /// Element types with a fast GEMM kernel (f32, f64).
 pub(super) trait GemmKernel: Float {
@@ -120,12 +131,12 @@ fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
 /// # Safety
 /// `a` and `b` are the buffers the problem was planned against (offsets included in `p`):
 /// every element the problem addresses in them is in bounds.
-pub(super) unsafe fn run<T: GemmKernel>(
+pub(super) unsafe fn run<T: GemmKernel, S: BElem<T>>(
     ctx: &ExecContext,
     p: &Problem,
     alpha: T,
     a: &[T],
-    b: &[T],
+    b: &[S],
     beta: T,
     c: Vec<MatMut<'_, T>>,
     bias: Option<(&[T], usize)>,
@@ -155,25 +166,74 @@ pub(super) unsafe fn run<T: GemmKernel>(
         let cols = tn.min(n - c0);
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
-        // SAFETY: offsets stay inside the views validated by `plan`; `ct` is this chunk's own
-        // `rows × cols` tile of C with C's strides.
-        unsafe {
-            T::kernel(
-                rows,
-                k,
-                cols,
-                alpha,
-                a.as_ptr().add(ao),
-                p.a.rs as isize,
-                p.a.cs as isize,
-                b.as_ptr().add(bo),
-                p.b.rs as isize,
-                p.b.cs as isize,
-                beta,
-                ct.as_mut_ptr(),
-                p.c.rs as isize,
-                p.c.cs as isize,
-            );
+        match S::same(b) {
+            // SAFETY: offsets stay inside the views validated by `plan`; `ct` is this chunk's
+            // own `rows × cols` tile of C with C's strides.
+            Some(b) => unsafe {
+                T::kernel(
+                    rows,
+                    k,
+                    cols,
+                    alpha,
+                    a.as_ptr().add(ao),
+                    p.a.rs as isize,
+                    p.a.cs as isize,
+                    b.as_ptr().add(bo),
+                    p.b.rs as isize,
+                    p.b.cs as isize,
+                    beta,
+                    ct.as_mut_ptr(),
+                    p.c.rs as isize,
+                    p.c.cs as isize,
+                );
+            },
+            // bf16/f16 B: widen one column panel of the tile at a time into the thread's
+            // scratch (`k × w`, row-major) and run the kernel on it. Splitting C's columns
+            // leaves every element's K-reduction as it was (matrixmultiply blocks K the same
+            // way in each call), so C is bitwise the GEMM of the fully widened B.
+            None => {
+                let w = (WIDEN_ELEMS / k.max(1) / WIDEN_COLS * WIDEN_COLS).max(WIDEN_COLS);
+                let w = w.min(cols.next_multiple_of(WIDEN_COLS));
+                with_b_scratch::<T, _>(k * w, |panel| {
+                    for j0 in (0..cols).step_by(w) {
+                        let wj = w.min(cols - j0);
+                        let dst = &mut panel[..k * wj];
+                        // SAFETY: columns c0 + j0.. and K steps 0..k are inside the view
+                        // validated by `plan`; `dst` holds `k · wj` elements. The lanes
+                        // are B's columns (`(lane, step) = (cs, rs)`), one panel `wj` wide:
+                        // `dst[p·wj + j]`, B's block row-major `k × wj`.
+                        unsafe {
+                            pack_panels_widen::<T, S>(
+                                dst,
+                                b.as_ptr().add(bo + j0 * p.b.cs),
+                                (p.b.cs, p.b.rs),
+                                (wj, k),
+                                wj,
+                            )
+                        };
+                        // SAFETY: A as above; the panel is `k × wj` row-major; columns
+                        // j0..j0 + wj of this chunk's tile of C.
+                        unsafe {
+                            T::kernel(
+                                rows,
+                                k,
+                                wj,
+                                alpha,
+                                a.as_ptr().add(ao),
+                                p.a.rs as isize,
+                                p.a.cs as isize,
+                                dst.as_ptr(),
+                                wj as isize,
+                                1,
+                                beta,
+                                ct.as_mut_ptr().add(j0 * p.c.cs),
+                                p.c.rs as isize,
+                                p.c.cs as isize,
+                            );
+                        }
+                    }
+                });
+            }
         }
         if let Some((bias, bs)) = bias {
             for i in 0..rows {

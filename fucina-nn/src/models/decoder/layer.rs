@@ -33,6 +33,14 @@ pub enum Norm {
 }
 
 impl Norm {
+    /// The scale (`[dim]`, in the compute dtype).
+    pub fn weight(&self) -> &Tensor {
+        match self {
+            Norm::Layer(n) => &n.weight,
+            Norm::Rms(n) => &n.weight,
+        }
+    }
+
     /// Normalises over the last axis.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {

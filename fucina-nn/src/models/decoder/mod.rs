@@ -3,7 +3,9 @@
 //! [`CausalLm`] built from a [`DecoderConfig`], with the checkpoint's own
 //! parameter names (`names.rs`), one block configurable by the family
 //! (`layer.rs`), and loading and saving in the family's layout
-//! (`pretrained.rs`). Generation is in [`crate::generation`].
+//! (`pretrained.rs`). Generation is in [`crate::generation`]. The frozen
+//! matrices may be stored in bf16/f16 under an f32/f64 compute dtype
+//! (`frozen.rs`: LoRA on a low-precision base).
 //!
 //! ```text
 //! h₀ = embed(ids) (+ wpe(positions) for GPT-2)
@@ -11,6 +13,7 @@
 //! logits = head(norm(h_L))        (head = embedᵀ when tied)
 //! ```
 
+mod frozen;
 pub mod layer;
 pub mod names;
 mod pretrained;
@@ -302,8 +305,17 @@ impl CausalLm {
         Ok(true)
     }
 
-    /// The parameters' dtype.
+    /// The compute dtype (f32 or f64): activations, norms, biases, KV cache
+    /// and adapters. The frozen matrices may be stored narrower
+    /// ([`CausalLm::storage_dtype`]).
     pub fn dtype(&self) -> DType {
+        self.norm.weight().dtype()
+    }
+
+    /// The dtype the token embedding (and with it every frozen base matrix
+    /// after [`CausalLm::store_frozen_weights`]) is stored in: the compute
+    /// dtype, or bf16/f16.
+    pub fn storage_dtype(&self) -> DType {
         self.embed_tokens.weight.dtype()
     }
 
@@ -427,9 +439,11 @@ impl CausalLm {
             }
             None => None,
         };
-        let mut x = self.embed_tokens.forward(input_ids)?;
+        // Rows come out in the compute dtype (a bf16 table widens only its rows).
+        let dtype = self.dtype();
+        let mut x = self.embed_tokens.forward_as(input_ids, dtype)?;
         if let Some(wpe) = &self.embed_positions {
-            x = x.add(&wpe.forward(&positions)?)?;
+            x = x.add(&wpe.forward_as(&positions, dtype)?)?;
         }
         x = self.embed_dropout.forward(&x)?;
         let inputs = AttnInputs {
@@ -505,7 +519,8 @@ impl CausalLm {
         Ok(checkpoint(block, &[x])?)
     }
 
-    /// The head: `hidden [..., hidden] -> logits [..., vocab]`.
+    /// The head: `hidden [..., hidden] -> logits [..., vocab]` (tied: the
+    /// linear of the embedding table, a mixed GEMM when it is bf16/f16).
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         match &self.lm_head {
             Some(head) => head.forward(hidden),

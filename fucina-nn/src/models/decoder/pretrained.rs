@@ -12,6 +12,9 @@
 //! checkpoints carry (GPT-2's `attn.bias`, Llama's `rotary_emb.inv_freq`)
 //! are recomputed, not read. A checkpoint of the bare model (GPT-2's
 //! `wte.weight` without `transformer.`, Llama's without `model.`) loads too.
+//! With a storage dtype (`from_pretrained_frozen`, in `frozen.rs`) every 2-D
+//! parameter is read in that dtype (a bf16 file straight into bf16 buffers)
+//! and frozen.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -44,14 +47,7 @@ impl CausalLm {
     /// # Ok::<(), fucina_nn::Error>(())
     /// ```
     pub fn from_pretrained(ctx: &ExecContext, dir: &Path, dtype: DType) -> Result<CausalLm> {
-        let mut config = DecoderConfig::from_file(&dir.join("config.json"))?;
-        // generation_config.json's token ids win over config.json's, as in transformers.
-        let gen = GenerationConfig::from_dir(dir)?;
-        if !gen.eos_token_ids.is_empty() {
-            config.eos_token_ids = gen.eos_token_ids;
-        }
-        config.bos_token_id = gen.bos_token_id.or(config.bos_token_id);
-        config.pad_token_id = gen.pad_token_id.or(config.pad_token_id);
+        let config = Self::pretrained_config(dir)?;
         let ckpt = Checkpoint::open(dir)?;
         let mut model = Self::from_checkpoint(ctx, &config, &ckpt, dtype)?;
         model.source = Some(dir.to_path_buf());
@@ -65,6 +61,33 @@ impl CausalLm {
         config: &DecoderConfig,
         ckpt: &Checkpoint,
         dtype: DType,
+    ) -> Result<CausalLm> {
+        Self::load_checkpoint(ctx, config, ckpt, dtype, None)
+    }
+
+    /// The config of `dir` with `generation_config.json`'s token ids (they
+    /// win over `config.json`'s, as in transformers).
+    pub(super) fn pretrained_config(dir: &Path) -> Result<DecoderConfig> {
+        let mut config = DecoderConfig::from_file(&dir.join("config.json"))?;
+        let gen = GenerationConfig::from_dir(dir)?;
+        if !gen.eos_token_ids.is_empty() {
+            config.eos_token_ids = gen.eos_token_ids;
+        }
+        config.bos_token_id = gen.bos_token_id.or(config.bos_token_id);
+        config.pad_token_id = gen.pad_token_id.or(config.pad_token_id);
+        Ok(config)
+    }
+
+    /// [`CausalLm::from_checkpoint`] in `dtype`; with `frozen = Some(s)`,
+    /// every 2-D parameter (embeddings, linear weights) is read straight
+    /// into dtype `s` (a bf16 file into bf16 pool buffers, no f32 copy)
+    /// and frozen, the rest (norms, biases) in `dtype`.
+    pub(super) fn load_checkpoint(
+        ctx: &ExecContext,
+        config: &DecoderConfig,
+        ckpt: &Checkpoint,
+        dtype: DType,
+        frozen: Option<DType>,
     ) -> Result<CausalLm> {
         if !matches!(dtype, DType::F32 | DType::F64) {
             return Err(file_err(
@@ -118,12 +141,16 @@ impl CausalLm {
                     ),
                 ));
             }
-            let mut raw = ckpt.read_as(ctx, &key, dtype)?;
+            let (as_dtype, trainable) = match frozen {
+                Some(s) if shape.len() == 2 => (s, false),
+                _ => (dtype, true),
+            };
+            let mut raw = ckpt.read_as(ctx, &key, as_dtype)?;
             if conv {
                 raw = ctx.contiguous(&raw.transpose(0, 1)?)?;
             }
             used.insert(key);
-            Ok(Tensor::from_raw(ctx, raw, true)?)
+            Ok(Tensor::from_raw(ctx, raw, trainable)?)
         };
         let model = CausalLm::build(ctx, config, dtype, 0, &mut src)?;
         let head_key = file_key(&format!("{}.weight", names.head));
