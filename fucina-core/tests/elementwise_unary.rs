@@ -114,7 +114,7 @@ fn unary_backward_vs_reference<T: Float>(rtol: f64) {
                 let x = make::<T>(&ctx, &d, &shape, lay);
                 let gy = make::<T>(&ctx, &g, &shape, lay);
                 let saved = match op.saved() {
-                    Saved::Input => x.clone_view(),
+                    Saved::Input | Saved::Nothing => x.clone_view(),
                     Saved::Output => ctx.unary(&x, op).unwrap(),
                 };
                 let gx = ctx.unary_backward(&saved, &gy, op).unwrap();
@@ -170,7 +170,7 @@ fn with_derivative_is_bitwise<T: Float>() {
                     &what,
                 );
                 let saved = match op.saved() {
-                    Saved::Input => x.clone_view(),
+                    Saved::Input | Saved::Nothing => x.clone_view(),
                     Saved::Output => y_ref,
                 };
                 let want = ctx.unary_backward(&saved, &gy, op).unwrap();
@@ -230,7 +230,7 @@ fn unary_backward_kink_conventions() {
     let at = |op: UnaryOp, x: f64| -> f64 {
         let xt = ctx.scalar(x).unwrap();
         let saved = match op.saved() {
-            Saved::Input => xt.clone_view(),
+            Saved::Input | Saved::Nothing => xt.clone_view(),
             Saved::Output => ctx.unary(&xt, op).unwrap(),
         };
         let g = ctx.scalar(1.0f64).unwrap();
@@ -308,6 +308,7 @@ fn unary_backward_kink_conventions() {
     );
     assert_eq!(UnaryOp::Exp.saved(), Saved::Output);
     assert_eq!(UnaryOp::Tanh.saved(), Saved::Output);
+    assert_eq!(UnaryOp::MulScalar(2.0).saved(), Saved::Nothing);
     assert_eq!(UnaryOp::Sigmoid.saved(), Saved::Output);
     assert_eq!(UnaryOp::Sqrt.saved(), Saved::Output);
     assert_eq!(UnaryOp::Log.saved(), Saved::Input);

@@ -14,7 +14,8 @@ use crate::tape::tensor::Tensor;
 /// kernel tier from the saved input or output (whichever the formula needs).
 struct UnaryBackward {
     op: UnaryOp,
-    saved: RawTensor,
+    /// x or y as `op.saved()` says; `None` for a constant derivative.
+    saved: Option<RawTensor>,
 }
 
 impl Backward for UnaryBackward {
@@ -22,11 +23,11 @@ impl Backward for UnaryBackward {
         self.op.name()
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(ctx.unary_backward(
-            &self.saved,
-            gy,
-            self.op
-        )?)])
+        // A constant derivative reads nothing: gy stands in for the saved value.
+        let saved = self.saved.as_ref().unwrap_or(gy);
+        Ok(smallvec::smallvec![Some(
+            ctx.unary_backward(saved, gy, self.op)?
+        )])
     }
 }
 
@@ -96,8 +97,9 @@ impl Tensor {
         let y = ctx.unary(&x, op)?;
         Ok(record(ctx, op.name(), y, &[self], |y| {
             let saved = match op.saved() {
-                Saved::Input => x,
-                Saved::Output => y.clone(),
+                Saved::Input => Some(x),
+                Saved::Output => Some(y.clone()),
+                Saved::Nothing => None,
             };
             Box::new(UnaryBackward { op, saved })
         }))

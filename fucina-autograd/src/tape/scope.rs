@@ -1,11 +1,14 @@
 //! Exec scopes: RAII regions that own a training step's intermediates.
 //!
 //! While a scope is open, every op result (value and backward node) is
-//! adopted by the innermost scope of this thread; the user's handle is a
-//! shared reference whose drop frees nothing. Closing the scope releases its
-//! results newest first straight back into the pool, even if handles to them
-//! survive: using such a handle afterwards is [`crate::Error::TensorReleased`],
-//! never undefined behaviour. Nested scopes release only their own suffix.
+//! adopted by the innermost scope of this thread. The scope holds it weakly:
+//! a result whose last handle is dropped inside the scope is freed at once,
+//! as without a scope (what its backward needs, its node keeps), so a step's
+//! working set is what the step still uses, not every temporary it made.
+//! Closing the scope releases the results still held, newest first, straight
+//! back into the pool, even if handles to them survive: using such a handle
+//! afterwards is [`crate::Error::TensorReleased`], never undefined
+//! behaviour. Nested scopes release only their own suffix.
 //! Not adopted: explicit constructors (variables, constants), gradients.
 //! Scopes are per thread (one `ExecContext` per thread of the program).
 //!
@@ -22,14 +25,14 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::Weak;
 
 use fucina_core::ExecContext;
 
 use crate::tape::tensor::{Tensor, TensorInner};
 
 thread_local! {
-    static FRAMES: RefCell<Vec<Vec<Arc<TensorInner>>>> = const { RefCell::new(Vec::new()) };
+    static FRAMES: RefCell<Vec<Vec<Weak<TensorInner>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An open exec scope; closes (releasing its results) when dropped.
@@ -92,7 +95,9 @@ impl Drop for ExecScope {
                 }
             });
             let Ok(Some(frame)) = frame else { break };
-            for t in frame.into_iter().rev() {
+            // A result whose every handle is gone was freed then; the
+            // ones still held are released here.
+            for t in frame.into_iter().rev().filter_map(|w| w.upgrade()) {
                 t.release();
             }
         }
@@ -123,7 +128,7 @@ pub(crate) fn adopt(t: &Tensor) {
     let _ = FRAMES.try_with(|f| {
         if let Some(top) = f.borrow_mut().last_mut() {
             t.0.scoped.store(true, Ordering::Relaxed);
-            top.push(t.0.clone());
+            top.push(std::sync::Arc::downgrade(&t.0));
         }
     });
 }

@@ -109,6 +109,10 @@ pub enum Saved {
     Input,
     /// The forward output y.
     Output,
+    /// Neither: the derivative is a constant (`neg`, `add_scalar`,
+    /// `mul_scalar`, `rsub_scalar`), so the backward keeps nothing alive
+    /// and any tensor of the shape (the incoming gradient) stands in.
+    Nothing,
 }
 
 /// A generic action over a concrete [`Pointwise`] kernel (a "generic closure").
@@ -299,7 +303,7 @@ impl ExecContext {
             } else {
                 let y = self.unary(x, op)?;
                 let saved = match op.saved() {
-                    Saved::Input => x,
+                    Saved::Input | Saved::Nothing => x,
                     Saved::Output => &y,
                 };
                 let d = visit_unary::<T, _>(op, Derivative { ctx: self, saved })?;
@@ -308,7 +312,8 @@ impl ExecContext {
         })
     }
 
-    /// gx = gy * f'(.) where `saved` is x or y per `op.saved()`; same shape as gy.
+    /// gx = gy * f'(.) where `saved` is x or y per `op.saved()` (any tensor of gy's shape,
+    /// gy itself, for [`Saved::Nothing`]); same shape as gy.
     pub fn unary_backward(
         &self,
         saved: &RawTensor,

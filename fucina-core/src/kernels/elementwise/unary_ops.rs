@@ -138,7 +138,7 @@ macro_rules! for_each_unary_op {
         $cb! {
             /// −x.
             Neg {
-                name: "neg", method: neg, saved: Input, domain: Float,
+                name: "neg", method: neg, saved: Nothing, domain: Float,
                 f: |x| -x,
                 // d/dx (-x) = -1
                 df: |_| -T::ONE,
@@ -474,7 +474,7 @@ macro_rules! for_each_unary_op {
             }
             /// x + s.
             AddScalar(s: f64 = 0.5) {
-                name: "add_scalar", method: add_scalar, saved: Input, domain: Float,
+                name: "add_scalar", method: add_scalar, saved: Nothing, domain: Float,
                 f: |x| x + s,
                 // d/dx (x + s) = 1
                 df: |_| T::ONE,
@@ -484,7 +484,7 @@ macro_rules! for_each_unary_op {
             }
             /// x · s.
             MulScalar(s: f64 = -1.5) {
-                name: "mul_scalar", method: mul_scalar, saved: Input, domain: Float,
+                name: "mul_scalar", method: mul_scalar, saved: Nothing, domain: Float,
                 f: |x| x * s,
                 // d/dx (s·x) = s
                 df: |_| s,
@@ -508,7 +508,7 @@ macro_rules! for_each_unary_op {
             }
             /// s − x.
             RSubScalar(s: f64 = 0.5) {
-                name: "rsub_scalar", method: rsub_scalar, saved: Input, domain: Float,
+                name: "rsub_scalar", method: rsub_scalar, saved: Nothing, domain: Float,
                 f: |x| s - x,
                 // d/dx (s - x) = -1
                 df: |_| -T::ONE,
