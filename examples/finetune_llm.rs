@@ -14,7 +14,8 @@
 
 use clap::Parser;
 use fucina_examples::exit_on_error;
-use fucina_examples::llm_finetune::{finetune_llm, FinetuneArgs};
+use fucina_examples::llm_args::FinetuneArgs;
+use fucina_examples::llm_finetune::finetune_llm;
 
 fn main() {
     exit_on_error((|| {

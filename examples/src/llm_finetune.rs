@@ -12,6 +12,9 @@
 //! resumes bit-exactly (`--resume`), writes the adapter (PEFT format), with
 //! `--merge` a merged model, the loss curve, and ends with a sample.
 //!
+//! The command line is `llm_args.rs`; the data, the validation loss and
+//! one step are `llm_step.rs` (the PyTorch twin's test replays those).
+//!
 //! Resume is bit-exact because every input of a step is in the checkpoint
 //! (trainable weights, AdamW moments and step count, dropout call
 //! counters, the loss history) or a pure function of the seed and the step
@@ -21,145 +24,24 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
-use fucina_autograd::{no_grad, ScopeExt, Tensor};
+use fucina_autograd::{ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::Tokenizer;
-use fucina_nn::lora::{merge_and_unload, save_adapter, TargetModules};
-use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, LoraConfig, Module, Sampling};
-use fucina_optim::{
-    clip_grad_norm, load_latest, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup,
-    Schedule, TrainerState,
-};
-use fucina_train::causal::{
-    collate_causal, pack, read_records, CausalBatch, CausalExample, Record,
-};
+use fucina_nn::lora::{merge_and_unload, save_adapter};
+use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, Module, Sampling};
+use fucina_optim::{load_latest, save_checkpoint, AdamConfig, Optimizer, TrainerState};
+use fucina_train::causal::{collate_causal, CausalExample};
+use fucina_train::progress::{Progress, ProgressMode};
 use fucina_train::{DataLoader, Dataset, InMemory, KeepLast, LoaderOptions, MetricsLogger};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::gpt_args::TrainGptArgs;
+use crate::gpt_train::train_gpt;
+use crate::llm_args::FinetuneArgs;
+use crate::llm_step::{evaluate, load_blocks, optimizer, train_step};
 use crate::plot::{loss_curve_png, LossCurve};
 use crate::sys::{peak_rss_mib, rss_mib};
-
-/// The linear layers LoRA adapts by default: every projection of the
-/// Llama/Qwen layout and GPT-2's (PEFT's `all-linear` on these families).
-pub const DEFAULT_TARGETS: &str =
-    "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,c_attn,c_proj,c_fc";
-
-/// Fine-tune a Hugging Face decoder LLM with LoRA (PEFT format) or fully.
-#[derive(Parser, Debug, Clone, Serialize, Deserialize)]
-#[command(name = "finetune_llm", version, args_override_self = true)]
-pub struct FinetuneArgs {
-    /// The model directory (config.json, model.safetensors, tokenizer.json)
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Training data: a text file, or a .jsonl of {"prompt", "completion"} or {"text"} lines
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Output directory: metrics, loss curve, checkpoints/, adapter/, merged/, sample.txt
-    #[arg(long, default_value = "runs/finetune_llm")]
-    pub out: PathBuf,
-    /// Fraction of the data (its tail) held out for validation
-    #[arg(long, default_value_t = 0.1)]
-    pub val_frac: f64,
-
-    /// Train every weight instead of LoRA adapters
-    #[arg(long)]
-    pub full: bool,
-    /// LoRA rank
-    #[arg(long, default_value_t = 8)]
-    pub lora_r: usize,
-    /// LoRA alpha (scale = alpha / r)
-    #[arg(long, default_value_t = 16.0)]
-    pub lora_alpha: f64,
-    /// Dropout on the adapters' input
-    #[arg(long, default_value_t = 0.0)]
-    pub lora_dropout: f64,
-    /// The linear layers to adapt (PEFT's target_modules): names, comma-separated, or
-    /// `all-linear` (every linear layer but the output head)
-    #[arg(long, value_delimiter = ',', default_value = "all-linear")]
-    pub target_modules: Vec<String>,
-    /// Scale the adapters by alpha / √r instead of alpha / r (rsLoRA)
-    #[arg(long)]
-    pub use_rslora: bool,
-    /// Modules that train in full beside the adapters (PEFT's modules_to_save), comma-separated
-    #[arg(long, value_delimiter = ',')]
-    pub modules_to_save: Vec<String>,
-    /// Recompute each layer in backward instead of keeping its activations
-    #[arg(long)]
-    pub gradient_checkpointing: bool,
-
-    /// Tokens per packed training sequence (at most the model's context)
-    #[arg(long, default_value_t = 128)]
-    pub block_size: usize,
-    /// Sequences per batch
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
-    /// Optimizer steps
-    #[arg(long, default_value_t = 150)]
-    pub steps: u64,
-    /// Peak learning rate (default: 2e-3 with LoRA, 5e-4 with --full)
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Linear warmup steps before the cosine decay
-    #[arg(long, default_value_t = 10)]
-    pub warmup: u64,
-    /// The cosine's floor as a fraction of the peak rate
-    #[arg(long, default_value_t = 0.1)]
-    pub min_lr_frac: f64,
-    /// AdamW decoupled weight decay (matrices only)
-    #[arg(long, default_value_t = 0.0)]
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this (0: no clipping)
-    #[arg(long, default_value_t = 1.0)]
-    pub grad_clip: f64,
-    /// Seed of the adapters' init, the batch order, dropout and sampling
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Worker threads (0: FUCINA_NUM_THREADS or every core); results are identical for any count
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-
-    /// Evaluate the validation loss every N steps (and at the end)
-    #[arg(long, default_value_t = 25)]
-    pub eval_every: u64,
-    /// Write a checkpoint every N steps (and at the end)
-    #[arg(long, default_value_t = 50)]
-    pub ckpt_every: u64,
-    /// Checkpoints to keep
-    #[arg(long, default_value_t = 2)]
-    pub keep_last: usize,
-    /// Continue from the newest complete checkpoint in OUT/checkpoints
-    #[arg(long)]
-    pub resume: bool,
-    /// Stop after this step, leaving a checkpoint there (then continue with --resume)
-    #[arg(long)]
-    pub stop_after: Option<u64>,
-    /// Also write the merged model (base + adapters) to OUT/merged with save_pretrained
-    #[arg(long)]
-    pub merge: bool,
-
-    /// Tokens to generate at the end (0: no sample)
-    #[arg(long, default_value_t = 300)]
-    pub sample_len: usize,
-    /// Text the sample starts with
-    #[arg(long, default_value = "KING HENRY V:\n")]
-    pub prompt: String,
-    /// Sampling temperature (> 0)
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f64,
-    /// Sample among the k most likely tokens (0: all)
-    #[arg(long, default_value_t = 20)]
-    pub top_k: usize,
-    /// Plain log lines instead of the progress bar
-    #[arg(long)]
-    pub no_progress: bool,
-    /// Write the run for the PyTorch + peft twin to DIR: the initial adapter,
-    /// every batch, the schedule and fucina's losses (`python3
-    /// tools/finetune_llm_torch.py replay --model MODEL --run DIR`)
-    #[arg(long)]
-    pub export_twin: Option<PathBuf>,
-}
 
 /// What a run shares with the checkpoint it resumes (threads, output and
 /// logging may differ).
@@ -206,245 +88,6 @@ pub struct FinetuneReport {
     pub sample: String,
 }
 
-impl FinetuneArgs {
-    /// The peak learning rate: `--lr`, or 2e-3 (LoRA) / 5e-4 (`--full`).
-    pub fn lr(&self) -> f64 {
-        self.lr.unwrap_or(if self.full { 5e-4 } else { 2e-3 })
-    }
-
-    fn validate(&self) -> Result<()> {
-        let pos = |flag: &'static str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::arg(flag, format!("must be positive, got {v}")))
-            }
-        };
-        pos("--block-size", self.block_size as f64)?;
-        pos("--batch-size", self.batch_size as f64)?;
-        pos("--steps", self.steps as f64)?;
-        pos("--lr", self.lr())?;
-        pos("--eval-every", self.eval_every as f64)?;
-        pos("--ckpt-every", self.ckpt_every as f64)?;
-        pos("--keep-last", self.keep_last as f64)?;
-        pos("--temperature", self.temperature)?;
-        if !self.full {
-            pos("--lora-r", self.lora_r as f64)?;
-        }
-        if !(self.val_frac > 0.0 && self.val_frac < 1.0) {
-            return Err(Error::arg(
-                "--val-frac",
-                format!("must be in (0, 1), got {}", self.val_frac),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(Error::arg(
-                "--min-lr-frac",
-                format!("must be in [0, 1], got {}", self.min_lr_frac),
-            ));
-        }
-        if self.warmup >= self.steps {
-            return Err(Error::arg(
-                "--warmup",
-                format!("{} must be below --steps {}", self.warmup, self.steps),
-            ));
-        }
-        if self.export_twin.is_some() && (self.full || self.lora_dropout > 0.0 || self.resume) {
-            return Err(Error::arg(
-                "--export-twin",
-                "needs a fresh LoRA run without dropout (torch cannot draw fucina's masks)",
-            ));
-        }
-        if !(self.weight_decay >= 0.0 && self.grad_clip >= 0.0) {
-            return Err(Error::arg(
-                "--weight-decay/--grad-clip",
-                "must be non-negative",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The data file: `--data`, or the repository's *Henry V*.
-    pub fn data_path(&self) -> PathBuf {
-        self.data
-            .clone()
-            .unwrap_or_else(|| repo_path("data/finetune/henry-v.txt"))
-    }
-
-    /// The LoRA configuration these flags describe.
-    pub fn lora_config(&self) -> LoraConfig {
-        let targets = match self.target_modules.as_slice() {
-            [one] if one.eq_ignore_ascii_case("all-linear") => TargetModules::Pattern(one.clone()),
-            names => TargetModules::Names(names.to_vec()),
-        };
-        let mut c = LoraConfig::with_targets(self.lora_r, self.lora_alpha, targets)
-            .with_dropout(self.lora_dropout)
-            .with_rslora(self.use_rslora);
-        if !self.modules_to_save.is_empty() {
-            let names: Vec<&str> = self.modules_to_save.iter().map(String::as_str).collect();
-            c = c.with_modules_to_save(&names);
-        }
-        c
-    }
-}
-
-/// `rel` under the working directory when it exists there, else under the
-/// repository (found from this crate's source directory).
-pub fn repo_path(rel: &str) -> PathBuf {
-    let local = PathBuf::from(rel);
-    if local.exists() {
-        local
-    } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-    }
-}
-
-/// The training and validation blocks of `path`: a JSONL file's records
-/// (its last `val_frac` held out), or a text's tail from the first
-/// paragraph break after `1 − val_frac` of it, tokenized and packed into
-/// blocks of `block` tokens (the separator: the model's first EOS token).
-pub fn load_blocks(
-    path: &Path,
-    tok: &Tokenizer,
-    block: usize,
-    val_frac: f64,
-    eos: Option<i64>,
-) -> Result<(Vec<CausalExample>, Vec<CausalExample>)> {
-    let encode = |s: &str| -> Result<Vec<i64>> {
-        Ok(tok.encode(s, false)?.into_iter().map(i64::from).collect())
-    };
-    let is_jsonl = path.extension().is_some_and(|e| e == "jsonl");
-    let (train, val): (Vec<CausalExample>, Vec<CausalExample>) = if is_jsonl {
-        let records = read_records(path)?;
-        let n_val = ((records.len() as f64 * val_frac).round() as usize).max(1);
-        if n_val >= records.len() {
-            return Err(Error::Data {
-                path: path.to_path_buf(),
-                msg: format!(
-                    "{} records leave none for training after holding out {n_val}",
-                    records.len()
-                ),
-            });
-        }
-        let mut exs = Vec::with_capacity(records.len());
-        for r in &records {
-            exs.push(match r {
-                Record::Text(t) => CausalExample::text(encode(t)?),
-                Record::PromptCompletion { prompt, completion } => {
-                    CausalExample::prompt_completion(&encode(prompt)?, &encode(completion)?)
-                }
-            });
-        }
-        let val = exs.split_off(records.len() - n_val);
-        (exs, val)
-    } else {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let mut cut = ((text.len() as f64) * (1.0 - val_frac)) as usize;
-        while !text.is_char_boundary(cut) {
-            cut += 1;
-        }
-        let cut = text[cut..].find("\n\n").map_or(cut, |i| cut + i + 2);
-        (
-            vec![CausalExample::text(encode(&text[..cut])?)],
-            vec![CausalExample::text(encode(&text[cut..])?)],
-        )
-    };
-    let blocks = |exs: Vec<CausalExample>, which: &str| {
-        pack(exs, block, eos).map_err(|e| Error::Data {
-            path: path.to_path_buf(),
-            msg: format!("{which} split: {e}"),
-        })
-    };
-    Ok((blocks(train, "training")?, blocks(val, "validation")?))
-}
-
-/// The mean loss over every learnt label of `blocks` (eval mode, no grad):
-/// each batch's mean weighted by its learnt labels, so the result is the
-/// mean over the whole split whatever the batch size.
-pub fn evaluate(lm: &CausalLm, blocks: &[CausalExample], batch: usize, pad: i64) -> Result<f64> {
-    lm.eval();
-    let _ng = no_grad();
-    let ctx = lm.ctx();
-    let (mut total, mut count) = (0.0, 0usize);
-    for chunk in blocks.chunks(batch) {
-        let _scope = ctx.scope();
-        // The labels the shifted loss uses: every position but the first.
-        let n: usize = chunk
-            .iter()
-            .map(|e| e.labels[1..].iter().filter(|&&l| l != -100).count())
-            .sum();
-        if n == 0 {
-            continue;
-        }
-        let b = collate_causal(ctx, chunk, pad)?;
-        let logits = lm.forward(&b.input_ids, Some(&b.attention_mask))?;
-        total += lm.loss(&logits, &b.labels)?.item()? * n as f64;
-        count += n;
-    }
-    lm.train();
-    Ok(total / count.max(1) as f64)
-}
-
-/// One training step on a padded batch: forward, loss, backward, clip,
-/// AdamW step; returns the loss. The gradients are cleared for the next
-/// step. The batch's tensors are the caller's (make them inside a scope).
-pub fn train_step(
-    lm: &CausalLm,
-    opt: &mut AdamW,
-    batch: &CausalBatch,
-    grad_clip: f64,
-) -> Result<f32> {
-    let loss = {
-        let _scope = lm.ctx().scope();
-        let logits = lm.forward(&batch.input_ids, Some(&batch.attention_mask))?;
-        let loss = lm.loss(&logits, &batch.labels)?;
-        loss.backward()?;
-        loss.item()? as f32
-    };
-    if grad_clip > 0.0 {
-        clip_grad_norm(&opt.params(), grad_clip)?;
-    }
-    opt.step()?;
-    opt.zero_grad();
-    Ok(loss)
-}
-
-/// AdamW over the trainable parameters of `lm`: decay on matrices only,
-/// warmup then cosine to `min_lr_frac`.
-pub fn optimizer(
-    lm: &CausalLm,
-    lr: f64,
-    weight_decay: f64,
-    warmup: u64,
-    total: u64,
-    min_lr_frac: f64,
-) -> Result<AdamW> {
-    let [decay, no_decay] = lm.decay_groups();
-    let schedule = Schedule::WarmupCosine {
-        warmup,
-        total,
-        min_factor: min_lr_frac,
-    };
-    let adam = AdamConfig {
-        weight_decay,
-        ..AdamConfig::adamw(lr)
-    };
-    let mut groups = vec![ParamGroup::new(decay, adam.clone()).with_schedule(schedule)];
-    if !no_decay.is_empty() {
-        groups.push(
-            ParamGroup::new(
-                no_decay,
-                AdamConfig {
-                    weight_decay: 0.0,
-                    ..adam
-                },
-            )
-            .with_schedule(schedule),
-        );
-    }
-    Ok(AdamW::new(groups)?)
-}
-
 /// What a checkpoint holds: the trainable parameters and every persistent
 /// buffer (the dropout counters); the frozen base is the model directory's.
 fn checkpoint_tensors(lm: &CausalLm) -> Vec<(String, Tensor)> {
@@ -468,10 +111,10 @@ fn special_tokens(lm: &CausalLm) -> (Option<i64>, i64) {
 /// bar (when stderr is a terminal) and prints evaluations.
 pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneReport> {
     args.validate()?;
-    let model_dir = args
-        .model
-        .clone()
-        .ok_or_else(|| Error::arg("--model", "no model directory given"))?;
+    let model_dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => default_base(args, progress)?,
+    };
     if !model_dir.join("config.json").is_file() {
         return Err(Error::arg(
             "--model",
@@ -491,7 +134,11 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         ExecContext::with_threads(args.threads)?
     };
     let tok = Tokenizer::from_file(&tok_path)?;
-    let mut lm = CausalLm::from_pretrained(&ctx, &model_dir, DType::F32)?;
+    let mut lm = if args.bf16_base {
+        CausalLm::from_pretrained_frozen(&ctx, &model_dir, DType::F32, DType::BF16)?
+    } else {
+        CausalLm::from_pretrained(&ctx, &model_dir, DType::F32)?
+    };
     let block = args.block_size;
     if block > lm.config.max_positions {
         return Err(Error::arg(
@@ -602,25 +249,23 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
     let mut log = MetricsLogger::create(&args.out)?;
 
-    let pb = if progress && !args.no_progress {
-        ProgressBar::with_draw_target(Some(args.steps), ProgressDrawTarget::stderr())
+    let mode = if !progress {
+        ProgressMode::Hidden
+    } else if args.no_progress {
+        ProgressMode::Plain {
+            every: (args.eval_every / 4).max(1),
+        }
     } else {
-        ProgressBar::hidden()
+        ProgressMode::auto((args.eval_every / 4).max(1))
     };
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:32.cyan/blue} step {pos}/{len} {msg} [{elapsed} < {eta}]",
-        )
-        .map_err(|e| Error::arg("progress", e.to_string()))?,
-    );
-    pb.set_position(step0);
-    pb.reset_eta();
-    let say = |line: String| {
+    let mut pb = Progress::new(args.steps, mode);
+    pb.start_at(step0);
+    let say = |pb: &Progress, line: String| {
         if progress {
-            pb.suspend(|| println!("{line}"));
+            pb.println(&line);
         }
     };
-    say(format!(
+    say(&pb, format!(
         "finetune_llm: {} ({:?}, {} layers, width {}) on {}: {} training and {} validation blocks of {block} tokens",
         model_dir.display(),
         lm.config.model_type,
@@ -630,16 +275,19 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         loader.dataset().len(),
         val.len()
     ));
-    say(format!(
-        "{}: {trainable} of {total} parameters train ({:.2}%); {} threads",
-        if args.full {
-            "full fine-tuning".to_string()
-        } else {
-            format!("LoRA r={} alpha={}", args.lora_r, args.lora_alpha)
-        },
-        100.0 * trainable as f64 / total.max(1) as f64,
-        ctx.num_threads()
-    ));
+    say(
+        &pb,
+        format!(
+            "{}: {trainable} of {total} parameters train ({:.2}%); {} threads",
+            if args.full {
+                "full fine-tuning".to_string()
+            } else {
+                format!("LoRA r={} alpha={}", args.lora_r, args.lora_alpha)
+            },
+            100.0 * trainable as f64 / total.max(1) as f64,
+            ctx.num_threads()
+        ),
+    );
     let val_before = match val_hist.first() {
         Some(&(0, v)) => v,
         _ => {
@@ -649,9 +297,10 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
             v
         }
     };
-    say(format!(
-        "validation loss before fine-tuning: {val_before:.4}"
-    ));
+    say(
+        &pb,
+        format!("validation loss before fine-tuning: {val_before:.4}"),
+    );
 
     let mut twin = match (&args.export_twin, &lora) {
         (Some(dir), Some(cfg)) => {
@@ -679,19 +328,23 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
             losses.push(loss);
             log.scalar("train/loss", step, loss as f64)?;
             log.scalar("train/lr", step, opt.lr(0)?)?;
-            pb.set_position(step);
-            pb.set_message(format!("loss {loss:.4}"));
-            if step % args.eval_every == 0 || step == args.steps {
+            pb.step(&format!("loss {loss:.4}"));
+            if step.is_multiple_of(args.eval_every) || step == args.steps {
+                pb.pause_clock();
                 let v = evaluate(&lm, &val, args.batch_size, pad)?;
                 val_hist.push((step, v));
                 log.scalar("val/loss", step, v)?;
-                say(format!(
-                    "step {step:>5}: train loss {loss:.4}, validation loss {v:.4}  (pool outstanding {}, RSS {:.0} MiB)",
-                    ctx.stats().outstanding,
+                let st = ctx.stats();
+                say(&pb, format!(
+                    "step {step:>5}: train loss {loss:.4}, validation loss {v:.4}  (pool outstanding {}, peak live {:.0} MiB, cached {:.0} MiB, RSS {:.0} MiB)",
+                    st.outstanding,
+                    st.peak_live_bytes as f64 / 1048576.0,
+                    st.cached_bytes as f64 / 1048576.0,
                     rss_mib()
                 ));
             }
-            if step % args.ckpt_every == 0 || step == last {
+            if step.is_multiple_of(args.ckpt_every) || step == last {
+                pb.pause_clock();
                 let state = TrainerState {
                     step,
                     seeds: [("seed".to_string(), args.seed)].into(),
@@ -711,12 +364,15 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     let train_secs = t0.elapsed().as_secs_f64();
     if let (Some(t), Some(dir)) = (&twin, &args.export_twin) {
         t.write(&ctx, dir, args, &losses)?;
-        say(format!(
-            "twin run: {} (replay with tools/finetune_llm_torch.py)",
-            dir.display()
-        ));
+        say(
+            &pb,
+            format!(
+                "twin run: {} (replay with tools/finetune_llm_torch.py)",
+                dir.display()
+            ),
+        );
     }
-    pb.finish_and_clear();
+    pb.finish();
 
     let png = args.out.join("loss.png");
     loss_curve_png(
@@ -733,25 +389,26 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     if last == args.steps {
         let v = val_hist.last().map(|&(_, v)| v).unwrap_or(val_before);
         val_after = Some(v);
-        say(format!(
-            "validation loss after fine-tuning: {v:.4} (before: {val_before:.4})"
-        ));
+        say(
+            &pb,
+            format!("validation loss after fine-tuning: {v:.4} (before: {val_before:.4})"),
+        );
         if let Some(cfg) = &lora {
             let dir = args.out.join("adapter");
             save_adapter(&lm, cfg, &dir)?;
-            say(format!("adapter (PEFT format): {}", dir.display()));
+            say(&pb, format!("adapter (PEFT format): {}", dir.display()));
             if args.merge {
                 // The adapters folded into the base weights and dropped, so
                 // the directory holds the family's own keys only.
                 merge_and_unload(&mut lm)?;
                 let dir = args.out.join("merged");
                 lm.save_pretrained(&dir)?;
-                say(format!("merged model: {}", dir.display()));
+                say(&pb, format!("merged model: {}", dir.display()));
             }
         } else {
             let dir = args.out.join("model");
             lm.save_pretrained(&dir)?;
-            say(format!("model: {}", dir.display()));
+            say(&pb, format!("model: {}", dir.display()));
         }
         if args.sample_len > 0 {
             sample = generate_sample(&lm, &tok, args)?;
@@ -771,6 +428,65 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         peak_rss_mib: peak_rss_mib(),
         sample,
     })
+}
+
+/// The project's own base model: a Llama-layout character model
+/// pre-trained on `data/shakespeare.txt` by `train_gpt --arch llama
+/// --block-size 128 --batch-size 16 --save-hf BASE/hf`, made the first time
+/// and reused after (a directory with `config.json` is taken as it is).
+pub fn default_base(args: &FinetuneArgs, progress: bool) -> Result<PathBuf> {
+    let hf = args.base.join("hf");
+    if hf.join("config.json").is_file() {
+        return Ok(hf);
+    }
+    let argv: Vec<String> = [
+        "train_gpt",
+        "--arch",
+        "llama",
+        "--block-size",
+        "128",
+        "--batch-size",
+        "16",
+        "--sample-len",
+        "200",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "--steps".to_string(),
+        args.pretrain_steps.to_string(),
+        "--warmup".to_string(),
+        (args.pretrain_steps / 16).to_string(),
+        "--eval-every".to_string(),
+        (args.pretrain_steps / 4).max(1).to_string(),
+        "--threads".to_string(),
+        args.threads.to_string(),
+        "--out".to_string(),
+        args.base.display().to_string(),
+        "--save-hf".to_string(),
+        hf.display().to_string(),
+    ])
+    .chain(args.no_progress.then(|| "--no-progress".to_string()))
+    .collect();
+    let pre = TrainGptArgs::try_parse_from(&argv)
+        .map_err(|e| Error::arg("--pretrain-steps", e.to_string()))?;
+    if progress {
+        println!(
+            "finetune_llm: no --model; pre-training the base model first ({} steps of train_gpt --arch llama on {}, into {})",
+            args.pretrain_steps,
+            pre.data_path().display(),
+            hf.display()
+        );
+    }
+    let r = train_gpt(&pre, progress)?;
+    if progress {
+        println!(
+            "pre-trained in {:.0} s: validation loss {:.4} on Shakespeare",
+            r.train_secs,
+            r.final_val.unwrap_or(f64::NAN)
+        );
+    }
+    Ok(hf)
 }
 
 /// The batches of a run, for the PyTorch twin (all of one shape: packed

@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use fucina_examples::llm_finetune::{finetune_llm, FinetuneArgs, FinetuneReport};
+use fucina_examples::llm_args::FinetuneArgs;
+use fucina_examples::llm_finetune::{finetune_llm, FinetuneReport};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("fucina-ft-llm-{}-{name}", std::process::id()));

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use fucina_autograd::io::SafetensorsFile;
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
-use fucina_examples::llm_finetune::{optimizer, train_step};
+use fucina_examples::llm_step::{optimizer, train_step};
 use fucina_nn::{load_adapter, CausalLm, Init};
 use fucina_train::causal::CausalBatch;
 
