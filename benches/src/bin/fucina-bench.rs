@@ -1,7 +1,7 @@
 //! The end-to-end benchmark: same CLI and JSON keys as `reference/torch_workloads.py`.
 //!
 //! `fucina-bench --workload all|NAME[,NAME...] --steps N --warmup N --threads T` prints one JSON
-//! line per workload (`all` = tiny, mlp, gpt, minilm, gemm, llama, llama-lora). Extra options: gemm's
+//! line per workload (`all` = tiny, mlp, gpt, minilm, gemm, llama, llama-lora, llama-lora-bf16). Extra options: gemm's
 //! `--shape MxKxN` and `--layout nn|tn|nt`; minilm's `--minilm-dir DIR` (the checkpoint;
 //! default `$FUCINA_CACHE/all-MiniLM-L6-v2` when present, else random init). Unknown
 //! workloads exit with status 2 before anything runs.
@@ -18,7 +18,7 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: fucina-bench [--workload all|tiny|mlp|gpt|minilm|gemm|llama|llama-lora|NAME,...] \
+    "usage: fucina-bench [--workload all|tiny|mlp|gpt|minilm|gemm|llama|llama-lora|llama-lora-bf16|NAME,...] \
                      [--steps N] [--warmup N] [--threads T] [--shape MxKxN] [--layout nn|tn|nt] \
                      [--minilm-dir DIR]";
 

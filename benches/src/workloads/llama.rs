@@ -53,6 +53,18 @@ pub struct LlamaTrain {
 impl LlamaTrain {
     /// The workload; `lora` freezes the base and trains r-8 adapters.
     pub fn workload(ctx: &ExecContext, lora: bool) -> Result<LlamaTrain> {
+        Self::build(ctx, lora, false)
+    }
+
+    /// `llama-lora-bf16`: `llama-lora` with the frozen base matrices stored
+    /// in bf16 (widened inside the GEMM's packing; adapters, norms and
+    /// activations f32). Not in the torch reference: for the memory
+    /// benchmark against `llama-lora`.
+    pub fn lora_bf16(ctx: &ExecContext) -> Result<LlamaTrain> {
+        Self::build(ctx, true, true)
+    }
+
+    fn build(ctx: &ExecContext, lora: bool, bf16_base: bool) -> Result<LlamaTrain> {
         let cfg = config()?;
         let mut model = CausalLm::new(ctx, &cfg, DType::F32, 0)?;
         model.train();
@@ -72,6 +84,11 @@ impl LlamaTrain {
                 &LoraConfig::new(8, 16.0, &targets),
                 &mut Init::new(ctx, DType::F32, 1),
             )?;
+            if bf16_base {
+                model.store_frozen_weights(DType::BF16)?;
+                // The f32 matrices' blocks go back to the system, not to later activations.
+                ctx.pool().trim();
+            }
             adamw(model.trainable_parameters(), 1e-3, 0.0)?
         } else {
             adamw(model.parameters(), 3e-4, 0.1)?

@@ -27,6 +27,7 @@ pub const AVAILABLE: &[&str] = &[
     "gemm",
     "llama",
     "llama-lora",
+    "llama-lora-bf16",
 ];
 
 /// Per-workload options from the command line.
@@ -56,6 +57,7 @@ pub fn build(name: &str, ctx: &ExecContext, opts: &Options) -> Option<Result<Box
         "gpt" => boxed(gpt::GptTrain::workload(ctx)),
         "llama" => boxed(llama::LlamaTrain::workload(ctx, false)),
         "llama-lora" => boxed(llama::LlamaTrain::workload(ctx, true)),
+        "llama-lora-bf16" => boxed(llama::LlamaTrain::lora_bf16(ctx)),
         "minilm" => boxed(minilm::MiniLmTrain::workload(
             ctx,
             opts.minilm_dir.as_deref(),
