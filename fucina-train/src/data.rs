@@ -70,6 +70,52 @@ impl<T: Clone + Send + Sync + 'static> Dataset for InMemory<T> {
     }
 }
 
+/// The items of a data set at given indices, in that order: how a loader
+/// takes an order made elsewhere, such as one rank's share of an epoch from
+/// `fucina_distributed::DistributedSampler::indices(epoch)` (then load it
+/// with `shuffle(false)`; a new `Subset` per epoch).
+///
+/// ```
+/// use fucina_train::{Dataset, InMemory, Subset};
+/// let s = Subset::new(InMemory::new(vec!['a', 'b', 'c', 'd']), vec![3, 1])?;
+/// assert_eq!((s.len(), s.get(0)?, s.get(1)?), (2, 'd', 'b'));
+/// assert!(Subset::new(InMemory::new(vec!['a']), vec![1]).is_err());
+/// # Ok::<(), fucina_train::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Subset<D> {
+    inner: D,
+    indices: Arc<Vec<usize>>,
+}
+
+impl<D: Dataset> Subset<D> {
+    /// `inner`'s items at `indices`; an error naming the first index out of range.
+    pub fn new(inner: D, indices: Vec<usize>) -> Result<Subset<D>> {
+        let n = inner.len();
+        if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
+            return Err(out_of_range("Subset", bad, n));
+        }
+        Ok(Subset {
+            inner,
+            indices: Arc::new(indices),
+        })
+    }
+}
+
+impl<D: Dataset> Dataset for Subset<D> {
+    type Item = D::Item;
+    fn len(&self) -> usize {
+        self.indices.len()
+    }
+    fn get(&self, index: usize) -> Result<D::Item> {
+        let i = *self
+            .indices
+            .get(index)
+            .ok_or_else(|| out_of_range("Subset", index, self.indices.len()))?;
+        self.inner.get(i)
+    }
+}
+
 fn out_of_range(what: &'static str, index: usize, len: usize) -> Error {
     Error::config(
         what,

@@ -40,7 +40,7 @@ mod tensorboard;
 
 pub use accumulate::accumulate_gradients;
 pub use data::{
-    DataLoader, Dataset, EpochIter, InMemory, JsonlDataset, LoaderOptions, TextWindows,
+    DataLoader, Dataset, EpochIter, InMemory, JsonlDataset, LoaderOptions, Subset, TextWindows,
 };
 pub use error::{Error, Result};
 pub use metrics::MetricsLogger;
