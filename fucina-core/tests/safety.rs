@@ -259,6 +259,9 @@ fn a_matmul_of_many_empty_matrices_lists_none_of_them() {
     let b = ctx.zeros(DType::F32, &[3, 2]).unwrap();
     let c = ctx.matmul(&a, &b).unwrap();
     assert_eq!(c.shape(), &[1 << 62, 0, 2]);
+    // The scalar reference too returns at once (it looped over 2^62 items).
+    let r = fucina_core::kernels::matmul::reference::matmul::<f32>(&ctx, &a, &b).unwrap();
+    assert_eq!(r.shape(), &[1 << 62, 0, 2]);
     let a = ctx.zeros(DType::F32, &[4, 0]).unwrap();
     let b = ctx.reshape(&x, &[1 << 62, 0, 5]).unwrap();
     // K = 0 but a non-empty [2^62, 4, 5] output: too large, a clean error.
