@@ -25,8 +25,8 @@ use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_core::ExecContext;
 use fucina_nn::GptConfig;
 use fucina_optim::{
-    clip_grad_norm, load_latest, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup,
-    Schedule, TrainerState,
+    clip_grad_norm, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup, Schedule,
+    TrainerState,
 };
 use fucina_train::progress::{Progress, ProgressMode};
 use fucina_train::{
@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 pub use crate::gpt_args::TrainGptArgs;
 use crate::hf_export::save_hf;
 use crate::plot::{loss_curve_png, LossCurve};
+use crate::resume::resume_latest;
 use crate::sys::rss_mib;
 
 /// Seed of the validation windows' starts (fixed: every evaluation sees the same windows).
@@ -310,34 +311,8 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
     let mut val: Vec<(u64, f64)> = Vec::new();
     let mut step0 = 0u64;
     if args.resume {
-        let ck = load_latest(&ckpt_root)?.ok_or_else(|| Error::Resume {
-            dir: ckpt_root.clone(),
-            msg: "no complete checkpoint there (run without --resume first)".into(),
-        })?;
-        let resume_err = |msg: String| Error::Resume {
-            dir: ck.dir.clone(),
-            msg,
-        };
-        let saved: RunIdentity =
-            serde_json::from_value(ck.state.extra["run"].clone()).map_err(|e| {
-                resume_err(format!("trainer_state.json has no valid run identity: {e}"))
-            })?;
-        if saved != identity {
-            return Err(resume_err(format!(
-                "it was made by a different run (data, model or training knobs differ):\n  checkpoint: {saved:?}\n  this run:   {identity:?}"
-            )));
-        }
-        ck.load_model(&named)?;
-        ck.load_optimizer(&mut opt)?;
-        let get = |key: &str| ck.state.extra[key].clone();
-        losses = serde_json::from_value(get("losses"))
-            .map_err(|e| resume_err(format!("bad loss history: {e}")))?;
-        val = serde_json::from_value(get("val"))
-            .map_err(|e| resume_err(format!("bad validation history: {e}")))?;
-        if losses.len() as u64 != ck.state.step || ck.state.data_position != ck.state.step {
-            return Err(resume_err("inconsistent trainer state".into()));
-        }
-        step0 = ck.state.step;
+        let r = resume_latest(&ckpt_root, &identity, &named, &mut opt)?;
+        (losses, val, step0) = (r.losses, r.val, r.step);
     }
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
     // The best validation loss so far (the resumed history replayed).

@@ -15,6 +15,7 @@ pub mod llm_finetune;
 pub mod llm_step;
 pub mod minilm;
 pub mod plot;
+pub mod resume;
 pub mod sys;
 
 pub use error::{exit_on_error, Error, Result};

@@ -29,7 +29,7 @@ use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::Tokenizer;
 use fucina_nn::lora::{merge_and_unload, save_adapter};
 use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, Module, Sampling};
-use fucina_optim::{load_latest, save_checkpoint, AdamConfig, Optimizer, TrainerState};
+use fucina_optim::{save_checkpoint, AdamConfig, Optimizer, TrainerState};
 use fucina_train::causal::{collate_causal, CausalExample};
 use fucina_train::progress::{Progress, ProgressMode};
 use fucina_train::{DataLoader, Dataset, InMemory, KeepLast, LoaderOptions, MetricsLogger};
@@ -41,6 +41,7 @@ use crate::gpt_train::train_gpt;
 use crate::llm_args::FinetuneArgs;
 use crate::llm_step::{evaluate, load_blocks, optimizer, train_step};
 use crate::plot::{loss_curve_png, LossCurve};
+use crate::resume::resume_latest;
 use crate::sys::{peak_rss_mib, rss_mib};
 
 /// What a run shares with the checkpoint it resumes (threads, output and
@@ -218,33 +219,8 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     let mut val_hist: Vec<(u64, f64)> = Vec::new();
     let mut step0 = 0u64;
     if args.resume {
-        let ck = load_latest(&ckpt_root)?.ok_or_else(|| Error::Resume {
-            dir: ckpt_root.clone(),
-            msg: "no complete checkpoint there (run without --resume first)".into(),
-        })?;
-        let resume_err = |msg: String| Error::Resume {
-            dir: ck.dir.clone(),
-            msg,
-        };
-        let saved: RunIdentity =
-            serde_json::from_value(ck.state.extra["run"].clone()).map_err(|e| {
-                resume_err(format!("trainer_state.json has no valid run identity: {e}"))
-            })?;
-        if saved != identity {
-            return Err(resume_err(format!(
-                "it was made by a different run (model, data or training knobs differ):\n  checkpoint: {saved:?}\n  this run:   {identity:?}"
-            )));
-        }
-        ck.load_model(&named)?;
-        ck.load_optimizer(&mut opt)?;
-        losses = serde_json::from_value(ck.state.extra["losses"].clone())
-            .map_err(|e| resume_err(format!("bad loss history: {e}")))?;
-        val_hist = serde_json::from_value(ck.state.extra["val"].clone())
-            .map_err(|e| resume_err(format!("bad validation history: {e}")))?;
-        if losses.len() as u64 != ck.state.step {
-            return Err(resume_err("inconsistent trainer state".into()));
-        }
-        step0 = ck.state.step;
+        let r = resume_latest(&ckpt_root, &identity, &named, &mut opt)?;
+        (losses, val_hist, step0) = (r.losses, r.val, r.step);
     }
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
     let mut log = MetricsLogger::create(&args.out)?;
