@@ -79,6 +79,42 @@ impl Error {
     }
 }
 
+/// `Ok` when `v` is finite and positive, else an error naming `flag`.
+pub fn positive(flag: &'static str, v: f64) -> Result<()> {
+    if v > 0.0 && v.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::arg(flag, format!("must be positive, got {v}")))
+    }
+}
+
+/// `Ok` when `v` lies in `range` (written `shown`, e.g. `"[0, 1)"`), else an
+/// error naming `flag` (NaN is never in range).
+pub fn within(
+    flag: &'static str,
+    v: f64,
+    range: impl std::ops::RangeBounds<f64>,
+    shown: &str,
+) -> Result<()> {
+    if range.contains(&v) {
+        Ok(())
+    } else {
+        Err(Error::arg(flag, format!("must be in {shown}, got {v}")))
+    }
+}
+
+/// `Ok` when the warmup ends before the last step.
+pub fn warmup_below_steps(warmup: u64, steps: u64) -> Result<()> {
+    if warmup < steps {
+        Ok(())
+    } else {
+        Err(Error::arg(
+            "--warmup",
+            format!("{warmup} must be below --steps {steps}"),
+        ))
+    }
+}
+
 macro_rules! via_umbrella {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {

@@ -1,13 +1,14 @@
 //! `train_gpt`'s command line: every knob of the run, with its checks
 //! (each bad value an error naming its flag) and the default data file.
 
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 use crate::char_lm::Arch;
-use crate::error::{Error, Result};
+use crate::error::{positive, warmup_below_steps, within, Error, Result};
 
 /// Train a character-level GPT (or a Llama-layout decoder) from scratch on a text file and sample from it.
 ///
@@ -135,23 +136,16 @@ pub struct TrainGptArgs {
 impl TrainGptArgs {
     /// Checks every knob; the error names the flag.
     pub fn validate(&self) -> Result<()> {
-        let pos = |flag: &'static str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::arg(flag, format!("must be positive, got {v}")))
-            }
-        };
-        pos("--n-layer", self.n_layer as f64)?;
-        pos("--n-head", self.n_head as f64)?;
-        pos("--n-embd", self.n_embd as f64)?;
-        pos("--block-size", self.block_size as f64)?;
-        pos("--steps", self.steps as f64)?;
-        pos("--batch-size", self.batch_size as f64)?;
-        pos("--lr", self.lr)?;
-        pos("--temperature", self.temperature)?;
-        pos("--eval-every", self.eval_every as f64)?;
-        pos("--eval-batches", self.eval_batches as f64)?;
+        positive("--n-layer", self.n_layer as f64)?;
+        positive("--n-head", self.n_head as f64)?;
+        positive("--n-embd", self.n_embd as f64)?;
+        positive("--block-size", self.block_size as f64)?;
+        positive("--steps", self.steps as f64)?;
+        positive("--batch-size", self.batch_size as f64)?;
+        positive("--lr", self.lr)?;
+        positive("--temperature", self.temperature)?;
+        positive("--eval-every", self.eval_every as f64)?;
+        positive("--eval-batches", self.eval_batches as f64)?;
         if (self.n_embd / self.n_head) * self.n_head != self.n_embd {
             return Err(Error::arg(
                 "--n-embd",
@@ -184,30 +178,11 @@ impl TrainGptArgs {
         if self.keep_last == 0 {
             return Err(Error::arg("--keep-last", "must keep at least 1 checkpoint"));
         }
-        if !(self.val_frac > 0.0 && self.val_frac < 1.0) {
-            return Err(Error::arg(
-                "--val-frac",
-                format!("must be in (0, 1), got {}", self.val_frac),
-            ));
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return Err(Error::arg(
-                "--dropout",
-                format!("must be in [0, 1), got {}", self.dropout),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(Error::arg(
-                "--min-lr-frac",
-                format!("must be in [0, 1], got {}", self.min_lr_frac),
-            ));
-        }
-        if self.warmup >= self.steps {
-            return Err(Error::arg(
-                "--warmup",
-                format!("{} must be below --steps {}", self.warmup, self.steps),
-            ));
-        }
+        let open = (Bound::Excluded(0.0), Bound::Excluded(1.0));
+        within("--val-frac", self.val_frac, open, "(0, 1)")?;
+        within("--dropout", self.dropout, 0.0..1.0, "[0, 1)")?;
+        within("--min-lr-frac", self.min_lr_frac, 0.0..=1.0, "[0, 1]")?;
+        warmup_below_steps(self.warmup, self.steps)?;
         if !(self.beta2 >= 0.0 && self.beta2 < 1.0) {
             return Err(Error::arg(
                 "--beta2",

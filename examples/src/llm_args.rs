@@ -2,6 +2,7 @@
 //! fine-tuning, the schedule, checkpoints and the sample, with the checks
 //! that turn a value that cannot work into an error naming its flag.
 
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -9,7 +10,7 @@ use fucina_nn::lora::TargetModules;
 use fucina_nn::LoraConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{positive, warmup_below_steps, within, Error, Result};
 
 /// Fine-tune a Hugging Face decoder LLM with LoRA (PEFT format) or fully.
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
@@ -145,42 +146,21 @@ impl FinetuneArgs {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        let pos = |flag: &'static str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::arg(flag, format!("must be positive, got {v}")))
-            }
-        };
-        pos("--block-size", self.block_size as f64)?;
-        pos("--batch-size", self.batch_size as f64)?;
-        pos("--steps", self.steps as f64)?;
-        pos("--lr", self.lr())?;
-        pos("--eval-every", self.eval_every as f64)?;
-        pos("--ckpt-every", self.ckpt_every as f64)?;
-        pos("--keep-last", self.keep_last as f64)?;
-        pos("--temperature", self.temperature)?;
+        positive("--block-size", self.block_size as f64)?;
+        positive("--batch-size", self.batch_size as f64)?;
+        positive("--steps", self.steps as f64)?;
+        positive("--lr", self.lr())?;
+        positive("--eval-every", self.eval_every as f64)?;
+        positive("--ckpt-every", self.ckpt_every as f64)?;
+        positive("--keep-last", self.keep_last as f64)?;
+        positive("--temperature", self.temperature)?;
         if !self.full {
-            pos("--lora-r", self.lora_r as f64)?;
+            positive("--lora-r", self.lora_r as f64)?;
         }
-        if !(self.val_frac > 0.0 && self.val_frac < 1.0) {
-            return Err(Error::arg(
-                "--val-frac",
-                format!("must be in (0, 1), got {}", self.val_frac),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_lr_frac) {
-            return Err(Error::arg(
-                "--min-lr-frac",
-                format!("must be in [0, 1], got {}", self.min_lr_frac),
-            ));
-        }
-        if self.warmup >= self.steps {
-            return Err(Error::arg(
-                "--warmup",
-                format!("{} must be below --steps {}", self.warmup, self.steps),
-            ));
-        }
+        let open = (Bound::Excluded(0.0), Bound::Excluded(1.0));
+        within("--val-frac", self.val_frac, open, "(0, 1)")?;
+        within("--min-lr-frac", self.min_lr_frac, 0.0..=1.0, "[0, 1]")?;
+        warmup_below_steps(self.warmup, self.steps)?;
         if self.bf16_base && self.full {
             return Err(Error::arg(
                 "--bf16-base",
