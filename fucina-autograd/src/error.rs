@@ -188,6 +188,28 @@ pub enum Error {
         /// What to do instead.
         hint: &'static str,
     },
+    /// A backward with `create_graph` reached an op whose gradient cannot be
+    /// built from differentiable ops (refused rather than silently first order).
+    #[error(
+        "create_graph: `{op}` has no differentiable backward, so its gradient cannot be \
+         differentiated again; compute this part without create_graph, or express it with \
+         ops that have one"
+    )]
+    NoDoubleBackward {
+        /// The op.
+        op: &'static str,
+    },
+    /// A backward with `create_graph` reached an op whose forward kept its
+    /// derivative in place of its input (the fast first-order path).
+    #[error(
+        "create_graph: `{op}` kept f'(x) in place of x for a faster first-order backward, so \
+         its second derivative is out of reach; record the forward under \
+         `fucina_autograd::higher_order()` (the functional transforms and gradgradcheck do)"
+    )]
+    ForwardNotHigherOrder {
+        /// The op.
+        op: &'static str,
+    },
 }
 
 /// `Result` with autograd's [`Error`].

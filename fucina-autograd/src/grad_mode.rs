@@ -71,3 +71,52 @@ impl Drop for EnableGradGuard {
         NO_GRAD_DEPTH.with(|d| d.set(self.saved));
     }
 }
+
+thread_local! {
+    static HIGHER_ORDER_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Records the forward so that its gradient can be differentiated again,
+/// until dropped (nests): ops that would keep a derivative in place of their
+/// input for a faster first-order backward (`gelu_erf`) keep the input
+/// instead. Without it, a backward with `create_graph` through such an op is
+/// [`crate::Error::NoDoubleBackward`]. The functional transforms
+/// (`functional::hvp`, `hessian`, ...) and `gradgradcheck` open it themselves.
+///
+/// ```
+/// use fucina_autograd::{grad_with, higher_order, GradOpts, Tensor};
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let x = Tensor::variable(&ctx, &[0.5f64], &[1])?;
+/// let y = {
+///     let _h = higher_order();
+///     x.gelu_erf()?.sum_all()?
+/// };
+/// let g = grad_with(&y, &[&x], &GradOpts::create_graph())?.remove(0).unwrap();
+/// let h = grad_with(&g.sum_all()?, &[&x], &GradOpts::default())?.remove(0).unwrap();
+/// assert!(h.item()? > 0.0);
+/// # Ok::<(), fucina_autograd::Error>(())
+/// ```
+#[must_use = "the guard keeps inputs for a double backward only while it lives"]
+pub struct HigherOrderGuard {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Opens a region recorded for higher-order gradients (see [`HigherOrderGuard`]).
+pub fn higher_order() -> HigherOrderGuard {
+    HIGHER_ORDER_DEPTH.with(|d| d.set(d.get() + 1));
+    HigherOrderGuard {
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+impl Drop for HigherOrderGuard {
+    fn drop(&mut self) {
+        HIGHER_ORDER_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// True while a [`HigherOrderGuard`] is alive on this thread.
+#[inline]
+pub fn is_higher_order() -> bool {
+    HIGHER_ORDER_DEPTH.with(|d| d.get() > 0)
+}

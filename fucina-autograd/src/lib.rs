@@ -29,8 +29,10 @@ pub mod custom;
 pub mod dims;
 pub mod display;
 pub mod error;
+pub mod functional;
 pub mod grad_mode;
 pub mod gradcheck;
+pub mod gradgradcheck;
 #[cfg(feature = "ndarray")]
 pub mod interop;
 pub mod io;
@@ -48,14 +50,18 @@ pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
 pub use fucina_core::kernels::loss::{CrossEntropyOpts, Reduction};
 pub use fucina_core::{DType, ExecContext, RawTensor};
-pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub use grad_mode::{
+    higher_order, is_grad_enabled, is_higher_order, no_grad, HigherOrderGuard, NoGradGuard,
+};
 pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
+pub use gradgradcheck::gradgradcheck;
 pub use io::{
     load_state_dict, save_state_dict, LoadOptions, LoadReport, SafetensorsFile, SaveOptions,
     StateDictError,
 };
 pub use tape::engine::grad;
-pub use tape::graph::{live_nodes, Backward, Grads};
+pub use tape::graph::{live_nodes, Backward, Grads, SavedTensors, TensorGrads};
+pub use tape::higher::{grad_with, GradOpts};
 pub use tape::scope::{scope_depth, ExecScope, ScopeExt};
 pub use tape::tensor::Tensor;
 /// The tape's modules at their historical paths (`fucina_autograd::tensor`, ...).

@@ -58,6 +58,9 @@ pub fn cases() -> Vec<OpCase> {
         case!("sum", [f(&[3, 4, 2])], |x| x[0].sum(&[1], true)),
         case!("sum_all", [f(&[3, 4])], |x| x[0].sum_all()),
         case!("mean", [f(&[3, 4, 2])], |x| x[0].mean(&[0, 2], false)),
+        case!("sum_to_shape", [f(&[2, 3, 4])], |x| x[0]
+            .sum_to_shape(&[3, 1])?
+            .sin()),
         case!("mean_all", [f(&[3, 4])], |x| x[0].mean_all()),
         case!("max", [f(&[3, 5])], |x| x[0].max(1, false)),
         case!("min", [f(&[3, 5])], |x| x[0].min(0, true)),

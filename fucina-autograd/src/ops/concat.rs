@@ -5,7 +5,7 @@ use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
 use crate::ops::axis_of;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// concat: g_i = gy[.., offset_i .. offset_i + len_i, ..] (views).
@@ -31,6 +31,24 @@ impl Backward for ConcatBackward {
         }
         Ok(out)
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let mut out = TensorGrads::new();
+        let mut start = 0;
+        for (i, &len) in self.lens.iter().enumerate() {
+            out.push(if needs[i] {
+                Some(gy.narrow(self.axis as isize, start, len)?)
+            } else {
+                None
+            });
+            start += len;
+        }
+        Ok(out)
+    }
 }
 
 /// pad: gx = the interior of gy (a narrow view per padded axis).
@@ -47,6 +65,19 @@ impl Backward for PadBackward {
         for (a, &(before, after)) in self.pads.iter().enumerate() {
             let len = g.shape()[a] - before - after;
             g = g.narrow(a, before, len)?;
+        }
+        Ok(smallvec::smallvec![Some(g)])
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let mut g = gy.clone();
+        for (a, &(before, after)) in self.pads.iter().enumerate() {
+            let len = g.shape()[a] - before - after;
+            g = g.narrow(a as isize, before, len)?;
         }
         Ok(smallvec::smallvec![Some(g)])
     }

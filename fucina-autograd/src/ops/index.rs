@@ -11,8 +11,10 @@ use fucina_core::{DType, ExecContext, RawTensor};
 use crate::error::Result;
 use crate::ops::axis_of;
 use crate::ops::elementwise::not_differentiable;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::ops::linear_map::linear_map;
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
+use std::sync::Arc;
 
 fn check_index(op: &'static str, idx: &Tensor) -> Result<()> {
     if idx.requires_grad() {
@@ -39,6 +41,26 @@ impl Backward for EmbeddingBackward {
         };
         Ok(smallvec::smallvec![gw, None])
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        if !needs[0] {
+            return Ok(smallvec::smallvec![None, None]);
+        }
+        let (vocab, ids, ids2) = (self.vocab, self.ids.clone(), self.ids.clone());
+        Ok(smallvec::smallvec![
+            Some(linear_map(
+                "embedding",
+                gy,
+                Arc::new(move |ctx, g| ctx.embedding_backward(vocab, &ids, g)),
+                Arc::new(move |ctx, g| ctx.embedding(g, &ids2)),
+            )?),
+            None
+        ])
+    }
 }
 
 /// index_select: gx = index_add(zeros(x), axis, idx, gy).
@@ -55,6 +77,28 @@ impl Backward for IndexSelectBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![
             Some(ctx.index_add(&self.in_shape, self.axis, &self.idx, gy)?),
+            None
+        ])
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let (shape, axis, idx, idx2) = (
+            self.in_shape.clone(),
+            self.axis,
+            self.idx.clone(),
+            self.idx.clone(),
+        );
+        Ok(smallvec::smallvec![
+            Some(linear_map(
+                "index_select",
+                gy,
+                Arc::new(move |ctx, g| ctx.index_add(&shape, axis, &idx, g)),
+                Arc::new(move |ctx, g| ctx.index_select(g, axis, &idx2)),
+            )?),
             None
         ])
     }
@@ -77,6 +121,28 @@ impl Backward for GatherBackward {
             None
         ])
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let (shape, axis, idx, idx2) = (
+            self.in_shape.clone(),
+            self.axis,
+            self.idx.clone(),
+            self.idx.clone(),
+        );
+        Ok(smallvec::smallvec![
+            Some(linear_map(
+                "gather",
+                gy,
+                Arc::new(move |ctx, g| ctx.scatter_add(&shape, axis, &idx, g)),
+                Arc::new(move |ctx, g| ctx.gather(g, axis, &idx2)),
+            )?),
+            None
+        ])
+    }
 }
 
 /// out = x + scatter(src): gx = gy, gsrc = gather(gy, axis, idx).
@@ -93,6 +159,20 @@ impl Backward for ScatterAddBackward {
         let gx = if needs[0] { Some(gy.clone()) } else { None };
         let gs = if needs[2] {
             Some(ctx.gather(gy, self.axis, &self.idx)?)
+        } else {
+            None
+        };
+        Ok(smallvec::smallvec![gx, None, gs])
+    }
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let gx = needs[0].then(|| gy.clone());
+        let gs = if needs[2] {
+            Some(gy.gather(self.axis as isize, &saved.constant(&self.idx))?)
         } else {
             None
         };

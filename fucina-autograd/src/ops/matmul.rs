@@ -13,7 +13,7 @@ use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
 use crate::ops::same_dtype;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// The last two axes swapped (a view).
@@ -41,6 +41,22 @@ impl Backward for MatmulBackward {
         };
         let gb = match (&self.a, needs[1]) {
             (Some(a), true) => Some(ctx.matmul(&t_last(a)?, gy)?),
+            _ => None,
+        };
+        Ok(smallvec::smallvec![ga, gb])
+    }
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let ga = match (&self.b, needs[0]) {
+            (Some(b), true) => Some(gy.matmul(&saved.input(1, b).transpose(-2, -1)?)?),
+            _ => None,
+        };
+        let gb = match (&self.a, needs[1]) {
+            (Some(a), true) => Some(saved.input(0, a).transpose(-2, -1)?.matmul(gy)?),
             _ => None,
         };
         Ok(smallvec::smallvec![ga, gb])
@@ -78,6 +94,32 @@ impl Backward for LinearBackward {
             }
             if need_b {
                 gb = Some(ctx.reduce(&gy2, ReduceOp::Sum, &[0], false)?);
+            }
+        }
+        Ok(smallvec::smallvec![gx, gw, gb])
+    }
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let (n, k) = (self.n, self.k);
+        let rows = gy.numel() / n.max(1);
+        let gx = match (&self.w, needs[0]) {
+            (Some(w), true) => Some(gy.matmul(&saved.input(1, w))?),
+            _ => None,
+        };
+        let (mut gw, mut gb) = (None, None);
+        let need_b = needs.get(2).copied().unwrap_or(false);
+        if needs[1] || need_b {
+            let gy2 = gy.reshape([rows, n])?;
+            if let (Some(x), true) = (&self.x, needs[1]) {
+                let x2 = saved.input(0, x).reshape([rows, k])?;
+                gw = Some(gy2.t()?.matmul(&x2)?);
+            }
+            if need_b {
+                gb = Some(gy2.sum(&[0], false)?);
             }
         }
         Ok(smallvec::smallvec![gx, gw, gb])

@@ -7,9 +7,11 @@
 //! of each backward is written next to it.
 
 pub mod concat;
+pub(crate) mod derivatives;
 pub mod elementwise;
 pub mod fused;
 pub mod index;
+pub(crate) mod linear_map;
 pub mod matmul;
 pub mod reduce;
 pub mod shape;

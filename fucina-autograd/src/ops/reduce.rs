@@ -7,8 +7,9 @@ use fucina_core::shape::Dims;
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::Result;
+use crate::ops::linear_map::linear_map;
 use crate::ops::{axes_of, axis_of};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// The shape `gy` has with the reduced axes kept as size 1.
@@ -45,6 +46,20 @@ impl Backward for SumBackward {
         // A stride-0 view: no copy; consumers read it through strides.
         Ok(smallvec::smallvec![Some(g.broadcast_to(&self.in_shape)?)])
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let kd = keepdim_shape(&self.in_shape, &self.axes);
+        let g = gy.reshape(&kd[..])?;
+        let g = match self.scale {
+            Some(s) => g.mul_scalar(s)?,
+            None => g,
+        };
+        Ok(smallvec::smallvec![Some(g.broadcast_to(&self.in_shape)?)])
+    }
 }
 
 /// lse = log Σ eˣ: gx = gy ⊙ exp(x − lse).
@@ -70,6 +85,29 @@ impl Backward for LogsumexpBackward {
             BinaryOp::Mul
         )?)])
     }
+    /// lse is recomputed from the lifted x, so its own dependence on x is recorded.
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let x = saved.input(0, &self.x);
+        let axis = reduced_axis(x.shape(), self.lse_keepdim.shape());
+        let p = x.sub(&x.logsumexp(axis as isize, true)?)?.exp()?;
+        let gy = gy.reshape(self.lse_keepdim.shape())?;
+        Ok(smallvec::smallvec![Some(p.mul(&gy)?)])
+    }
+}
+
+/// The axis a keepdim reduction of `in_shape` to `kd` reduced (the first
+/// where they differ; 0 when none does, where any size-1 axis is the same).
+fn reduced_axis(in_shape: &[usize], kd: &[usize]) -> usize {
+    in_shape
+        .iter()
+        .zip(kd)
+        .position(|(a, b)| a != b)
+        .unwrap_or(0)
 }
 
 impl Tensor {
@@ -158,6 +196,29 @@ impl Backward for ExtremumBackward {
             &g
         )?)])
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let idx = self
+            .idx_keepdim
+            .clone()
+            .ok_or(crate::Error::MissingGradient {
+                op: "max/min",
+                input: 0,
+            })?;
+        let g = gy.reshape(idx.shape())?;
+        let (in_shape, axis) = (self.in_shape.clone(), self.axis);
+        let idx2 = idx.clone();
+        Ok(smallvec::smallvec![Some(linear_map(
+            "max/min",
+            &g,
+            std::sync::Arc::new(move |ctx, g| ctx.scatter_add(&in_shape, axis, &idx, g)),
+            std::sync::Arc::new(move |ctx, g| ctx.gather(g, axis, &idx2)),
+        )?)])
+    }
 }
 
 /// cumsum: gx = reverse cumulative sum of gy along the axis.
@@ -173,6 +234,20 @@ impl Backward for CumsumBackward {
         Ok(smallvec::smallvec![Some(
             ctx.cumsum_reverse(gy, self.axis)?
         )])
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let axis = self.axis;
+        Ok(smallvec::smallvec![Some(linear_map(
+            "cumsum",
+            gy,
+            std::sync::Arc::new(move |ctx, g| ctx.cumsum_reverse(g, axis)),
+            std::sync::Arc::new(move |ctx, g| ctx.cumsum(g, axis)),
+        )?)])
     }
 }
 
@@ -197,6 +272,30 @@ impl Backward for NormBackward {
             &ratio,
             BinaryOp::Mul
         )?)])
+    }
+    /// ‖x‖ is recomputed from the lifted x (over the axes the keepdim shape
+    /// shows reduced), so its own dependence on x is recorded.
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        use fucina_core::kernels::elementwise::CmpOp;
+        let x = saved.input(0, &self.x);
+        let kd = self.y_keepdim.shape();
+        let axes: Vec<isize> = (0..kd.len())
+            .filter(|&i| kd[i] != x.shape()[i] || kd[i] == 1)
+            .map(|i| i as isize)
+            .collect();
+        let n = x.square()?.sum(&axes, true)?.sqrt()?;
+        let zero = saved.constant(
+            &saved
+                .ctx()
+                .compare_scalar(&self.y_keepdim, 0.0, CmpOp::Eq)?,
+        );
+        let ratio = gy.reshape(kd)?.div(&n)?.masked_fill(&zero, 0.0)?;
+        Ok(smallvec::smallvec![Some(x.mul(&ratio)?)])
     }
 }
 

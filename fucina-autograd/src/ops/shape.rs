@@ -8,7 +8,7 @@ use fucina_core::{Error as CoreError, ExecContext, RawTensor};
 use crate::dims::{resolve_shape, IntoShape};
 use crate::error::Result;
 use crate::ops::axis_of;
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// reshape/squeeze/unsqueeze/flatten: gx = reshape(gy, input shape).
@@ -22,6 +22,14 @@ impl Backward for ReshapeBackward {
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(ctx.reshape(gy, &self.in_shape)?)])
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        Ok(smallvec::smallvec![Some(gy.reshape(&self.in_shape[..])?)])
     }
 }
 
@@ -37,6 +45,15 @@ impl Backward for PermuteBackward {
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(gy.permute(&self.inverse)?)])
     }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let inv: Vec<isize> = self.inverse.iter().map(|&a| a as isize).collect();
+        Ok(smallvec::smallvec![Some(gy.permute(&inv)?)])
+    }
 }
 
 /// broadcast_to: gx = gy; the engine sums the broadcast axes away.
@@ -47,6 +64,14 @@ impl Backward for BroadcastBackward {
         "broadcast_to"
     }
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
+        Ok(smallvec::smallvec![Some(gy.clone())])
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(gy.clone())])
     }
 }
@@ -70,6 +95,17 @@ impl Backward for NarrowBackward {
     }
     fn narrow_window(&self) -> Option<(usize, usize)> {
         Some((self.axis, self.start))
+    }
+    fn backward_graph(
+        &self,
+        _s: &SavedTensors<'_>,
+        gy: &Tensor,
+        _needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let mut pads = vec![(0usize, 0usize); self.in_shape.len()];
+        let len = gy.shape()[self.axis];
+        pads[self.axis] = (self.start, self.in_shape[self.axis] - self.start - len);
+        Ok(smallvec::smallvec![Some(gy.pad(&pads, 0.0)?)])
     }
 }
 

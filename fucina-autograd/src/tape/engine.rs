@@ -182,13 +182,17 @@ impl Staged {
         }
         // Infallible from here on.
         let mut old = Vec::with_capacity(totals.len());
-        for (slot, total) in slots.iter_mut().zip(totals) {
+        let mut old_graphs = Vec::new();
+        for ((slot, leaf), total) in slots.iter_mut().zip(&leaves).zip(totals) {
             if let Some(total) = total {
                 old.push((**slot).replace(total));
+                // A recorded gradient (create_graph) no longer matches the value.
+                old_graphs.push(lock(&leaf.grad_graph).take());
             }
         }
         drop(slots);
         drop(old);
+        drop(old_graphs);
         Ok(())
     }
 }
@@ -280,7 +284,11 @@ fn run(
 /// The nodes reachable from `root` through nodes numbered at least `from`
 /// (0: all of them), each added to `seen`; a consumed one is
 /// [`Error::BackwardAlreadyRun`].
-fn collect(root: &Arc<Node>, seen: &mut HashSet<*const Node>, from: u64) -> Result<Vec<Arc<Node>>> {
+pub(crate) fn collect(
+    root: &Arc<Node>,
+    seen: &mut HashSet<*const Node>,
+    from: u64,
+) -> Result<Vec<Arc<Node>>> {
     let mut nodes: Vec<Arc<Node>> = Vec::new();
     let mut stack = vec![root.clone()];
     seen.insert(Arc::as_ptr(root));

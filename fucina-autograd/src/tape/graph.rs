@@ -40,6 +40,10 @@ use crate::tape::tensor::{lock, Tensor, TensorInner};
 /// Input gradients returned by a backward, one slot per input.
 pub type Grads = SmallVec<[Option<RawTensor>; 3]>;
 
+/// Input gradients as differentiable tensors (a backward run with
+/// `create_graph`), one slot per input.
+pub type TensorGrads = SmallVec<[Option<Tensor>; 3]>;
+
 /// The one backward trait: given the upstream gradient and a `needs` mask
 /// (one flag per input), return the input gradients. A gradient may have the
 /// broadcast output shape; the engine reduces it to the input's shape.
@@ -57,6 +61,67 @@ pub trait Backward: Send + Sync {
     /// instead of n pads and n − 1 full adds. `None` (the default) for every other op.
     fn narrow_window(&self) -> Option<(usize, usize)> {
         None
+    }
+    /// The same input gradients built from differentiable [`Tensor`] ops, so
+    /// that they are recorded and can be differentiated again (a backward with
+    /// `create_graph`). `saved` turns the values this node saved back into
+    /// tensors carrying their history ([`SavedTensors::input`], [`SavedTensors::output`]);
+    /// `gy` carries its own. The default is [`crate::Error::NoDoubleBackward`]
+    /// naming the op: never a silently first-order result.
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let _ = (saved, gy, needs);
+        Err(crate::error::Error::NoDoubleBackward { op: self.name() })
+    }
+}
+
+/// What a node saved, turned back into tensors for [`Backward::backward_graph`]
+/// (PyTorch's `SavedVariable` unpacking): a saved input value becomes a tensor
+/// whose history is that input's (its producer node, or the leaf itself), so a
+/// gradient built from it flows on to the input's own inputs; the saved output
+/// becomes a tensor whose history is this node.
+pub struct SavedTensors<'a> {
+    pub(crate) node: &'a Arc<Node>,
+    pub(crate) ctx: &'a ExecContext,
+}
+
+impl SavedTensors<'_> {
+    /// The context the backward runs in.
+    pub fn ctx(&self) -> &ExecContext {
+        self.ctx
+    }
+
+    /// Input `i`'s saved `value` as a tensor with the input's history: the
+    /// leaf itself for a leaf, a tensor over `value` whose node is the
+    /// input's producer otherwise, a constant when the input needs no gradient.
+    pub fn input(&self, i: usize, value: &RawTensor) -> Tensor {
+        match self.node.edges.get(i).and_then(|e| e.as_ref()) {
+            Some(Edge {
+                target: EdgeTarget::Leaf(l),
+                ..
+            }) => Tensor(l.clone()),
+            Some(Edge {
+                target: EdgeTarget::Node(p),
+                ..
+            }) => Tensor::new_internal(self.ctx, value.clone(), true, Some(p.clone())),
+            None => Tensor::new_internal(self.ctx, value.clone(), false, None),
+        }
+    }
+
+    /// The op's saved output `value` (of the output's shape) as a tensor whose
+    /// node is this one.
+    pub fn output(&self, value: &RawTensor) -> Tensor {
+        Tensor::new_internal(self.ctx, value.clone(), true, Some(self.node.clone()))
+    }
+
+    /// A constant (no history) over `value`: a mask, an index, a saved
+    /// derivative of a piecewise-linear op.
+    pub fn constant(&self, value: &RawTensor) -> Tensor {
+        Tensor::new_internal(self.ctx, value.clone(), false, None)
     }
 }
 

@@ -11,5 +11,6 @@
 
 pub mod engine;
 pub mod graph;
+pub mod higher;
 pub mod scope;
 pub mod tensor;

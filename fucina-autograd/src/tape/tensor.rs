@@ -52,6 +52,9 @@ pub(crate) struct TensorInner {
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
     pub(crate) grad: Mutex<Option<RawTensor>>,
+    /// The gradient with its history, when a `create_graph` backward stored
+    /// it (its value is `grad`'s); cleared whenever `grad` changes otherwise.
+    pub(crate) grad_graph: Mutex<Option<Tensor>>,
     pub(crate) scoped: AtomicBool,
 }
 
@@ -62,7 +65,8 @@ impl TensorInner {
         let v = std::mem::replace(&mut *lock(&self.value), Slot::Released);
         let n = lock(&self.grad_fn).take();
         let g = lock(&self.grad).take();
-        drop((g, n, v));
+        let gg = lock(&self.grad_graph).take();
+        drop((gg, g, n, v));
     }
 
     /// The value (a view), or why there is none.
@@ -137,6 +141,7 @@ impl Tensor {
             requires_grad: AtomicBool::new(requires_grad),
             grad_fn: Mutex::new(node),
             grad: Mutex::new(None),
+            grad_graph: Mutex::new(None),
             scoped: AtomicBool::new(false),
         }))
     }
@@ -426,8 +431,18 @@ impl Tensor {
         Ok(())
     }
 
-    /// The accumulated gradient of a leaf, as a constant tensor.
+    /// The accumulated gradient of a leaf: a constant tensor, or, after a
+    /// backward with `create_graph`, the gradient with its history (it can be
+    /// differentiated again).
+    ///
+    /// As in PyTorch, a gradient with history refers back to the graph that
+    /// produced it, which may hold this leaf: [`Tensor::zero_grad`] (or
+    /// [`Tensor::set_grad`]) releases it. Prefer [`crate::grad_with`] with
+    /// `create_graph`, which touches no leaf.
     pub fn grad(&self) -> Option<Tensor> {
+        if let Some(g) = lock(&self.0.grad_graph).clone() {
+            return Some(g);
+        }
         let g = lock(&self.0.grad).clone();
         g.map(|g| Tensor::leaf(&self.0.ctx, g))
     }
@@ -454,14 +469,16 @@ impl Tensor {
             return Err(Error::TensorReleased);
         }
         let old = std::mem::replace(&mut *lock(&self.0.grad), grad);
-        drop(old);
+        let old_graph = lock(&self.0.grad_graph).take();
+        drop((old, old_graph));
         Ok(())
     }
 
     /// Drops the accumulated gradient (PyTorch's `zero_grad(set_to_none=True)`).
     pub fn zero_grad(&self) {
         let old = lock(&self.0.grad).take();
-        drop(old);
+        let old_graph = lock(&self.0.grad_graph).take();
+        drop((old, old_graph));
     }
 
     /// A constant sharing this value, cut from the graph.

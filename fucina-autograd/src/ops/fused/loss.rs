@@ -11,7 +11,8 @@ use super::row;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::not_differentiable;
 use crate::suite::case::{f, fr, idx, OpCase};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
+use crate::tape::higher::rederive;
 use crate::tape::tensor::Tensor;
 
 /// dlogits = gy · (softmax(x) − target distribution) [/ count for mean];
@@ -31,6 +32,48 @@ impl Backward for CrossEntropyBackward {
         let g =
             ctx.cross_entropy_backward(&self.logits, &self.targets, &self.saved, gy, self.opts)?;
         Ok(smallvec::smallvec![Some(g), None])
+    }
+    /// Re-derived from the decomposed loss: per row −Σ_c q_c·log_softmax(x)_c
+    /// with q = (1−ε)·onehot + ε/C (0 on ignored rows), then the reduction.
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+        let x = saved.input(0, &self.logits);
+        let c = *self.logits.shape().last().unwrap_or(&1);
+        let t: Vec<i64> = Tensor::new_internal(saved.ctx(), self.targets.clone(), false, None)
+            .to_vec_f64()?
+            .into_iter()
+            .map(|v| v as i64)
+            .collect();
+        let eps = self.opts.label_smoothing;
+        let mut q = vec![0.0f64; t.len() * c];
+        let mut count = 0usize;
+        for (r, &ti) in t.iter().enumerate() {
+            if Some(ti) == self.opts.ignore_index {
+                continue;
+            }
+            count += 1;
+            for v in &mut q[r * c..(r + 1) * c] {
+                *v = eps / c as f64;
+            }
+            if let Ok(ti) = usize::try_from(ti) {
+                if ti < c {
+                    q[r * c + ti] += 1.0 - eps;
+                }
+            }
+        }
+        let q = saved.ctx().to_dtype(&saved.ctx().from_slice(&q, &[t.len(), c])?, self.logits.dtype())?;
+        let q = saved.constant(&q);
+        let (reduction, out_shape) = (self.opts.reduction, self.targets.shape().to_vec());
+        let mut grads = rederive(&[x], gy, &needs[..1], |x| {
+            let lp = x[0].reshape([t.len(), c])?.log_softmax(-1)?;
+            let per_row = lp.mul(&q)?.sum(&[-1], false)?.neg()?;
+            match reduction {
+                Reduction::None => per_row.reshape(&out_shape[..]),
+                Reduction::Sum => per_row.sum_all(),
+                Reduction::Mean => per_row.sum_all()?.div_scalar(count.max(1) as f64),
+            }
+        })?;
+        grads.push(None);
+        Ok(grads)
     }
 }
 

@@ -7,7 +7,8 @@ use fucina_core::{ExecContext, RawTensor};
 use super::row;
 use crate::error::Result;
 use crate::suite::case::{f, OpCase};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
+use crate::tape::higher::rederive;
 use crate::tape::tensor::Tensor;
 
 /// x̂ = (x − μ)·r, y = x̂·w + b:
@@ -18,6 +19,8 @@ struct LayerNormBackward {
     mean: RawTensor,
     rstd: RawTensor,
     has_bias: bool,
+    /// The bias itself is not needed (gb = Σ gy); its shape is w's.
+    eps: f64,
 }
 
 impl Backward for LayerNormBackward {
@@ -47,6 +50,32 @@ impl Backward for LayerNormBackward {
         }
         Ok(out)
     }
+    /// Re-derived from the decomposed forward (the bias enters linearly, so a
+    /// zero stands in for its value).
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+        let mut inputs = vec![saved.input(0, &self.x)];
+        if let Some(w) = &self.w {
+            inputs.push(saved.input(1, w));
+        }
+        if self.has_bias {
+            let zeros = saved.ctx().zeros(self.x.dtype(), &[*self.x.shape().last().unwrap_or(&0)])?;
+            inputs.push(saved.input(inputs.len(), &zeros));
+        }
+        let (has_w, eps) = (self.w.is_some(), self.eps);
+        rederive(&inputs, gy, needs, |x| {
+            let mu = x[0].mean(&[-1], true)?;
+            let xc = x[0].sub(&mu)?;
+            let var = xc.square()?.mean(&[-1], true)?;
+            let mut y = xc.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+            if has_w {
+                y = y.mul(&x[1])?;
+            }
+            if x.len() > usize::from(has_w) + 1 {
+                y = y.add(&x[x.len() - 1])?;
+            }
+            Ok(y)
+        })
+    }
 }
 
 /// y = x·r·w with r = 1/√(mean(x²) + ε):
@@ -55,6 +84,7 @@ struct RmsNormBackward {
     x: RawTensor,
     w: Option<RawTensor>,
     rstd: RawTensor,
+    eps: f64,
 }
 
 impl Backward for RmsNormBackward {
@@ -70,6 +100,22 @@ impl Backward for RmsNormBackward {
             out.push(gw);
         }
         Ok(out)
+    }
+    /// Re-derived from the decomposed forward.
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+        let mut inputs = vec![saved.input(0, &self.x)];
+        if let Some(w) = &self.w {
+            inputs.push(saved.input(1, w));
+        }
+        let eps = self.eps;
+        rederive(&inputs, gy, needs, |x| {
+            let r = x[0].square()?.mean(&[-1], true)?.add_scalar(eps)?.rsqrt()?;
+            let y = x[0].mul(&r)?;
+            match x.get(1) {
+                Some(w) => y.mul(w),
+                None => Ok(y),
+            }
+        })
     }
 }
 
@@ -109,6 +155,7 @@ impl Tensor {
                 mean,
                 rstd,
                 has_bias,
+                eps,
             })
         }))
     }
@@ -122,7 +169,7 @@ impl Tensor {
         let mut inputs: Vec<&Tensor> = vec![self];
         inputs.extend(weight);
         Ok(record(ctx, "rms_norm", y, &inputs, |_| {
-            Box::new(RmsNormBackward { x, w, rstd })
+            Box::new(RmsNormBackward { x, w, rstd, eps })
         }))
     }
 }

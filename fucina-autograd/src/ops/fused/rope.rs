@@ -9,7 +9,7 @@ use super::row;
 use crate::error::Result;
 use crate::ops::elementwise::not_differentiable;
 use crate::suite::case::{f, OpCase};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// y = x·cos + rotate_half(x)·sin: per pair (x[i], x[i+h]) a rotation R(θᵢ) =
@@ -32,6 +32,20 @@ impl Backward for RopeBackward {
         }
         let gx = ctx.rope_backward(gy, &self.cos, &self.sin, &self.positions)?;
         Ok(smallvec::smallvec![Some(gx)])
+    }
+    /// gx = R(θ)ᵀ·gy, linear: recorded with R(θ) (the forward) as its adjoint.
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+        if !needs[0] {
+            return Ok(smallvec::smallvec![None]);
+        }
+        let (c, s, p) = (self.cos.clone(), self.sin.clone(), self.positions.clone());
+        let (c2, s2, p2) = (c.clone(), s.clone(), p.clone());
+        Ok(smallvec::smallvec![Some(crate::ops::linear_map::linear_map(
+            "rope",
+            gy,
+            std::sync::Arc::new(move |ctx, g| ctx.rope_backward(g, &c, &s, &p)),
+            std::sync::Arc::new(move |ctx, g| ctx.rope(g, &c2, &s2, &p2)),
+        )?)])
     }
 }
 

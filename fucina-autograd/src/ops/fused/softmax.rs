@@ -10,7 +10,7 @@ use super::row;
 use crate::error::Result;
 use crate::ops::axis_of;
 use crate::suite::case::{f, OpCase};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// softmax: gx = y ⊙ (gy − Σ gy ⊙ y); log_softmax: gx = gy − exp(y) ⊙ Σ gy.
@@ -37,6 +37,24 @@ impl Backward for SoftmaxBackward {
             (true, true) => ctx.log_softmax_causal_backward(&self.y, gy)?,
             (true, false) => ctx.log_softmax_backward(&self.y, gy, self.axis)?,
             (false, _) => ctx.softmax_backward(&self.y, gy, self.axis)?,
+        };
+        Ok(smallvec::smallvec![Some(g)])
+    }
+    /// The same formulas over the lifted output y (its history is this node).
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, _needs: &[bool]) -> Result<TensorGrads> {
+        let y = saved.output(&self.y);
+        let axis = self.axis as isize;
+        let g = if self.log {
+            let g = gy.sub(&y.exp()?.mul(&gy.sum(&[axis], true)?)?)?;
+            if self.causal {
+                // Masked entries (y = −∞) get no gradient.
+                let masked = saved.ctx().compare_scalar(&self.y, f64::NEG_INFINITY, fucina_core::kernels::elementwise::CmpOp::Eq)?;
+                g.masked_fill(&saved.constant(&masked), 0.0)?
+            } else {
+                g
+            }
+        } else {
+            y.mul(&gy.sub(&gy.mul(&y)?.sum(&[axis], true)?)?)?
         };
         Ok(smallvec::smallvec![Some(g)])
     }
