@@ -237,11 +237,11 @@ fn jacobian_and_hessian_match_torch() {
     let ctx = tc.ctx();
     let x = load(ctx, &st, "jac/x").unwrap();
     let j = functional::jacobian(|x| x[0].tanh()?.mul(&x[0].sum_all()?), &[x]).unwrap();
-    let want = load(ctx, &st, "jac/out").unwrap();
+    let want_j = load(ctx, &st, "jac/out").unwrap();
     assert!(
-        rel_err(&j[0], &want) <= 1e-10,
+        rel_err(&j[0], &want_j) <= 1e-10,
         "jacobian: {:e}",
-        rel_err(&j[0], &want)
+        rel_err(&j[0], &want_j)
     );
     let x = load(ctx, &st, "hess/x").unwrap();
     let h = functional::hessian(
