@@ -1,13 +1,20 @@
 //! Custom ops: a user implements forward and backward in one trait impl and
 //! gets a first-class differentiable op. The backward must return a gradient
 //! of exactly the input's shape for every input flagged in `needs`.
+//!
+//! Two forms. [`CustomFunction`] (PyTorch's `autograd.Function`) writes both
+//! with autograd [`Tensor`] ops: its backward is recorded under
+//! `create_graph`, so the op has second derivatives for free. [`CustomOp`]
+//! writes them with raw core calls for speed; a backward with `create_graph`
+//! through it is [`Error::NoDoubleBackward`] naming the op.
 
 use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
-use crate::tape::graph::{record, Backward, Grads};
+use crate::grad_mode::no_grad;
+use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
 
 /// A user-defined differentiable op. `Send + Sync` because its backward node
@@ -82,6 +89,155 @@ pub fn custom_op(op: Arc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
     let name = op.name();
     Ok(record(&ctx, name, y, inputs, move |y| {
         Box::new(CustomBackward {
+            op,
+            inputs: values,
+            output: y.clone(),
+        })
+    }))
+}
+
+/// A user-defined differentiable op written with autograd [`Tensor`] ops
+/// (PyTorch's `torch.autograd.Function`). The forward runs under no-grad
+/// (nothing inside it is recorded); the backward gets the inputs, the output
+/// and the upstream gradient as tensors. In a plain backward they are
+/// constants; in a backward with `create_graph` they carry their history and
+/// the backward's ops are recorded, so the op can be differentiated again.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fucina_autograd::{custom_function, gradgradcheck, CustomFunction, GradcheckOpts, Result, Tensor};
+///
+/// /// y = x·tanh(x), with f'(x) = tanh x + x·(1 − tanh² x).
+/// struct XTanh;
+/// impl CustomFunction for XTanh {
+///     fn name(&self) -> &'static str {
+///         "x_tanh"
+///     }
+///     fn forward(&self, x: &[Tensor]) -> Result<Tensor> {
+///         x[0].mul(&x[0].tanh()?)
+///     }
+///     fn backward(&self, x: &[Tensor], _y: &Tensor, gy: &Tensor, _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+///         let t = x[0].tanh()?;
+///         let d = t.add(&x[0].mul(&t.square()?.rsub_scalar(1.0)?)?)?;
+///         Ok(vec![Some(gy.mul(&d)?)])
+///     }
+/// }
+///
+/// let ctx = fucina_core::ExecContext::with_threads(1)?;
+/// let x = Tensor::variable(&ctx, &[0.3f64, -1.2, 0.8], &[3])?;
+/// let op: Arc<dyn CustomFunction> = Arc::new(XTanh);
+/// gradgradcheck(|xs| custom_function(op.clone(), &[&xs[0]]), &[x], &GradcheckOpts::f64())?;
+/// # Ok::<(), fucina_autograd::Error>(())
+/// ```
+pub trait CustomFunction: Send + Sync {
+    /// The op's name (used in errors and gradcheck reports).
+    fn name(&self) -> &'static str;
+    /// Computes the output from the inputs (run under no-grad).
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor>;
+    /// Computes the gradient of every input flagged in `needs` from the
+    /// upstream gradient `gy` (the output's shape), with tensor ops.
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        output: &Tensor,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>>;
+}
+
+struct FunctionBackward {
+    op: Arc<dyn CustomFunction>,
+    inputs: Vec<RawTensor>,
+    output: RawTensor,
+}
+
+impl FunctionBackward {
+    /// Checks the user's gradients: one per flagged input, of its shape and dtype.
+    fn checked(&self, grads: Vec<Option<Tensor>>, needs: &[bool]) -> Result<TensorGrads> {
+        let mut out = TensorGrads::new();
+        for (i, x) in self.inputs.iter().enumerate() {
+            if !needs.get(i).copied().unwrap_or(false) {
+                out.push(None);
+                continue;
+            }
+            let g = grads
+                .get(i)
+                .cloned()
+                .flatten()
+                .ok_or(Error::MissingGradient {
+                    op: self.op.name(),
+                    input: i,
+                })?;
+            if g.shape() != x.shape() || g.dtype() != x.dtype() {
+                return Err(Error::GradientShapeMismatch {
+                    op: self.op.name(),
+                    input: i,
+                    expected: x.shape().to_vec(),
+                    got: g.shape().to_vec(),
+                });
+            }
+            out.push(Some(g));
+        }
+        Ok(out)
+    }
+}
+
+impl Backward for FunctionBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
+        let _ng = no_grad();
+        let constant = |v: &RawTensor| Tensor::from_raw(ctx, v.clone(), false);
+        let ins: Vec<Tensor> = self.inputs.iter().map(constant).collect::<Result<_>>()?;
+        let grads = self
+            .op
+            .backward(&ins, &constant(&self.output)?, &constant(gy)?, needs)?;
+        self.checked(grads, needs)?
+            .into_iter()
+            .map(|g| g.map(|g| g.raw()).transpose())
+            .collect()
+    }
+    fn backward_graph(
+        &self,
+        saved: &SavedTensors<'_>,
+        gy: &Tensor,
+        needs: &[bool],
+    ) -> Result<TensorGrads> {
+        let ins: Vec<Tensor> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| saved.input(i, v))
+            .collect();
+        let grads = self
+            .op
+            .backward(&ins, &saved.output(&self.output), gy, needs)?;
+        self.checked(grads, needs)
+    }
+}
+
+/// Applies a [`CustomFunction`] to `inputs`, recording its backward.
+pub fn custom_function(op: Arc<dyn CustomFunction>, inputs: &[&Tensor]) -> Result<Tensor> {
+    let first = inputs.first().ok_or_else(|| {
+        Error::Core(fucina_core::Error::InvalidArgument {
+            op: "custom_function",
+            msg: "no inputs".into(),
+        })
+    })?;
+    let ctx = first.ctx().clone();
+    let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
+    let y = {
+        let _ng = no_grad();
+        let consts: Vec<Tensor> = values
+            .iter()
+            .map(|v| Tensor::from_raw(&ctx, v.clone(), false))
+            .collect::<Result<_>>()?;
+        op.forward(&consts)?.raw()?
+    };
+    let name = op.name();
+    Ok(record(&ctx, name, y, inputs, move |y| {
+        Box::new(FunctionBackward {
             op,
             inputs: values,
             output: y.clone(),

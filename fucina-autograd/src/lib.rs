@@ -44,7 +44,7 @@ pub mod testing;
 
 pub use anomaly::{all_finite, detect_anomaly, is_anomaly_enabled, AnomalyGuard};
 pub use checkpoint::{checkpoint, Block};
-pub use custom::{custom_op, CustomOp};
+pub use custom::{custom_function, custom_op, CustomFunction, CustomOp};
 pub use dims::{DimArg, IntoShape};
 pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
