@@ -39,6 +39,7 @@ mod perturb;
 mod report;
 
 use perturb::{raw_to_f64, Slots};
+pub(crate) use report::fmt_index;
 pub use report::{
     describe_layout, unravel, ElementMismatch, GradcheckFailure, GradcheckReport, ProjectedMismatch,
 };
