@@ -386,38 +386,3 @@ pub(crate) fn failure(
         failure: Box::new(fail),
     }
 }
-
-impl Error {
-    /// Attaches the op (case, module) name to a gradcheck failure; other
-    /// errors pass through unchanged.
-    pub fn in_gradcheck_op(self, op: &str) -> Error {
-        self.map_gradcheck(|f| f.in_op(op))
-    }
-    /// Attaches a sample label to a gradcheck failure.
-    pub fn on_gradcheck_sample(self, sample: &str) -> Error {
-        self.map_gradcheck(|f| f.on_sample(sample))
-    }
-    /// Applies `g` to the failure of a gradcheck error.
-    pub fn map_gradcheck(self, g: impl FnOnce(GradcheckFailure) -> GradcheckFailure) -> Error {
-        match self {
-            Error::GradcheckFailed {
-                input,
-                index,
-                analytical,
-                numerical,
-                abs_err,
-                rel_err,
-                failure,
-            } => Error::GradcheckFailed {
-                input,
-                index,
-                analytical,
-                numerical,
-                abs_err,
-                rel_err,
-                failure: Box::new(g(*failure)),
-            },
-            other => other,
-        }
-    }
-}
