@@ -94,16 +94,20 @@ pub enum Error {
     /// gradcheck was given no input that requires a gradient.
     #[error("gradcheck: no input requires a gradient")]
     NoVariableInputs,
-    /// gradcheck found an analytical gradient that disagrees with finite differences.
-    #[error(
-        "gradcheck: input {input}, element {index}: analytical {analytical:e} vs numerical {numerical:e} (abs err {abs_err:e}, rel err {rel_err:e})"
-    )]
+    /// gradcheck found an analytical gradient that disagrees with finite
+    /// differences. `failure` holds the whole finding (every failing element
+    /// up to a cap, as multi-indices, the tolerance, the input's layout, the
+    /// op and input names when given); the other fields are its worst
+    /// element, kept for existing matches.
+    #[error("{failure}")]
     GradcheckFailed {
-        /// The input position.
+        /// The input position of the worst element.
         input: usize,
-        /// The row-major element index.
+        /// Its row-major (flat) element index (0 when a fast-mode failure's
+        /// element-wise re-check found no single failing element).
         index: usize,
-        /// The backward's value.
+        /// The backward's value (fast mode without a failing element: the
+        /// projected value).
         analytical: f64,
         /// The central-difference value.
         numerical: f64,
@@ -111,6 +115,8 @@ pub enum Error {
         abs_err: f64,
         /// abs_err / max(|numerical|, |analytical|).
         rel_err: f64,
+        /// The full report.
+        failure: Box<crate::gradcheck::GradcheckFailure>,
     },
     /// gradcheck on f32 inputs with a finite-difference step too small for f32.
     #[error(

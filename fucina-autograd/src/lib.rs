@@ -38,6 +38,7 @@ pub mod interop;
 pub mod io;
 pub mod operators;
 pub mod ops;
+pub mod samples;
 pub mod suite;
 pub mod tape;
 pub mod testing;

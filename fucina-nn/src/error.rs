@@ -43,8 +43,11 @@ pub enum Error {
         msg: String,
     },
     /// `gradcheck_module` found a gradient that disagrees with central
-    /// differences: names the parameter (or `input.N`) and element.
-    #[error("gradcheck_module: `{name}` element {index}: analytical {analytical:e} vs numerical {numerical:e} (abs err {abs_err:e}, rel err {rel_err:e})")]
+    /// differences: names the parameter (or `input.N`) and element;
+    /// `failure` is autograd's full report (every failing element up to a
+    /// cap as multi-indices, tolerance, layout), its inputs named by the
+    /// parameter paths and its op by the module's type.
+    #[error("gradcheck_module: {failure}")]
     GradcheckFailed {
         /// The parameter's dotted path, or `input.N` for the N-th input.
         name: String,
@@ -58,6 +61,8 @@ pub enum Error {
         abs_err: f64,
         /// abs_err / max(|numerical|, |analytical|).
         rel_err: f64,
+        /// The full report.
+        failure: Box<fucina_autograd::gradcheck::GradcheckFailure>,
     },
 }
 

@@ -29,6 +29,8 @@ pub struct ModuleGradcheckReport {
     pub worst: String,
     /// Its row-major element index.
     pub worst_index: usize,
+    /// The same element as a multi-index (`None` in fast mode).
+    pub worst_element: Option<Vec<usize>>,
 }
 
 fn to_autograd(e: Error) -> fucina_autograd::Error {
@@ -91,6 +93,15 @@ where
         }
     }
     let f = |xs: &[Tensor]| forward(module, &xs[..n_in]).map_err(to_autograd);
+    // `fucina_nn::linear::Linear` -> `Linear` (generic arguments dropped).
+    let module_name = std::any::type_name::<M>()
+        .split('<')
+        .next()
+        .unwrap_or_default()
+        .rsplit("::")
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let report = gradcheck(f, &all, opts).map_err(|e| match e {
         fucina_autograd::Error::GradcheckFailed {
             input,
@@ -99,6 +110,7 @@ where
             numerical,
             abs_err,
             rel_err,
+            failure,
         } => Error::GradcheckFailed {
             name: names.get(input).cloned().unwrap_or_default(),
             index,
@@ -106,6 +118,7 @@ where
             numerical,
             abs_err,
             rel_err,
+            failure: Box::new(failure.in_op(module_name).with_input_names(names.clone())),
         },
         other => Error::Autograd(other),
     })?;
@@ -122,5 +135,6 @@ where
         max_rel_err: report.max_rel_err,
         worst: names.get(report.worst_input).cloned().unwrap_or_default(),
         worst_index: report.worst_index,
+        worst_element: report.worst_element,
     })
 }
