@@ -38,3 +38,35 @@ fn every_op_passes_gradgradcheck_or_says_why_not() {
     assert!(passed >= 45, "only {passed} ops pass gradgradcheck");
     tc.check().unwrap();
 }
+
+/// The same check over every sample layout of every row (transposed,
+/// narrowed, broadcast, zero-size, rank 0; f64).
+#[test]
+fn every_op_passes_gradgradcheck_over_its_samples() {
+    use fucina_autograd::samples::samples;
+    let tc = TestCtx::new().unwrap();
+    let ctx = tc.ctx();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in cases() {
+        if NO_SECOND_ORDER.iter().any(|(n, _)| *n == case.name) {
+            continue;
+        }
+        for s in samples(ctx, &case, DType::F64).unwrap() {
+            if !s.inputs.iter().any(|t| t.requires_grad()) {
+                continue;
+            }
+            match gradgradcheck(case.f, &s.inputs, &GradcheckOpts::f64()) {
+                Ok(_) => checked += 1,
+                Err(e) => failures.push(format!("{} ({}): {e}", case.name, s.layout.name())),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{checked} passed; failures:\n{}",
+        failures.join("\n")
+    );
+    assert!(checked >= 300, "only {checked} samples checked");
+    tc.check().unwrap();
+}

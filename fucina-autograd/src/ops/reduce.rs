@@ -54,9 +54,11 @@ impl Backward for SumBackward {
     ) -> Result<TensorGrads> {
         let kd = keepdim_shape(&self.in_shape, &self.axes);
         let g = gy.reshape(&kd[..])?;
+        // A mean over zero elements has an empty gradient: no 1/0 scale is
+        // recorded (its derivative with respect to gy would be 0·∞).
         let g = match self.scale {
-            Some(s) => g.mul_scalar(s)?,
-            None => g,
+            Some(s) if s.is_finite() => g.mul_scalar(s)?,
+            _ => g,
         };
         Ok(smallvec::smallvec![Some(g.broadcast_to(&self.in_shape)?)])
     }

@@ -16,6 +16,7 @@ pub const SAMPLE_EXEMPTIONS: &[(&str, Layout, &str)] = &[
     ("matmul_transposed", Layout::Rank0, T_2D),
     ("sum", Layout::Rank0, AXIS),
     ("mean", Layout::Rank0, AXIS),
+    ("sum_to_shape", Layout::Rank0, TARGET_SHAPE),
     ("max", Layout::Rank0, AXIS),
     ("min", Layout::Rank0, AXIS),
     ("var", Layout::Rank0, AXIS),
@@ -111,3 +112,8 @@ const MATMUL: &str = "a contraction needs operands of rank >= 1 (torch's matmul 
 /// Rank-0 reason: the op's contract fixes a rank.
 const RANKED: &str = "the op's contract fixes its inputs' rank (a [V, D] table, a normalized \
      last axis, [N, C] logits, [B, H, T, D] attention or RoPE inputs)";
+
+/// The row sums down to a fixed rank-2 target shape, which a rank-0 input
+/// cannot broadcast to.
+const TARGET_SHAPE: &str =
+    "the row sums to the fixed shape [3, 1], which a rank-0 input does not broadcast to";
