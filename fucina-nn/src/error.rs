@@ -4,6 +4,11 @@
 //! [`Error::InvalidConfig`] naming the module and the offending field;
 //! forwards validate input shapes and return [`Error::BadInput`] naming the
 //! module and the shapes; op failures pass through as `Autograd`/`Core`.
+//!
+//! One route per failure (ARCHITECTURE.md, "One error route"): a core error
+//! is always [`Error::Core`], whether it came from a core call or through an
+//! autograd op (the conversion from autograd's error unwraps
+//! `fucina_autograd::Error::Core`), so [`Error::Autograd`] never holds one.
 
 /// Errors raised by fucina-nn.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -11,9 +16,10 @@ pub enum Error {
     /// A shape, dtype, range or memory error from the kernels.
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd.
+    /// A graph, scope or gradient error from autograd; never
+    /// `fucina_autograd::Error::Core`, which arrives as [`Error::Core`].
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
+    Autograd(fucina_autograd::Error),
     /// A module was configured with an invalid value.
     #[error("{module}: invalid config: {msg}")]
     InvalidConfig {
@@ -59,6 +65,16 @@ pub enum Error {
         /// abs_err / max(|numerical|, |analytical|).
         rel_err: f64,
     },
+}
+
+impl From<fucina_autograd::Error> for Error {
+    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
+    fn from(e: fucina_autograd::Error) -> Self {
+        match e {
+            fucina_autograd::Error::Core(c) => Error::Core(c),
+            e => Error::Autograd(e),
+        }
+    }
 }
 
 impl Error {

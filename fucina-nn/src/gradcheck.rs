@@ -107,7 +107,7 @@ where
             abs_err,
             rel_err,
         },
-        other => Error::Autograd(other),
+        other => Error::from(other),
     })?;
     let tensors = names
         .iter()

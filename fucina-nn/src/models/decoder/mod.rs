@@ -498,6 +498,7 @@ impl CausalLm {
         let block: Block = Arc::new(move |xs: &[Tensor]| {
             let as_autograd = |e: Error| match e {
                 Error::Autograd(a) => a,
+                Error::Core(c) => fucina_autograd::Error::Core(c),
                 other => fucina_autograd::Error::Core(fucina_core::Error::InvalidArgument {
                     op: "gradient_checkpointing",
                     msg: other.to_string(),
