@@ -46,7 +46,7 @@ pub use fucina_autograd::{
     checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, IntoShape, LoadOptions,
     Reduction, SaveOptions, ScopeExt, Tensor,
 };
-pub use fucina_core::kernels::attention::AttentionOpts;
+pub use fucina_core::kernels::fused::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use fucina_nn::{
     apply_lora, load_adapter, mean_pool, save_adapter, BertConfig, BertModel, LoraConfig, StateDict,
@@ -57,7 +57,7 @@ pub use fucina_nn::{
     RmsNorm, SelfAttention, Sequential, TransformerBlock,
 };
 pub use fucina_optim::{
-    clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, Adam,
-    AdamConfig, AdamW, Lion, LionConfig, Muon, MuonConfig, Optimizer, ParamGroup, RmsProp,
-    RmsPropConfig, Schedule, Sgd, SgdConfig,
+    clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, AdamConfig,
+    AdamW, Lion, LionConfig, Muon, MuonConfig, Optimizer, ParamGroup, RmsProp, RmsPropConfig,
+    Schedule, Sgd, SgdConfig,
 };

@@ -46,7 +46,7 @@ pub use custom::{custom_op, CustomOp};
 pub use dims::{DimArg, IntoShape};
 pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
-pub use fucina_core::kernels::loss::{CrossEntropyOpts, Reduction};
+pub use fucina_core::kernels::fused::loss::{CrossEntropyOpts, Reduction};
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
 pub use gradcheck::{gradcheck, GradcheckOpts, GradcheckReport};
@@ -58,8 +58,6 @@ pub use tape::engine::grad;
 pub use tape::graph::{live_nodes, Backward, Grads};
 pub use tape::scope::{scope_depth, ExecScope, ScopeExt};
 pub use tape::tensor::Tensor;
-/// The tape's modules at their historical paths (`fucina_autograd::tensor`, ...).
-pub use tape::{engine, graph, scope, tensor};
 
 /// The `ndarray` crate fucina's interop is built against (re-exported so the
 /// versions cannot mismatch).

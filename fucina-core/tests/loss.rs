@@ -6,7 +6,7 @@
 mod common;
 
 use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::loss::{reference as r, CrossEntropyOpts, Reduction};
+use fucina_core::kernels::fused::loss::{reference as r, CrossEntropyOpts, Reduction};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{assert_close_tol, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::norm::reference as r;
+use fucina_core::kernels::fused::norm::reference as r;
 use fucina_core::testing::TestCtx;
 use fucina_core::{Error, ExecContext, Float, RawTensor};
 

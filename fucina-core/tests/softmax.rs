@@ -5,7 +5,7 @@
 mod common;
 
 use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::softmax::{exp_f32, exp_f64, reference as r};
+use fucina_core::kernels::fused::softmax::{exp_f32, exp_f64, reference as r};
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 

@@ -140,7 +140,7 @@ pub trait Optimizer {
 }
 
 /// Runs an [`Algorithm`] over parameter groups. The concrete optimizers are
-/// aliases: [`Sgd`](crate::Sgd), [`Adam`](crate::Adam), [`AdamW`](crate::AdamW),
+/// aliases: [`Sgd`](crate::Sgd), [`AdamW`](crate::AdamW) (Adam too, by its config),
 /// [`RmsProp`](crate::RmsProp), [`Lion`](crate::Lion), [`Muon`](crate::Muon).
 #[derive(Debug)]
 pub struct Optim<A: Algorithm> {
