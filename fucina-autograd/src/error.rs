@@ -33,8 +33,11 @@ pub enum Error {
     /// The tensor's value was released when its exec scope closed.
     #[error("tensor used after its exec scope closed")]
     TensorReleased,
-    /// The value was read or set from inside its own `Tensor::update_value`
-    /// closure (the value is taken out while the closure runs).
+    /// The value was read or set while a `Tensor::update_value` closure
+    /// held it (the value is taken out while the closure runs): from inside
+    /// that closure, or from another thread while an optimizer's `step`
+    /// updates this parameter in place (safe: the read is refused, never
+    /// torn; order evaluation and `step`, or retry).
     #[error("tensor value in use: it is being updated in place by update_value; read it before or after the update")]
     ValueBusy,
     /// Anomaly mode: a backward produced a NaN or an infinity.

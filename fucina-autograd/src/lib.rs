@@ -24,6 +24,7 @@
 
 pub mod anomaly;
 pub mod checkpoint;
+mod convert;
 pub mod creation;
 pub mod custom;
 pub mod dims;

@@ -75,4 +75,7 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeScaling};
 pub use sequential::{Mlp, Sequential};
 pub use state::StateDict;
+/// The `tokenizers` crate behind [`hf::Tokenizer`] (re-exported so the
+/// versions cannot mismatch).
+pub use tokenizers;
 pub use transformer::{BlockConfig, BlockInit, FeedForward, TransformerBlock};
