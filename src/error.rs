@@ -31,37 +31,7 @@ pub enum Error {
     Optim(fucina_optim::Error),
 }
 
-impl From<fucina_autograd::Error> for Error {
-    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
-    fn from(e: fucina_autograd::Error) -> Self {
-        match e {
-            fucina_autograd::Error::Core(c) => Error::Core(c),
-            e => Error::Autograd(e),
-        }
-    }
-}
-
-impl From<fucina_nn::Error> for Error {
-    /// nn's errors, with core and autograd errors unwrapped.
-    fn from(e: fucina_nn::Error) -> Self {
-        match e {
-            fucina_nn::Error::Core(c) => Error::Core(c),
-            fucina_nn::Error::Autograd(a) => a.into(),
-            e => Error::Nn(e),
-        }
-    }
-}
-
-impl From<fucina_optim::Error> for Error {
-    /// Optim's errors, with core and autograd errors unwrapped.
-    fn from(e: fucina_optim::Error) -> Self {
-        match e {
-            fucina_optim::Error::Core(c) => Error::Core(c),
-            fucina_optim::Error::Autograd(a) => a.into(),
-            e => Error::Optim(e),
-        }
-    }
-}
+fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn; fucina_optim::Error => Optim);
 
 /// The one `Result` of a fucina program, exported by the prelude: the error
 /// defaults to the umbrella [`Error`]; a trait impl whose signature fixes a

@@ -3,65 +3,21 @@
 //! `fucina::Error::Core`, with core's `Display`, from a core call, through
 //! an autograd op, through fucina-nn's error and through fucina-optim's.
 
-use fucina::{Error, Result};
-
+use fucina::Error;
 use fucina_autograd::testing::TestCtx;
-use fucina_autograd::Tensor;
 
-/// The core error itself: a matmul of `[2, 3]` by `[2, 2]` in the kernel.
-fn raised_in_core(ctx: &TestCtx) -> fucina_core::Error {
-    let a = ctx.from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
-    let b = ctx.from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
-    ctx.matmul(&a, &b).unwrap_err()
-}
-
-/// The same failure through an autograd op.
-fn through_autograd(ctx: &TestCtx) -> fucina_autograd::Result<Tensor> {
-    let a = Tensor::variable(ctx, &[1.0f32; 6], &[2, 3])?;
-    let b = Tensor::constant(ctx, &[1.0f32; 4], &[2, 2])?;
-    a.matmul(&b)
-}
-
-/// One variant path (`Error::Core(ShapeMismatch)`, the same value) and one
-/// `Display` (core's own message), whatever the route.
-fn assert_one_shape(route: &str, e: Error, expected: &fucina_core::Error) {
-    assert_eq!(e.to_string(), expected.to_string(), "{route}: Display");
-    match &e {
-        Error::Core(c @ fucina_core::Error::ShapeMismatch { .. }) => {
-            assert_eq!(c, expected, "{route}: the core error itself")
-        }
-        other => panic!("{route}: a core shape error arrived as {other:?}"),
-    }
-}
+#[macro_use]
+#[path = "common/error_route.rs"]
+mod route;
 
 #[test]
 fn a_core_shape_error_has_one_shape_in_the_umbrella() {
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let expected = raised_in_core(&ctx);
-    let direct = || -> Result<()> {
-        let a = ctx.from_slice(&[1.0f32; 6], &[2, 3])?;
-        let b = ctx.from_slice(&[1.0f32; 4], &[2, 2])?;
-        ctx.matmul(&a, &b)?;
-        Ok(())
-    };
-    assert_one_shape("core call", direct().unwrap_err(), &expected);
-    let via = || -> Result<()> {
-        through_autograd(&ctx)?;
-        Ok(())
-    };
-    assert_one_shape("autograd op", via().unwrap_err(), &expected);
-    let via_nn = || -> Result<()> {
-        let r: fucina::nn::Result<Tensor> = through_autograd(&ctx).map_err(Into::into);
-        r?;
-        Ok(())
-    };
-    assert_one_shape("fucina-nn", via_nn().unwrap_err(), &expected);
-    let via_optim = || -> Result<()> {
-        let r: fucina::optim::Result<Tensor> = through_autograd(&ctx).map_err(Into::into);
-        r?;
-        Ok(())
-    };
-    assert_one_shape("fucina-optim", via_optim().unwrap_err(), &expected);
+    let core_of = core_of!(Error);
+    let (ctx, expected) = route::core_and_autograd_routes::<Error>(core_of);
+    let nn = fucina::nn::Error::from(route::through_autograd(&ctx).unwrap_err());
+    route::assert_one_shape("fucina-nn", Error::from(nn), core_of, &expected);
+    let optim = fucina::optim::Error::from(route::through_autograd(&ctx).unwrap_err());
+    route::assert_one_shape("fucina-optim", Error::from(optim), core_of, &expected);
 }
 
 #[test]
@@ -69,12 +25,13 @@ fn the_prelude_result_serves_every_layer() {
     // One `Result` name for a whole program: the umbrella's by default, a
     // crate's error where a trait signature fixes it.
     use fucina::prelude::Result as R;
+    let core_of = core_of!(Error);
     let ctx = TestCtx::with_threads(1).unwrap();
-    let expected = raised_in_core(&ctx);
-    let nn_side: R<Tensor, fucina::nn::Error> = through_autograd(&ctx).map_err(Into::into);
+    let expected = route::raised_in_core(&ctx);
+    let nn_side: R<(), fucina::nn::Error> = route::through_core(&ctx);
     let user = || -> R<()> {
         nn_side?;
         Ok(())
     };
-    assert_one_shape("prelude Result", user().unwrap_err(), &expected);
+    route::assert_one_shape("prelude Result", user().unwrap_err(), core_of, &expected);
 }

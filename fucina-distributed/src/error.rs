@@ -91,27 +91,7 @@ pub enum Error {
     Mpi(String),
 }
 
-impl From<fucina_autograd::Error> for Error {
-    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
-    fn from(e: fucina_autograd::Error) -> Self {
-        match e {
-            fucina_autograd::Error::Core(c) => Error::Core(c),
-            e => Error::Autograd(e),
-        }
-    }
-}
-
-impl From<fucina_optim::Error> for Error {
-    /// Optim's errors, with core and autograd errors unwrapped to
-    /// [`Error::Core`] and [`Error::Autograd`].
-    fn from(e: fucina_optim::Error) -> Self {
-        match e {
-            fucina_optim::Error::Core(c) => Error::Core(c),
-            fucina_optim::Error::Autograd(a) => a.into(),
-            e => Error::Optim(e),
-        }
-    }
-}
+fucina_autograd::one_error_route!(Error; fucina_optim::Error => Optim);
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

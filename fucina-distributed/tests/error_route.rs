@@ -4,68 +4,31 @@
 //! autograd op or through fucina-optim's error; optim's and autograd's own
 //! errors keep their one variant each.
 
-use fucina_distributed::{Error, Result};
+use fucina_distributed::Error;
 
-use fucina_autograd::testing::TestCtx;
-use fucina_autograd::Tensor;
-
-/// The core error itself: a matmul of `[2, 3]` by `[2, 2]` in the kernel.
-fn raised_in_core(ctx: &TestCtx) -> fucina_core::Error {
-    let a = ctx.from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
-    let b = ctx.from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
-    ctx.matmul(&a, &b).unwrap_err()
-}
-
-/// The same failure through an autograd op.
-fn through_autograd(ctx: &TestCtx) -> fucina_autograd::Result<Tensor> {
-    let a = Tensor::variable(ctx, &[1.0f32; 6], &[2, 3])?;
-    let b = Tensor::constant(ctx, &[1.0f32; 4], &[2, 2])?;
-    a.matmul(&b)
-}
-
-/// One variant path (`Error::Core(ShapeMismatch)`, the same value) and one
-/// `Display` (core's own message), whatever the route.
-fn assert_one_shape(route: &str, e: Error, expected: &fucina_core::Error) {
-    assert_eq!(e.to_string(), expected.to_string(), "{route}: Display");
-    match &e {
-        Error::Core(c @ fucina_core::Error::ShapeMismatch { .. }) => {
-            assert_eq!(c, expected, "{route}: the core error itself")
-        }
-        other => panic!("{route}: a core shape error arrived as {other:?}"),
-    }
-}
+#[macro_use]
+#[path = "../../tests/common/error_route.rs"]
+mod route;
 
 #[test]
 fn a_core_shape_error_has_one_shape_in_distributed() {
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let expected = raised_in_core(&ctx);
-    let direct = || -> Result<()> {
-        let a = ctx.from_slice(&[1.0f32; 6], &[2, 3])?;
-        let b = ctx.from_slice(&[1.0f32; 4], &[2, 2])?;
-        ctx.matmul(&a, &b)?;
-        Ok(())
-    };
-    assert_one_shape("core call", direct().unwrap_err(), &expected);
-    let via = || -> Result<()> {
-        through_autograd(&ctx)?;
-        Ok(())
-    };
-    assert_one_shape("autograd op", via().unwrap_err(), &expected);
-    let via_optim = || -> Result<()> {
-        let r: fucina_optim::Result<Tensor> = through_autograd(&ctx).map_err(Into::into);
-        r?;
-        Ok(())
-    };
-    assert_one_shape("fucina-optim", via_optim().unwrap_err(), &expected);
+    let core_of = core_of!(Error);
+    let (ctx, expected) = route::core_and_autograd_routes::<Error>(core_of);
+    let optim = fucina_optim::Error::from(route::through_autograd(&ctx).unwrap_err());
+    route::assert_one_shape("fucina-optim", Error::from(optim), core_of, &expected);
     let wrapped = fucina_optim::Error::Autograd(fucina_autograd::Error::Core(expected.clone()));
-    assert_one_shape("From<optim::Error>", Error::from(wrapped), &expected);
+    route::assert_one_shape(
+        "From<optim::Error>",
+        Error::from(wrapped),
+        core_of,
+        &expected,
+    );
 }
 
 #[test]
 fn lower_errors_keep_one_variant_each_in_distributed() {
-    let e = Error::from(fucina_optim::Error::Autograd(
-        fucina_autograd::Error::TensorReleased,
-    ));
+    let released = fucina_optim::Error::Autograd(fucina_autograd::Error::TensorReleased);
+    let e = Error::from(released);
     assert!(
         matches!(e, Error::Autograd(fucina_autograd::Error::TensorReleased)),
         "{e:?}"

@@ -44,26 +44,7 @@ pub enum Error {
     Nn(fucina_nn::Error),
 }
 
-impl From<fucina_autograd::Error> for Error {
-    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
-    fn from(e: fucina_autograd::Error) -> Self {
-        match e {
-            fucina_autograd::Error::Core(c) => Error::Core(c),
-            e => Error::Autograd(e),
-        }
-    }
-}
-
-impl From<fucina_nn::Error> for Error {
-    /// nn's errors, with core and autograd errors unwrapped.
-    fn from(e: fucina_nn::Error) -> Self {
-        match e {
-            fucina_nn::Error::Core(c) => Error::Core(c),
-            fucina_nn::Error::Autograd(a) => a.into(),
-            e => Error::Nn(e),
-        }
-    }
-}
+fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn);
 
 impl Error {
     pub(crate) fn config(what: &'static str, msg: impl Into<String>) -> Error {
