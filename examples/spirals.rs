@@ -20,8 +20,8 @@ use fucina_examples::plot::decision_boundary_png;
 use fucina_examples::{exit_on_error, Error, Result};
 use fucina_nn::{Init, Linear, Module};
 use fucina_optim::{
-    clip_grad_norm, Adam, AdamConfig, AdamW, Algorithm, Lion, LionConfig, Muon, MuonConfig,
-    Optimizer, ParamGroup, RmsProp, RmsPropConfig, Schedule, Sgd, SgdConfig,
+    clip_grad_norm, AdamConfig, AdamW, Algorithm, Lion, LionConfig, Muon, MuonConfig, Optimizer,
+    ParamGroup, RmsProp, RmsPropConfig, Schedule, Sgd, SgdConfig,
 };
 
 /// Two spirals learned by an MLP with each optimizer; writes the decision boundary as a PNG.
@@ -123,7 +123,7 @@ fn make_optimizer(name: &str, m: &Mlp) -> Result<Box<dyn Optimizer>> {
                 s,
             ))?)
         }
-        "adam" => Box::new(Adam::new(groups(
+        "adam" => Box::new(AdamW::new(groups(
             m,
             AdamConfig::adam(0.01),
             AdamConfig::adam(0.01),

@@ -1,6 +1,13 @@
 //! One error for programs that use several fucina crates: each crate's
 //! structured error converts into it with `?`, and its message is the inner
 //! error's, unchanged.
+//!
+//! One route per failure (ARCHITECTURE.md, "One error route"): an error is
+//! filed under the crate that raised it, wrapped once. A core error is
+//! always [`Error::Core`] and an autograd error [`Error::Autograd`], whether
+//! it reached `?` from that crate or through nn's or optim's error (the
+//! conversions unwrap those), so [`Error::Nn`] and [`Error::Optim`] hold only
+//! their crate's own errors.
 
 /// Any fucina error: core (shapes, dtypes, memory), autograd (graph and
 /// scope misuse), nn (modules and state dicts) or optim (optimizers and
@@ -10,16 +17,25 @@ pub enum Error {
     /// A shape, dtype, bounds or memory error from the kernels.
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd.
+    /// A graph, scope or gradient error from autograd; never
+    /// `fucina_autograd::Error::Core`.
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
-    /// A module, layer or init error from nn.
+    Autograd(fucina_autograd::Error),
+    /// A module, layer or init error from nn; never `fucina_nn::Error::Core`
+    /// or `::Autograd`.
     #[error(transparent)]
-    Nn(#[from] fucina_nn::Error),
-    /// An optimizer, schedule or checkpoint error.
+    Nn(fucina_nn::Error),
+    /// An optimizer, schedule or checkpoint error; never
+    /// `fucina_optim::Error::Core` or `::Autograd`.
     #[error(transparent)]
-    Optim(#[from] fucina_optim::Error),
+    Optim(fucina_optim::Error),
 }
 
-/// `Result` with fucina's umbrella [`Error`].
+fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn; fucina_optim::Error => Optim);
+
+/// The one `Result` of a fucina program, exported by the prelude: the error
+/// defaults to the umbrella [`Error`]; a trait impl whose signature fixes a
+/// crate's error (`Forward::forward` returns nn's, `CustomOp` autograd's)
+/// names it as the second parameter, `Result<Tensor, nn::Error>`, and `?`
+/// turns it into the umbrella's at the call site.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,7 +2,8 @@
 //!
 //! This umbrella re-exports the workspace's library crates under short names
 //! (`fucina::core`, `fucina::autograd`, `fucina::nn`, `fucina::optim`),
-//! `ndarray` (so the interop types cannot come from a mismatched version),
+//! `ndarray`, `serde_json` and `tokenizers` (so their types cannot come from
+//! a mismatched version),
 //! one [`Error`] that every crate's error converts into, and a [`prelude`]
 //! with what a training loop uses.
 //!
@@ -28,8 +29,14 @@
 pub use fucina_autograd as autograd;
 pub use fucina_core as core;
 pub use fucina_nn as nn;
+/// The `tokenizers` crate behind [`nn::hf::Tokenizer`] (re-exported so the
+/// versions cannot mismatch).
+pub use fucina_nn::tokenizers;
 pub use fucina_optim as optim;
 pub use ndarray;
+/// The `serde_json` of `TrainerState::extra` (re-exported so the versions
+/// cannot mismatch).
+pub use serde_json;
 
 mod error;
 pub mod prelude;

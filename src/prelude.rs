@@ -3,7 +3,10 @@
 //! Tensors and the context, the scope trait, no-grad, the option structs of
 //! the ops, gradcheck, the `Module` trait with its derive and the nn layers,
 //! the optimizers with their configs, schedules and
-//! clipping, checkpoints, and the umbrella `Result`.
+//! clipping, checkpoints with their `TrainerState` (whose `extra` field is
+//! a `serde_json::Value`: `fucina::serde_json`), the Hugging Face
+//! `Tokenizer`, the attention head helpers `split_heads`/`merge_heads`, and
+//! the umbrella `Result`.
 //!
 //! ```
 //! use fucina::prelude::*;
@@ -46,8 +49,10 @@ pub use fucina_autograd::{
     checkpoint, gradcheck, no_grad, CrossEntropyOpts, GradcheckOpts, IntoShape, LoadOptions,
     Reduction, SaveOptions, ScopeExt, Tensor,
 };
-pub use fucina_core::kernels::attention::AttentionOpts;
+pub use fucina_core::kernels::fused::attention::AttentionOpts;
 pub use fucina_core::{DType, ExecContext, RawTensor};
+pub use fucina_nn::attention::{merge_heads, split_heads};
+pub use fucina_nn::hf::Tokenizer;
 pub use fucina_nn::{
     apply_lora, load_adapter, mean_pool, save_adapter, BertConfig, BertModel, LoraConfig, StateDict,
 };
@@ -57,7 +62,7 @@ pub use fucina_nn::{
     RmsNorm, SelfAttention, Sequential, TransformerBlock,
 };
 pub use fucina_optim::{
-    clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, Adam,
-    AdamConfig, AdamW, Lion, LionConfig, Muon, MuonConfig, Optimizer, ParamGroup, RmsProp,
-    RmsPropConfig, Schedule, Sgd, SgdConfig,
+    clip_grad_norm, clip_grad_value, load_checkpoint, load_latest, save_checkpoint, AdamConfig,
+    AdamW, Lion, LionConfig, Muon, MuonConfig, Optimizer, ParamGroup, RmsProp, RmsPropConfig,
+    Schedule, Sgd, SgdConfig, TrainerState,
 };

@@ -7,7 +7,7 @@ What matches fucina's run exactly: the vocabulary (sorted distinct
 characters), the split (the last round(val_frac * len) characters are
 validation), the model (nanoGPT layout: token + learned position embeddings,
 pre-LN blocks with fused qkv, GELU(tanh) MLP of width 4d, final LayerNorm,
-head tied to the token embedding — `CharGPT` of tools/gen_nn_goldens.py),
+head tied to the token embedding — `CharGPT` of tools/torch_chargpt.py),
 the init (N(0, 0.02) for every linear weight and embedding, zero biases,
 LayerNorm ones/zeros), AdamW (betas (0.9, beta2), eps 1e-8, decoupled decay
 on every tensor of rank >= 2 and none on biases and norms), the schedule
@@ -27,53 +27,16 @@ import pathlib
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, d, h):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.fc_proj = nn.Linear(4 * d, d)
-        self.h = h
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q = q.view(b, t, self.h, d // self.h).transpose(1, 2)
-        k = k.view(b, t, self.h, d // self.h).transpose(1, 2)
-        v = v.view(b, t, self.h, d // self.h).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y = y.transpose(1, 2).contiguous().view(b, t, d)
-        x = x + self.proj(y)
-        x = x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-        return x
+from torch_chargpt import Block, CharGPT  # tools/ is on sys.path when run as a script
 
 
-class CharGPT(nn.Module):
-    def __init__(self, vocab, block, n_layer, n_head, d):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(block, d)
-        self.blocks = nn.ModuleList([Block(d, n_head) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(d)
-        for m in self.modules():  # nanoGPT init: N(0, 0.02) weights and embeddings, zero biases
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
+class SdpaBlock(Block):
+    """torch_chargpt's block with the causal attention fused by SDPA."""
 
-    def forward(self, idx):
-        t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.ln_f(x) @ self.wte.weight.t()
+    def attend(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def lr_factor(step, warmup, total, min_factor):
@@ -138,7 +101,9 @@ def main():
     print(f"{args.data}: {len(ids)} chars, vocab {len(chars)}; train {len(train)}, validation {len(val)}")
     print(f"unigram baseline (entropy of the training characters): {unigram:.4f} nats")
 
-    model = CharGPT(len(chars), args.block_size, args.n_layer, args.n_head, args.n_embd)
+    model = CharGPT(
+        len(chars), args.block_size, args.n_layer, args.n_head, args.n_embd, block_cls=SdpaBlock
+    )
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(

@@ -2,7 +2,7 @@
 //! 2048×65 (char-level vocab) and 512×8192 logits, on the default thread count.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fucina_core::kernels::loss::CrossEntropyOpts;
+use fucina_core::kernels::fused::loss::CrossEntropyOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::ExecContext;
 

@@ -50,15 +50,28 @@ pub enum Error {
     /// The tokenizer failed to load or encode.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    /// An error from the fucina crates (core, autograd, optim).
+    /// An error from the fucina library crates (core, autograd, nn, optim),
+    /// in the umbrella's one shape: a core error is always
+    /// `Fucina(fucina::Error::Core(..))`, however it reached `?` (boxed:
+    /// the umbrella's error is the largest variant).
     #[error(transparent)]
-    Fucina(#[from] fucina::Error),
-    /// An error from fucina-nn.
+    Fucina(Box<fucina::Error>),
+    /// An error of fucina-train's own (loader, metrics, checkpoint policy);
+    /// never a lower crate's, which arrives as [`Error::Fucina`].
     #[error(transparent)]
-    Nn(#[from] fucina_nn::Error),
-    /// An error from fucina-train (loader, metrics, checkpoint policy).
-    #[error(transparent)]
-    Train(#[from] fucina_train::Error),
+    Train(fucina_train::Error),
+}
+
+impl From<fucina_train::Error> for Error {
+    /// The kit's errors, with the library crates' unwrapped into [`Error::Fucina`].
+    fn from(e: fucina_train::Error) -> Error {
+        match e {
+            fucina_train::Error::Core(c) => c.into(),
+            fucina_train::Error::Autograd(a) => a.into(),
+            fucina_train::Error::Nn(n) => n.into(),
+            e => Error::Train(e),
+        }
+    }
 }
 
 impl Error {
@@ -119,14 +132,16 @@ macro_rules! via_umbrella {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Error {
-                Error::Fucina(e.into())
+                Error::Fucina(Box::new(e.into()))
             }
         }
     )*};
 }
 via_umbrella!(
+    fucina::Error,
     fucina_core::Error,
     fucina_autograd::Error,
+    fucina_nn::Error,
     fucina_optim::Error
 );
 

@@ -6,7 +6,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use fucina_nn::lora::TargetModules;
+use fucina_nn::linear::lora::TargetModules;
 use fucina_nn::LoraConfig;
 use serde::{Deserialize, Serialize};
 

@@ -27,7 +27,7 @@ use clap::Parser;
 use fucina_autograd::{ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::Tokenizer;
-use fucina_nn::lora::{merge_and_unload, save_adapter};
+use fucina_nn::linear::lora::{merge_and_unload, save_adapter};
 use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, Module, Sampling};
 use fucina_optim::{save_checkpoint, AdamConfig, Optimizer, TrainerState};
 use fucina_train::causal::{collate_causal, CausalExample};

@@ -4,12 +4,13 @@
 //! and the optimizer, with the loss and validation histories the run keeps
 //! in `trainer_state.json` (`extra.run`, `extra.losses`, `extra.val`).
 
-use std::fmt::Debug;
 use std::path::Path;
 
 use fucina_autograd::Tensor;
 use fucina_optim::{load_latest, Optimizer};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 
@@ -30,7 +31,7 @@ pub struct Resumed {
 /// its histories do not match its step (then nothing was loaded into the
 /// model unless the identity matched; the optimizer's load is all or
 /// nothing).
-pub fn resume_latest<I: DeserializeOwned + PartialEq + Debug>(
+pub fn resume_latest<I: DeserializeOwned + Serialize + PartialEq>(
     root: &Path,
     identity: &I,
     named: &[(String, Tensor)],
@@ -47,8 +48,10 @@ pub fn resume_latest<I: DeserializeOwned + PartialEq + Debug>(
     let saved: I = serde_json::from_value(ck.state.extra["run"].clone())
         .map_err(|e| err(format!("trainer_state.json has no valid run identity: {e}")))?;
     if &saved != identity {
+        let (saved, now) = (to_json(&saved)?, to_json(identity)?);
         return Err(err(format!(
-            "it was made by a different run (data, model or training knobs differ):\n  checkpoint: {saved:?}\n  this run:   {identity:?}"
+            "it was made by a different run: {}",
+            differing_fields(&saved, &now).join("; ")
         )));
     }
     let losses: Vec<f32> = serde_json::from_value(ck.state.extra["losses"].clone())
@@ -65,4 +68,69 @@ pub fn resume_latest<I: DeserializeOwned + PartialEq + Debug>(
         losses,
         val,
     })
+}
+
+fn to_json<I: Serialize>(v: &I) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| Error::Resume {
+        dir: Default::default(),
+        msg: format!("the run identity does not serialise: {e}"),
+    })
+}
+
+/// The fields (dotted paths into nested objects) where `saved` and `now`
+/// differ, each as `field: checkpoint X, this run Y`; a whole value when
+/// they are not both objects.
+pub fn differing_fields(saved: &Value, now: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff_into("", saved, now, &mut out);
+    if out.is_empty() {
+        // Equal as JSON yet unequal as values (e.g. NaN): say so, whole.
+        out.push(format!("checkpoint {saved}, this run {now}"));
+    }
+    out
+}
+
+fn diff_into(path: &str, saved: &Value, now: &Value, out: &mut Vec<String>) {
+    match (saved, now) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                let null = Value::Null;
+                diff_into(
+                    &sub,
+                    a.get(k).unwrap_or(&null),
+                    b.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(format!("`{path}`: checkpoint {a}, this run {b}")),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differing_fields;
+    use serde_json::json;
+
+    #[test]
+    fn names_only_the_fields_that_differ() {
+        let saved = json!({"lr": 0.001, "steps": 10, "model": {"n_embd": 32, "n_head": 4}});
+        let now = json!({"lr": 0.01, "steps": 10, "model": {"n_embd": 32, "n_head": 8}});
+        assert_eq!(
+            differing_fields(&saved, &now),
+            [
+                "`lr`: checkpoint 0.001, this run 0.01",
+                "`model.n_head`: checkpoint 4, this run 8"
+            ]
+        );
+    }
 }

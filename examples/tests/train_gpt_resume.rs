@@ -124,6 +124,10 @@ fn resume_is_bit_exact() {
     // a resume whose knobs differ is refused, naming the checkpoint
     let e = train_gpt(&args(&data, &b, &["--resume", "--lr", "1e-2"]), false).unwrap_err();
     assert!(matches!(e, Error::Resume { .. }), "{e}");
+    // ... and naming the one field that differs, not two whole identities
+    let msg = e.to_string();
+    assert!(msg.contains("`lr`: checkpoint"), "{msg}");
+    assert_eq!(msg.matches("checkpoint ").count(), 1, "{msg}");
     std::fs::remove_dir_all(&root).unwrap();
 }
 

@@ -33,8 +33,11 @@ pub enum Error {
     /// The tensor's value was released when its exec scope closed.
     #[error("tensor used after its exec scope closed")]
     TensorReleased,
-    /// The value was read or set from inside its own `Tensor::update_value`
-    /// closure (the value is taken out while the closure runs).
+    /// The value was read or set while a `Tensor::update_value` closure
+    /// held it (the value is taken out while the closure runs): from inside
+    /// that closure, or from another thread while an optimizer's `step`
+    /// updates this parameter in place (safe: the read is refused, never
+    /// torn; order evaluation and `step`, or retry).
     #[error("tensor value in use: it is being updated in place by update_value; read it before or after the update")]
     ValueBusy,
     /// Anomaly mode: a backward produced a NaN or an infinity.
@@ -350,4 +353,56 @@ impl From<StateDictError> for Error {
     fn from(e: StateDictError) -> Self {
         Error::StateDict(Box::new(e))
     }
+}
+
+/// The one-route conversions of a higher crate's error (ARCHITECTURE.md,
+/// "One error route"): a failure is wrapped once, under the crate that
+/// raised it. `one_error_route!(Error; fucina_nn::Error => Nn)` implements,
+/// for an `Error` with variants `Core(fucina_core::Error)` and
+/// `Autograd(fucina_autograd::Error)`:
+///
+/// - `From<fucina_autograd::Error>`: autograd's `Core(c)` becomes `Core(c)`,
+///   anything else `Autograd(e)`;
+/// - for each `Lower => Variant` (a crate whose error has the same `Core`
+///   and `Autograd` variants): `From<Lower>`, its `Core` and `Autograd`
+///   lifted into this error's own, anything else `Variant(e)`.
+///
+/// `From<fucina_core::Error>` stays a `#[from]` on the `Core` variant.
+///
+/// ```
+/// #[derive(Debug)]
+/// enum Error {
+///     Core(fucina_core::Error),
+///     Autograd(fucina_autograd::Error),
+/// }
+/// fucina_autograd::one_error_route!(Error);
+/// let c = fucina_core::Error::InvalidArgument { op: "probe", msg: "x".into() };
+/// assert!(matches!(Error::from(fucina_autograd::Error::Core(c)), Error::Core(_)));
+/// ```
+#[macro_export]
+macro_rules! one_error_route {
+    ($E:ident $(; $($lower:ident)::+ => $Var:ident)* $(,)?) => {
+        impl From<$crate::Error> for $E {
+            /// Autograd's errors, with a core error unwrapped to `Core`.
+            fn from(e: $crate::Error) -> Self {
+                match e {
+                    $crate::Error::Core(c) => $E::Core(c),
+                    e => $E::Autograd(e),
+                }
+            }
+        }
+        $(
+            impl From<$($lower)::+> for $E {
+                /// That crate's own errors under its variant; its core and
+                /// autograd errors under this error's own.
+                fn from(e: $($lower)::+) -> Self {
+                    match e {
+                        $($lower)::+::Core(c) => $E::Core(c),
+                        $($lower)::+::Autograd(a) => a.into(),
+                        e => $E::$Var(e),
+                    }
+                }
+            }
+        )*
+    };
 }

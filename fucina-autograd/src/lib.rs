@@ -24,6 +24,7 @@
 
 pub mod anomaly;
 pub mod checkpoint;
+mod convert;
 pub mod creation;
 pub mod custom;
 pub mod dims;
@@ -49,7 +50,7 @@ pub use custom::{custom_function, custom_op, CustomFunction, CustomOp};
 pub use dims::{DimArg, IntoShape};
 pub use error::{Error, Result};
 pub use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
-pub use fucina_core::kernels::loss::{CrossEntropyOpts, Reduction};
+pub use fucina_core::kernels::fused::loss::{CrossEntropyOpts, Reduction};
 pub use fucina_core::{DType, ExecContext, RawTensor};
 pub use grad_mode::{
     higher_order, is_grad_enabled, is_higher_order, no_grad, HigherOrderGuard, NoGradGuard,
@@ -65,8 +66,6 @@ pub use tape::graph::{live_nodes, Backward, Grads, SavedTensors, TensorGrads};
 pub use tape::higher::{grad_with, GradOpts};
 pub use tape::scope::{scope_depth, ExecScope, ScopeExt};
 pub use tape::tensor::Tensor;
-/// The tape's modules at their historical paths (`fucina_autograd::tensor`, ...).
-pub use tape::{engine, graph, scope, tensor};
 
 /// The `ndarray` crate fucina's interop is built against (re-exported so the
 /// versions cannot mismatch).

@@ -4,7 +4,7 @@
 
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::Tensor;
-use fucina_core::kernels::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 
 /// Peak live pool bytes of `sdpa(q, k, v, key_padding).sum().backward()` (f32, B = 1,

@@ -4,7 +4,7 @@
 
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{detect_anomaly, Error, Tensor};
-use fucina_core::kernels::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{Element, ExecContext};
 

@@ -62,30 +62,64 @@ pub use pool::{BufferPool, PoolStats};
 pub use storage::Buffer;
 pub use tensor::RawTensor;
 
-/// The one dtype dispatcher: runs `$body` with `$T` bound to the Rust type of a runtime
-/// [`DType`], over one of three sets.
+/// The dtype dispatchers, one family named by the set each covers: each runs
+/// `$body` with `$T` bound to the Rust type of a runtime [`DType`].
 ///
-/// - `dispatch!(dtype, T => body)`: every dtype (exhaustive).
-/// - `dispatch!(dtype, float: op, T => body)`: f32 and f64 (the compute floats).
-/// - `dispatch!(dtype, select: op, T => body)`: f32, f64 and the integer types (what
-///   comparisons and selections support).
+/// - [`dispatch_any!`]`(dtype, T => body)`: every dtype (exhaustive).
+/// - [`dispatch_float!`]`(dtype, op, T => body)`: f32 and f64 (the compute floats).
+/// - [`dispatch_select!`]`(dtype, op, T => body)`: f32, f64 and the integer types
+///   (what comparisons and selections support).
 ///
-/// A dtype outside the set is `Err(Error::UnsupportedDType { op, dtype }.into())`, so the
-/// body returns a `Result` whose error converts from [`Error`].
+/// Outside its set, `dispatch_float!` and `dispatch_select!` give
+/// `Err(Error::UnsupportedDType { op, dtype }.into())`, so the body returns a
+/// `Result` whose error converts from [`Error`].
 ///
 /// ```
-/// use fucina_core::{dispatch, DType, Element, Error};
+/// use fucina_core::{dispatch_any, dispatch_float, DType, Element, Error};
 /// let size = |d: DType| -> Result<usize, Error> {
-///     dispatch!(d, float: "size", T => Ok(std::mem::size_of::<T>()))
+///     dispatch_float!(d, "size", T => Ok(std::mem::size_of::<T>()))
 /// };
 /// assert_eq!(size(DType::F64)?, 8);
 /// assert!(size(DType::I32).is_err());
-/// assert_eq!(dispatch!(DType::U8, T => <T as Element>::DTYPE), DType::U8);
+/// assert_eq!(dispatch_any!(DType::U8, T => <T as Element>::DTYPE), DType::U8);
 /// # Ok::<(), Error>(())
 /// ```
 #[macro_export]
-macro_rules! dispatch {
-    (@arms $dtype:expr, $T:ident => $body:expr; [$($D:ident => $R:ty),+] $($rest:tt)*) => {
+macro_rules! dispatch_any {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::__dispatch_arms!($dtype, $T => $body;
+            [F32 => f32, F64 => f64, F16 => $crate::f16, BF16 => $crate::bf16,
+             I32 => i32, I64 => i64, U32 => u32, U8 => u8])
+    };
+}
+
+/// The [`dispatch_any!`] family over f32 and f64; any other dtype is
+/// [`Error::UnsupportedDType`] naming `$op`.
+#[macro_export]
+macro_rules! dispatch_float {
+    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
+        $crate::__dispatch_arms!($dtype, $T => $body; [F32 => f32, F64 => f64]
+            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
+    };
+}
+
+/// The [`dispatch_any!`] family over f32, f64 and the integer types (what
+/// comparisons and selections support); f16/bf16 are
+/// [`Error::UnsupportedDType`] naming `$op`.
+#[macro_export]
+macro_rules! dispatch_select {
+    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
+        $crate::__dispatch_arms!($dtype, $T => $body;
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64, U32 => u32, U8 => u8]
+            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
+    };
+}
+
+/// The match the `dispatch_*!` family expands to (not for direct use).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __dispatch_arms {
+    ($dtype:expr, $T:ident => $body:expr; [$($D:ident => $R:ty),+] $($rest:tt)*) => {
         match $dtype {
             $($crate::DType::$D => {
                 type $T = $R;
@@ -93,36 +127,5 @@ macro_rules! dispatch {
             })+
             $($rest)*
         }
-    };
-    ($dtype:expr, float: $op:expr, $T:ident => $body:expr) => {
-        $crate::dispatch!(@arms $dtype, $T => $body; [F32 => f32, F64 => f64]
-            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
-    };
-    ($dtype:expr, select: $op:expr, $T:ident => $body:expr) => {
-        $crate::dispatch!(@arms $dtype, $T => $body;
-            [F32 => f32, F64 => f64, I32 => i32, I64 => i64, U32 => u32, U8 => u8]
-            d => Err($crate::Error::UnsupportedDType { op: $op, dtype: d }.into()),)
-    };
-    ($dtype:expr, $T:ident => $body:expr) => {
-        $crate::dispatch!(@arms $dtype, $T => $body;
-            [F32 => f32, F64 => f64, F16 => $crate::f16, BF16 => $crate::bf16,
-             I32 => i32, I64 => i64, U32 => u32, U8 => u8])
-    };
-}
-
-/// [`dispatch!`] over every dtype (the name the other crates' call sites use).
-#[macro_export]
-macro_rules! dispatch_any {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        $crate::dispatch!($dtype, $T => $body)
-    };
-}
-
-/// [`dispatch!`] over f32 and f64; any other dtype is [`Error::UnsupportedDType`] naming
-/// `$op` (the name the other crates' call sites use).
-#[macro_export]
-macro_rules! dispatch_float {
-    ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
-        $crate::dispatch!($dtype, float: $op, $T => $body)
     };
 }

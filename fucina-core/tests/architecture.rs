@@ -422,20 +422,67 @@ fn every_test_context_is_the_fixture() {
     );
 }
 
+/// Every file of the repository, as a path relative to its root with `/`
+/// separators (outside `target/` and hidden folders other than `.ci`).
+fn repo_files(dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if (name.starts_with('.') && name != ".ci") || name == "target" {
+            continue;
+        }
+        if path.is_dir() {
+            repo_files(&path, out);
+        } else if let Ok(rel) = path.strip_prefix(root()) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// File names the docs mention that a run writes, not repository files.
+const RUNTIME_FILES: [&str; 10] = [
+    "trainer_state.json",
+    "model.safetensors",
+    "optimizer.safetensors",
+    "config.json",
+    "tokenizer.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "generation_config.json",
+    "metrics.jsonl",
+    "losses.tsv",
+];
+
 /// The repository paths a document names in backticks, and those missing.
+///
+/// Two kinds: a path from the repository root (`fucina-core/src/exec.rs`),
+/// which must exist there; and a partial one (`kernels/copy.rs`,
+/// `linear.rs`), a token ending in a file extension, which must be the tail
+/// of some repository file. A path outside the repository says so by
+/// starting with `../` (the shared reference beside it) and is not checked;
+/// a name a run writes (`RUNTIME_FILES`, anything under `runs/`) is not a
+/// repository path.
 fn named_paths(doc_name: &str) -> (usize, Vec<String>) {
     let doc = read(doc_name);
     let roots = [
         "fucina-core/",
         "fucina-autograd/",
         "fucina-nn/",
+        "fucina-nn-derive/",
         "fucina-optim/",
         "fucina-distributed/",
+        "fucina-train/",
         "src/",
+        "tests/",
         "examples/",
         "benches/",
         "docs/",
         "tools/",
+        "scripts/",
+        "data/",
         ".ci/",
     ];
     let files = [
@@ -443,7 +490,21 @@ fn named_paths(doc_name: &str) -> (usize, Vec<String>) {
         "ARCHITECTURE.md",
         "CONTRIBUTING.md",
         "Cargo.toml",
+        "Cargo.lock",
     ];
+    let extensions = [
+        ".rs",
+        ".py",
+        ".sh",
+        ".md",
+        ".toml",
+        ".json",
+        ".jsonl",
+        ".txt",
+        ".safetensors",
+    ];
+    let mut all = Vec::new();
+    repo_files(&root(), &mut all);
     let mut checked = 0;
     let mut missing = Vec::new();
     for (i, token) in doc.split('`').enumerate() {
@@ -451,44 +512,84 @@ fn named_paths(doc_name: &str) -> (usize, Vec<String>) {
         if i % 2 == 0 || token.contains(char::is_whitespace) {
             continue;
         }
-        if token.contains(['<', '*', '{', '>']) {
-            continue; // a pattern, not a path
-        }
-        let is_path = roots.iter().any(|r| token.starts_with(r)) || files.contains(&token);
-        if !is_path {
+        if token.contains(['<', '*', '{', '>', '(', ':', '$', '~'])
+            || token.starts_with("../")
+            || token.starts_with("runs/")
+        {
+            // A pattern, an expression, a path outside the repository or
+            // one a run writes.
             continue;
         }
-        checked += 1;
-        if !root().join(token).exists() {
-            missing.push(token.to_string());
+        if roots.iter().any(|r| token.starts_with(r)) || files.contains(&token) {
+            checked += 1;
+            if !root().join(token).exists() {
+                missing.push(token.to_string());
+            }
+        } else if extensions.iter().any(|e| token.ends_with(e))
+            && token
+                .chars()
+                .all(|c| c.is_alphanumeric() || "._-/".contains(c))
+            && !RUNTIME_FILES.contains(&token)
+        {
+            checked += 1;
+            let tail = format!("/{}", token.trim_start_matches('/'));
+            if !all.iter().any(|f| f == token || f.ends_with(&tail)) {
+                missing.push(token.to_string());
+            }
         }
     }
     (checked, missing)
 }
 
+/// Asserts that `doc` names at least `min` paths and that all of them exist.
+fn assert_paths_exist(doc: &str, min: usize) {
+    let (checked, missing) = named_paths(doc);
+    assert!(
+        checked >= min,
+        "expected {doc} to name paths, found {checked}"
+    );
+    assert!(missing.is_empty(), "{doc} names missing paths: {missing:?}");
+}
+
 #[test]
 fn paths_named_in_architecture_md_exist() {
-    let (checked, missing) = named_paths("ARCHITECTURE.md");
-    assert!(
-        checked >= 10,
-        "expected ARCHITECTURE.md to name paths, found {checked}"
-    );
-    assert!(
-        missing.is_empty(),
-        "ARCHITECTURE.md names missing paths: {missing:?}"
-    );
+    assert_paths_exist("ARCHITECTURE.md", 10);
 }
 
 #[test]
 fn paths_named_in_contributing_md_exist() {
-    let (checked, missing) = named_paths("CONTRIBUTING.md");
-    assert!(
-        checked >= 2,
-        "expected CONTRIBUTING.md to name paths, found {checked}"
-    );
-    assert!(
-        missing.is_empty(),
-        "CONTRIBUTING.md names missing paths: {missing:?}"
+    assert_paths_exist("CONTRIBUTING.md", 2);
+}
+
+#[test]
+fn paths_named_in_readme_md_exist() {
+    assert_paths_exist("README.md", 10);
+}
+
+#[test]
+fn paths_named_in_the_docs_folder_exist() {
+    assert_paths_exist("docs/BENCHMARKS.md", 5);
+    assert_paths_exist("docs/DISTRIBUTED.md", 2);
+    assert_paths_exist("docs/RELIABILITY.md", 5);
+}
+
+#[test]
+fn the_path_check_sees_a_missing_file() {
+    // The checker itself: a rooted and a partial path that do not exist fail.
+    let doc = root().join("target/path-check-probe.md");
+    std::fs::create_dir_all(root().join("target")).unwrap();
+    std::fs::write(
+        &doc,
+        "`fucina-core/src/no_such.rs`, `elementwise/gelu_tanh.rs`, `kernels/copy.rs`, \
+         `../shared/reference/torch_workloads.py`, `trainer_state.json`",
+    )
+    .unwrap();
+    let (checked, missing) = named_paths("target/path-check-probe.md");
+    std::fs::remove_file(&doc).unwrap();
+    assert_eq!(checked, 3);
+    assert_eq!(
+        missing,
+        ["fucina-core/src/no_such.rs", "elementwise/gelu_tanh.rs"]
     );
 }
 
@@ -525,4 +626,42 @@ fn no_source_file_is_over_800_lines() {
         })
         .collect();
     assert!(long.is_empty(), "files over 800 lines: {long:?}");
+}
+
+/// Folders that still hold a `mod.rs`: autograd's `ops/` and `tape/` (being
+/// rewritten elsewhere; to move to `ops.rs`/`tape.rs` with them) and the
+/// benches' `workloads/` (loaded through `#[path]` from `benches/lib.rs`).
+/// `tests/common/mod.rs` is Cargo's convention for shared test helpers (a
+/// `tests/common.rs` would be built as a test of its own), so tests are
+/// outside the rule.
+const MOD_RS_ALLOWED: [&str; 3] = [
+    "fucina-autograd/src/ops/",
+    "fucina-autograd/src/tape/",
+    "benches/src/workloads/",
+];
+
+#[test]
+fn one_module_convention_foo_rs_beside_foo() {
+    // A module with children is `foo.rs` beside `foo/`, never `foo/mod.rs`.
+    let mut files = Vec::new();
+    rust_files(&root(), &mut files);
+    let bad: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let rel = f
+                .strip_prefix(root())
+                .ok()?
+                .to_string_lossy()
+                .replace('\\', "/");
+            let in_tests = rel.split('/').any(|c| c == "tests");
+            (rel.ends_with("/mod.rs")
+                && !in_tests
+                && !MOD_RS_ALLOWED.iter().any(|a| rel.starts_with(a)))
+            .then_some(rel)
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "modules as `mod.rs` (make them `foo.rs` beside `foo/`): {bad:?}"
+    );
 }

@@ -4,8 +4,8 @@
 //! grows linearly in the sequence length; grouped-query attention (k/v heads shared by
 //! groups of query heads, multi-query) the same ways (its edge cases: `attention_gqa.rs`).
 
-use fucina_core::kernels::attention::reference::{self, AttnDims, RefMask};
-use fucina_core::kernels::attention::{materialising, AttentionOpts};
+use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
+use fucina_core::kernels::fused::attention::{materialising, AttentionOpts};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};

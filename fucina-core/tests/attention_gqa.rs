@@ -5,8 +5,8 @@
 //! grouped forward and backward against the reference at awkward sizes are in
 //! `attention.rs`, next to the per-head cases.
 
-use fucina_core::kernels::attention::reference::{self, AttnDims, RefMask};
-use fucina_core::kernels::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};

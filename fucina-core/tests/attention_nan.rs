@@ -5,8 +5,8 @@
 //! NaN-free run's; fully masked rows stay exactly 0 (even with a NaN scale); the reference
 //! has the same NaN rows; and the bits are the same on 1 and 2 threads.
 
-use fucina_core::kernels::attention::reference::{self, AttnDims, RefMask};
-use fucina_core::kernels::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, ExecContext, Float, RawTensor};

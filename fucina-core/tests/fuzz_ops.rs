@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fucina_core::kernels::elementwise::{reference as ew, BinaryOp, UnaryOp};
 use fucina_core::kernels::reduce::{reference as red, ReduceOp};
-use fucina_core::kernels::{concat, matmul, softmax};
+use fucina_core::kernels::{concat, fused::softmax, matmul};
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 use proptest::prelude::*;

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::loss::{reference as r, CrossEntropyOpts, Reduction};
+use common::{assert_close_tol, assert_fd, fd_of, randn, tensor, tensor_bits, vals, SIZES};
+use fucina_core::kernels::fused::loss::{reference as r, CrossEntropyOpts, Reduction};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
@@ -210,19 +210,7 @@ fn backward_matches_finite_differences() {
                 .map(|(a, b)| a * b)
                 .sum()
         };
-        let h = 1e-6;
-        for i in 0..xv.len() {
-            let mut p = xv.clone();
-            p[i] += h;
-            let lp = loss(&p);
-            p[i] -= 2.0 * h;
-            let num = (lp - loss(&p)) / (2.0 * h);
-            assert!(
-                (g[i] - num).abs() < 1e-7 + 1e-6 * num.abs(),
-                "{opts:?} [{i}]: {} vs {num}",
-                g[i]
-            );
-        }
+        assert_fd(&g, &fd_of(&xv, loss), 1e-7, &format!("{opts:?}"));
     }
     drop(x);
 }

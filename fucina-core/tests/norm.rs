@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{assert_close_tol, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::norm::reference as r;
+use common::{assert_close_tol, assert_fd, finite_diff, tensor, tensor_bits, vals, SIZES};
+use fucina_core::kernels::fused::norm::reference as r;
 use fucina_core::testing::TestCtx;
 use fucina_core::{Error, ExecContext, Float, RawTensor};
 
@@ -161,29 +161,8 @@ fn matches_reference_f64() {
     sizes_and_views::<f64>();
 }
 
-/// Central differences of L = Σ gy · f(v) w.r.t. every element of v.
-fn finite_diff(v: &[f64], gy: &[f64], f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64> {
-    let h = 1e-6;
-    let loss = |p: &[f64]| -> f64 { f(p).iter().zip(gy).map(|(a, b)| a * b).sum() };
-    (0..v.len())
-        .map(|i| {
-            let mut p = v.to_vec();
-            p[i] += h;
-            let lp = loss(&p);
-            p[i] -= 2.0 * h;
-            (lp - loss(&p)) / (2.0 * h)
-        })
-        .collect()
-}
-
-fn assert_fd(got: &[f64], want: &[f64], what: &str) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-6 + 1e-6 * w.abs(),
-            "{what}[{i}]: analytic {g}, numeric {w}"
-        );
-    }
-}
+/// The finite-difference tolerance of this file's backward checks.
+const FD_ATOL: f64 = 1e-6;
 
 #[test]
 fn backward_matches_finite_differences() {
@@ -212,9 +191,24 @@ fn backward_matches_finite_differences() {
     let fb = finite_diff(&bv, &gyv, |v| {
         r::layer_norm(&xv, d, Some(&wv), Some(v), eps).0
     });
-    assert_fd(&gx.unwrap().to_vec::<f64>().unwrap(), &fx, "layer_norm gx");
-    assert_fd(&gw.unwrap().to_vec::<f64>().unwrap(), &fw, "layer_norm gw");
-    assert_fd(&gb.unwrap().to_vec::<f64>().unwrap(), &fb, "layer_norm gb");
+    assert_fd(
+        &gx.unwrap().to_vec::<f64>().unwrap(),
+        &fx,
+        FD_ATOL,
+        "layer_norm gx",
+    );
+    assert_fd(
+        &gw.unwrap().to_vec::<f64>().unwrap(),
+        &fw,
+        FD_ATOL,
+        "layer_norm gw",
+    );
+    assert_fd(
+        &gb.unwrap().to_vec::<f64>().unwrap(),
+        &fb,
+        FD_ATOL,
+        "layer_norm gb",
+    );
     // Without weight.
     let (_, mean0, rstd0) = ctx.layer_norm(&x, None, None, eps).unwrap();
     let (gx0, _, _) = ctx
@@ -224,6 +218,7 @@ fn backward_matches_finite_differences() {
     assert_fd(
         &gx0.unwrap().to_vec::<f64>().unwrap(),
         &fx0,
+        FD_ATOL,
         "layer_norm gx (no affine)",
     );
 
@@ -233,8 +228,18 @@ fn backward_matches_finite_differences() {
         .unwrap();
     let fx = finite_diff(&xv, &gyv, |v| r::rms_norm(v, d, Some(&wv), eps).0);
     let fw = finite_diff(&wv, &gyv, |v| r::rms_norm(&xv, d, Some(v), eps).0);
-    assert_fd(&gx.unwrap().to_vec::<f64>().unwrap(), &fx, "rms_norm gx");
-    assert_fd(&gw.unwrap().to_vec::<f64>().unwrap(), &fw, "rms_norm gw");
+    assert_fd(
+        &gx.unwrap().to_vec::<f64>().unwrap(),
+        &fx,
+        FD_ATOL,
+        "rms_norm gx",
+    );
+    assert_fd(
+        &gw.unwrap().to_vec::<f64>().unwrap(),
+        &fw,
+        FD_ATOL,
+        "rms_norm gw",
+    );
     let (_, rrstd0) = ctx.rms_norm(&x, None, eps).unwrap();
     let (gx0, gw0) = ctx
         .rms_norm_backward(&x, None, &rrstd0, &gy, true, true)
@@ -244,6 +249,7 @@ fn backward_matches_finite_differences() {
     assert_fd(
         &gx0.unwrap().to_vec::<f64>().unwrap(),
         &fx0,
+        FD_ATOL,
         "rms_norm gx (no weight)",
     );
     drop((x, w, b, gy, mean, rstd, mean0, rstd0, rrstd, rrstd0));

@@ -90,7 +90,7 @@ fn to_vec_of_a_huge_broadcast_view_is_out_of_memory() {
 
 #[test]
 fn cross_entropy_with_a_huge_broadcast_target_is_an_error() {
-    use fucina_core::kernels::loss::CrossEntropyOpts;
+    use fucina_core::kernels::fused::loss::CrossEntropyOpts;
     let ctx = ctx();
     let t1 = ctx.from_slice(&[0i64], &[1]).unwrap();
     let t = t1.broadcast_to(&[1 << 36]).unwrap();
@@ -232,7 +232,7 @@ fn the_memory_limit_bounds_cache_hits_too() {
 fn empty_tensors_with_huge_extents_are_handled() {
     // Found by the fuzz soak: a [0, 1 << 62, 1] tensor made the softmax
     // reference allocate a row of 1 << 62 indices (capacity overflow panic).
-    use fucina_core::kernels::softmax;
+    use fucina_core::kernels::fused::softmax;
     let ctx = ctx();
     let x = ctx.zeros(DType::F32, &[0]).unwrap();
     let v = ctx

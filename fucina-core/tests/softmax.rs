@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{assert_close_tol, randn, tensor, tensor_bits, vals, SIZES};
-use fucina_core::kernels::softmax::{exp_f32, exp_f64, reference as r};
+use common::{assert_close_tol, assert_fd, finite_diff, randn, tensor, tensor_bits, vals, SIZES};
+use fucina_core::kernels::fused::softmax::{exp_f32, exp_f64, reference as r};
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
@@ -166,30 +166,8 @@ fn stable_for_large_and_infinite_logits() {
     drop((x, x2));
 }
 
-/// Central differences of L(x) = Σ gy · f(x) against an analytic backward.
-fn finite_diff(x: &[f64], gy: &[f64], f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64> {
-    let h = 1e-6;
-    let loss = |v: &[f64]| -> f64 { f(v).iter().zip(gy).map(|(a, b)| a * b).sum() };
-    (0..x.len())
-        .map(|i| {
-            let mut p = x.to_vec();
-            p[i] += h;
-            let lp = loss(&p);
-            p[i] -= 2.0 * h;
-            let lm = loss(&p);
-            (lp - lm) / (2.0 * h)
-        })
-        .collect()
-}
-
-fn assert_fd(got: &[f64], want: &[f64], what: &str) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-7 + 1e-6 * w.abs(),
-            "{what}[{i}]: analytic {g}, numeric {w}"
-        );
-    }
-}
+/// The finite-difference tolerance of this file's backward checks.
+const FD_ATOL: f64 = 1e-7;
 
 #[test]
 fn backward_matches_finite_differences() {
@@ -212,7 +190,7 @@ fn backward_matches_finite_differences() {
             .to_vec::<f64>()
             .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::softmax(v, &shape, axis));
-        assert_fd(&g, &num, "softmax_backward");
+        assert_fd(&g, &num, FD_ATOL, "softmax_backward");
 
         let ly = ctx.log_softmax(&x, axis).unwrap();
         let lg = ctx
@@ -221,7 +199,7 @@ fn backward_matches_finite_differences() {
             .to_vec::<f64>()
             .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::log_softmax(v, &shape, axis));
-        assert_fd(&lg, &num, "log_softmax_backward");
+        assert_fd(&lg, &num, FD_ATOL, "log_softmax_backward");
     }
     // Causal: softmax_backward on the causal output, and the causal log-softmax backward.
     for shape in [vec![4usize, 4], vec![2, 3, 5], vec![5, 3]] {
@@ -238,7 +216,7 @@ fn backward_matches_finite_differences() {
             .to_vec::<f64>()
             .unwrap();
         let num = finite_diff(&xv, &gyv, |v| r::softmax_causal(v, &shape));
-        assert_fd(&g, &num, "softmax_causal backward");
+        assert_fd(&g, &num, FD_ATOL, "softmax_causal backward");
 
         // The causal log-softmax has −∞ entries: differentiate only its finite part
         // (gy masked to 0 there, as a downstream op that ignores masked slots would).
@@ -261,7 +239,7 @@ fn backward_matches_finite_differences() {
                 .map(|l| if l.is_finite() { l } else { 0.0 })
                 .collect()
         });
-        assert_fd(&lg, &num, "log_softmax_causal_backward");
+        assert_fd(&lg, &num, FD_ATOL, "log_softmax_causal_backward");
     }
 }
 

@@ -5,6 +5,12 @@
 //! and how long this rank waited), a peer that is gone, a message of the
 //! wrong size, ranks whose models differ, and a failure on rank 0 that every
 //! rank reports.
+//!
+//! One route per failure (ARCHITECTURE.md, "One error route"): an error is
+//! filed under the crate that raised it, wrapped once. A core error is
+//! always [`Error::Core`] and an autograd error [`Error::Autograd`], whether
+//! it came straight from that crate or through fucina-optim's error (the
+//! conversions unwrap it), so [`Error::Optim`] holds only optim's own.
 
 /// Errors raised by the transports, the gradient averaging, the sampler and
 /// the rank-0 checkpoints.
@@ -13,12 +19,14 @@ pub enum Error {
     /// A shape, dtype or memory error from the core kernels.
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
-    /// An error from autograd (a released tensor, a gradient of the wrong shape, ...).
+    /// An error from autograd (a released tensor, a gradient of the wrong
+    /// shape, ...); never `fucina_autograd::Error::Core`.
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
-    /// An error from an optimizer or a checkpoint file.
+    Autograd(fucina_autograd::Error),
+    /// An error from an optimizer or a checkpoint file; never
+    /// `fucina_optim::Error::Core` or `::Autograd`.
     #[error(transparent)]
-    Optim(#[from] fucina_optim::Error),
+    Optim(fucina_optim::Error),
     /// Peers that did not deliver their part of a collective before the deadline.
     #[error("rank {rank}: `{what}`: no message from rank(s) {missing:?} after {waited_s:.1} s; those ranks have failed or stalled")]
     PeerTimeout {
@@ -82,6 +90,8 @@ pub enum Error {
     #[error("mpi: {0}")]
     Mpi(String),
 }
+
+fucina_autograd::one_error_route!(Error; fucina_optim::Error => Optim);
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -14,7 +14,7 @@ use fucina_core::{DType, ExecContext};
 use crate::error::{Error, Result};
 use crate::init::{Dist, Init};
 use crate::linear::Linear;
-pub use fucina_core::kernels::attention::AttentionOpts;
+pub use fucina_core::kernels::fused::attention::AttentionOpts;
 
 /// `[B, T, D] -> [B, H, T, D/H]` (a view whenever the strides allow).
 pub fn split_heads(x: &Tensor, n_head: usize) -> Result<Tensor> {

@@ -4,6 +4,11 @@
 //! [`Error::InvalidConfig`] naming the module and the offending field;
 //! forwards validate input shapes and return [`Error::BadInput`] naming the
 //! module and the shapes; op failures pass through as `Autograd`/`Core`.
+//!
+//! One route per failure (ARCHITECTURE.md, "One error route"): a core error
+//! is always [`Error::Core`], whether it came from a core call or through an
+//! autograd op (the conversion from autograd's error unwraps
+//! `fucina_autograd::Error::Core`), so [`Error::Autograd`] never holds one.
 
 /// Errors raised by fucina-nn.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -11,9 +16,10 @@ pub enum Error {
     /// A shape, dtype, range or memory error from the kernels.
     #[error(transparent)]
     Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd.
+    /// A graph, scope or gradient error from autograd; never
+    /// `fucina_autograd::Error::Core`, which arrives as [`Error::Core`].
     #[error(transparent)]
-    Autograd(#[from] fucina_autograd::Error),
+    Autograd(fucina_autograd::Error),
     /// A module was configured with an invalid value.
     #[error("{module}: invalid config: {msg}")]
     InvalidConfig {
@@ -65,6 +71,8 @@ pub enum Error {
         failure: Box<fucina_autograd::gradcheck::GradcheckFailure>,
     },
 }
+
+fucina_autograd::one_error_route!(Error);
 
 impl Error {
     /// An [`Error::InvalidConfig`].

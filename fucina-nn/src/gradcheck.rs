@@ -120,7 +120,7 @@ where
             rel_err,
             failure: Box::new(failure.in_op(module_name).with_input_names(names.clone())),
         },
-        other => Error::Autograd(other),
+        other => Error::from(other),
     })?;
     let tensors = names
         .iter()

@@ -65,16 +65,17 @@ pub use generation::{GenerateOptions, Generated, Sampling};
 pub use gradcheck::{gradcheck_module, gradcheck_module_with, ModuleGradcheckReport};
 pub use init::{Dist, Init};
 pub use kv_cache::KvCache;
-/// LoRA at its historical path (`fucina_nn::lora`); it lives in `linear/`.
-pub use linear::lora;
-pub use linear::Linear;
-pub use lora::{
+pub use linear::lora::{
     apply_lora, load_adapter, save_adapter, InitLoraWeights, LoraAdapter, LoraConfig, TargetModules,
 };
+pub use linear::Linear;
 pub use models::{mean_pool, BertConfig, BertModel, CausalLm, Gpt, GptConfig};
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Rope, RopeScaling};
 pub use sequential::{Mlp, Sequential};
 pub use state::StateDict;
+/// The `tokenizers` crate behind [`hf::Tokenizer`] (re-exported so the
+/// versions cannot mismatch).
+pub use tokenizers;
 pub use transformer::{BlockConfig, BlockInit, FeedForward, TransformerBlock};

@@ -99,7 +99,12 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 /// head.freeze("LayerNorm");
 /// assert_eq!(head.trainable_parameters().len(), 3);
 /// ```
-pub trait Module {
+///
+/// Every module is `Send + Sync` (a supertrait, so a field in a `Cell` or
+/// `RefCell` is a compile error): a model can be shared by reference with
+/// another thread, e.g. one that evaluates it under no-grad while this one
+/// trains. Interior state uses atomics or locks (`Mode`, LoRA's merge slot).
+pub trait Module: Send + Sync {
     /// Calls `f(path, param)` for every parameter, in declaration order,
     /// with `prefix` joined in front of each name.
     fn visit_params(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor));

@@ -234,6 +234,7 @@ fn checkpointed_dropout_replays_its_masks() {
             let block: Block = Arc::new(move |xs: &[Tensor]| {
                 let h = d2.forward(&xs[0]).map_err(|e| match e {
                     fucina_nn::Error::Autograd(a) => a,
+                    fucina_nn::Error::Core(c) => c.into(),
                     other => panic!("{other}"),
                 })?;
                 h.linear(&w2, None)?.tanh()

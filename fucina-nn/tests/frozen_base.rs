@@ -16,7 +16,7 @@ use fucina_autograd::io::{save_state_dict, SaveOptions};
 use fucina_autograd::Tensor;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
-use fucina_nn::lora::{apply_lora, merge_lora, unmerge_lora, LoraConfig};
+use fucina_nn::linear::lora::{apply_lora, merge_lora, unmerge_lora, LoraConfig};
 use fucina_nn::{CausalLm, Init, Module};
 
 fn fixture(family: &str) -> PathBuf {

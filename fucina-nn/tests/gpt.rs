@@ -134,7 +134,7 @@ fn config_serde_and_validation() {
         ));
         let oov = Tensor::constant(&ctx, &[13i64], &[1, 1]).unwrap();
         assert!(
-            matches!(gpt.forward(&oov), Err(Error::Autograd(_))),
+            matches!(gpt.forward(&oov), Err(Error::Core(_))),
             "an out-of-vocabulary id is an error"
         );
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::{DType, ExecContext};
-use fucina_nn::lora::{merge_lora, unmerge_lora, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
+use fucina_nn::linear::lora::{merge_lora, unmerge_lora, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use fucina_nn::{apply_lora, load_adapter, save_adapter, BertModel, Init, LoraConfig, Module};
 use serde::Deserialize;
 
@@ -308,14 +308,14 @@ fn lora_applies_to_any_module_by_path_gpt() {
         assert!(err.to_string().contains("nope"), "{err}");
         // A second adapter on the same layer is refused.
         assert!(apply_lora(&mut gpt, &LoraConfig::new(2, 2.0, &["qkv"]), &mut init).is_err());
-        assert_eq!(fucina_nn::lora::remove_lora(&mut gpt).unwrap(), 2);
+        assert_eq!(fucina_nn::linear::lora::remove_lora(&mut gpt).unwrap(), 2);
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn unmerge_after_new_base_weights_keeps_them_and_takes_out_the_delta() {
-    use fucina_nn::lora::LoraAdapter;
+    use fucina_nn::linear::lora::LoraAdapter;
     use fucina_nn::{Init, Linear};
     let ctx = ExecContext::with_threads(1).unwrap();
     let mut init = Init::new(&ctx, fucina_core::DType::F64, 3);

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use fucina_autograd::io::SafetensorsFile;
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::{DType, ExecContext};
-use fucina_nn::lora::{remove_lora, LoraAdapter};
+use fucina_nn::linear::lora::{remove_lora, LoraAdapter};
 use fucina_nn::{
     apply_lora, load_adapter, save_adapter, CausalLm, Init, InitLoraWeights, Linear, LoraConfig,
     Module, TargetModules,
@@ -492,7 +492,7 @@ fn init_false_draws_both_matrices() {
             2,
             1.0,
             0.0,
-            fucina_nn::lora::LoraInit::Random,
+            fucina_nn::linear::lora::LoraInit::Random,
         )
         .unwrap();
         assert!(ad

@@ -105,15 +105,7 @@ pub enum Error {
     Injected(&'static str),
 }
 
-impl From<fucina_autograd::Error> for Error {
-    /// Autograd's errors, with a core error unwrapped to [`Error::Core`].
-    fn from(e: fucina_autograd::Error) -> Self {
-        match e {
-            fucina_autograd::Error::Core(c) => Error::Core(c),
-            e => Error::Autograd(e),
-        }
-    }
-}
+fucina_autograd::one_error_route!(Error);
 
 impl From<safetensors::SafeTensorError> for Error {
     fn from(e: safetensors::SafeTensorError) -> Self {

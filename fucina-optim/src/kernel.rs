@@ -328,7 +328,7 @@ pub(crate) fn moment_dtype(param: DType, bf16_storage: bool) -> DType {
 
 /// Binds `$M` to the Rust storage type of a moment of dtype `$dt` for
 /// parameters of compute type `$T` (`$T` itself or bf16).
-macro_rules! moment_type {
+macro_rules! dispatch_moment {
     ($dt:expr, $T:ty, $M:ident => $body:expr) => {
         match $dt {
             fucina_core::DType::BF16 => {
@@ -346,14 +346,4 @@ macro_rules! moment_type {
         }
     };
 }
-pub(crate) use moment_type;
-
-/// Binds `$T` to f32 or f64 for a parameter of dtype `$dt` (core's one dtype dispatcher,
-/// [`fucina_core::dispatch!`]); any other dtype is an `UnsupportedDType` error naming `$op`
-/// (converted into this crate's error type).
-macro_rules! param_type {
-    ($dt:expr, $op:expr, $T:ident => $body:expr) => {
-        fucina_core::dispatch!($dt, float: $op, $T => $body)
-    };
-}
-pub(crate) use param_type;
+pub(crate) use dispatch_moment;

@@ -68,13 +68,11 @@ pub mod optimizer;
 pub mod schedule;
 pub mod state;
 
-pub use algo::adam::{Adam, AdamConfig, AdamW};
+pub use algo::adam::{AdamConfig, AdamW};
 pub use algo::lion::{Lion, LionConfig};
 pub use algo::muon::{Muon, MuonConfig, MuonLrAdjust};
 pub use algo::rmsprop::{RmsProp, RmsPropConfig};
 pub use algo::sgd::{Sgd, SgdConfig};
-/// The update rules' modules at their historical paths (`fucina_optim::sgd`, ...).
-pub use algo::{adam, lion, muon, rmsprop, sgd};
 pub use checkpoint::{
     find_latest, fnv1a64, load_checkpoint, load_latest, load_model, load_model_bytes, model_bytes,
     remove_stale_saves, save_checkpoint, save_model, Checkpoint, FileDigest, LatestCheckpoint,

@@ -72,6 +72,17 @@ pub trait Optimizer {
     /// The update rule's name (`"sgd"`, `"adam"`, ...).
     fn name(&self) -> &'static str;
     /// Applies one update to every parameter that has a gradient.
+    ///
+    /// Each parameter is updated in place through
+    /// [`Tensor::update_value`](fucina_autograd::Tensor::update_value): while
+    /// its update runs, the value is taken out of the tensor, so another
+    /// thread that reads that parameter at that moment (`value`, `raw`,
+    /// `to_vec`, or a forward that uses it) gets
+    /// [`fucina_autograd::Error::ValueBusy`] instead of a half-updated
+    /// value. It is never wrong data, only a refused read; a program that
+    /// evaluates a model on another thread while this one trains orders the
+    /// two (the evaluation between steps, as `fucina-train/tests/shared_model.rs`
+    /// does) or retries the read.
     fn step(&mut self) -> Result<()>;
     /// Steps only when every parameter's gradient is finite
     /// ([`crate::grads_are_finite`]) and says whether it did. A skipped step
@@ -140,7 +151,7 @@ pub trait Optimizer {
 }
 
 /// Runs an [`Algorithm`] over parameter groups. The concrete optimizers are
-/// aliases: [`Sgd`](crate::Sgd), [`Adam`](crate::Adam), [`AdamW`](crate::AdamW),
+/// aliases: [`Sgd`](crate::Sgd), [`AdamW`](crate::AdamW) (Adam too, by its config),
 /// [`RmsProp`](crate::RmsProp), [`Lion`](crate::Lion), [`Muon`](crate::Muon).
 #[derive(Debug)]
 pub struct Optim<A: Algorithm> {

@@ -1,5 +1,11 @@
 //! The kit's error: bad configuration, bad data, I/O naming the file, and
 //! the lower layers' errors wrapped once.
+//!
+//! One route per failure (ARCHITECTURE.md, "One error route"): an error is
+//! filed under the crate that raised it. A core error is always
+//! [`Error::Core`] and an autograd error [`Error::Autograd`], whether it came
+//! straight from that crate or through fucina-nn's error (the conversions
+//! unwrap it), so [`Error::Nn`] holds only nn's own.
 
 use std::path::PathBuf;
 
@@ -25,24 +31,20 @@ pub enum Error {
     /// A worker thread panicked or went away while prefetching.
     #[error("data loader: {0}")]
     Worker(String),
-    /// From the layers below (tensors, autograd, modules), wrapped once:
-    /// fucina-nn's error already carries fucina-autograd's and
-    /// fucina-core's.
+    /// A shape, dtype or memory error from the core kernels.
     #[error(transparent)]
-    Nn(#[from] fucina_nn::Error),
+    Core(#[from] fucina_core::Error),
+    /// A graph, scope or gradient error from autograd; never
+    /// `fucina_autograd::Error::Core`.
+    #[error(transparent)]
+    Autograd(fucina_autograd::Error),
+    /// A module, layer or state-dict error from fucina-nn; never
+    /// `fucina_nn::Error::Core` or `::Autograd`.
+    #[error(transparent)]
+    Nn(fucina_nn::Error),
 }
 
-impl From<fucina_autograd::Error> for Error {
-    fn from(e: fucina_autograd::Error) -> Self {
-        Error::Nn(e.into())
-    }
-}
-
-impl From<fucina_core::Error> for Error {
-    fn from(e: fucina_core::Error) -> Self {
-        Error::Nn(e.into())
-    }
-}
+fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn);
 
 impl Error {
     pub(crate) fn config(what: &'static str, msg: impl Into<String>) -> Error {

@@ -16,7 +16,7 @@ use std::path::Path;
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::DecoderConfig;
-use fucina_nn::lora::{apply_lora, LoraConfig};
+use fucina_nn::linear::lora::{apply_lora, LoraConfig};
 use fucina_nn::{CausalLm, Init, Module};
 use fucina_optim::{AdamConfig, AdamW, Error as OptimError, Optimizer};
 

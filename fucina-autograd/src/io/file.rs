@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use fucina_core::{DType, ExecContext, RawTensor};
 
+use super::fs::{map_file, MappedFile};
 use super::StateDictError;
 use crate::error::Result;
 
@@ -39,7 +40,7 @@ pub struct TensorInfo {
 }
 
 enum Data<'a> {
-    Map(memmap2::Mmap),
+    Map(MappedFile),
     Slice(&'a [u8]),
 }
 
@@ -110,21 +111,17 @@ impl SafetensorsFile<'static> {
     /// it is open (fucina itself only ever replaces files by rename, which
     /// leaves an open map on the old contents).
     pub fn open(path: &Path) -> Result<SafetensorsFile<'static>> {
-        let f = std::fs::File::open(path).map_err(|e| StateDictError::io(path, &e))?;
-        let len = f
-            .metadata()
-            .map_err(|e| StateDictError::io(path, &e))?
-            .len();
-        if len < 8 {
+        // The workspace's one memory-map opener (`io/fs.rs`).
+        let map = map_file(path)?;
+        if map.len() < 8 {
             return Err(format_err(
                 path,
-                format!("the file is {len} bytes, shorter than the 8-byte header length"),
+                format!(
+                    "the file is {} bytes, shorter than the 8-byte header length",
+                    map.len()
+                ),
             ));
         }
-        // SAFETY: the map is read-only and lives as long as `self`; the
-        // documented contract is that the file is not modified in place
-        // while open (a concurrent truncation could fault, as with any map).
-        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| StateDictError::io(path, &e))?;
         Self::parse(path.to_path_buf(), Data::Map(map))
     }
 }

@@ -98,8 +98,10 @@ impl std::ops::Deref for MappedFile {
     }
 }
 
-/// Maps `path` read-only. Same contract as `SafetensorsFile::open`: the
-/// file must not be modified in place while mapped.
+/// Maps `path` read-only: the workspace's one memory-map opener (what
+/// `SafetensorsFile::open` and checkpoint verification read through). The
+/// file must not be modified in place while mapped (fucina itself only ever
+/// replaces files by rename, which leaves an open map on the old contents).
 pub fn map_file(path: &Path) -> Result<MappedFile> {
     let f = File::open(path).map_err(|e| StateDictError::io(path, &e))?;
     let len = f
@@ -109,7 +111,9 @@ pub fn map_file(path: &Path) -> Result<MappedFile> {
     if len == 0 {
         return Ok(MappedFile(None));
     }
-    // SAFETY: read-only map owned by the returned value; see the contract above.
+    // SAFETY: read-only map owned by the returned value; the documented
+    // contract is that the file is not modified in place while mapped (a
+    // concurrent truncation could fault, as with any map).
     let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| StateDictError::io(path, &e))?;
     Ok(MappedFile(Some(m)))
 }

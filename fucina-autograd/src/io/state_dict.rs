@@ -51,12 +51,12 @@ impl DtypePolicy {
 }
 
 /// How [`load_state_dict`] matches a file to a model.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadOptions {
     /// Reject the load when any key is missing, unexpected or mismatched
     /// (default `true`). When `false`, what fits is loaded and the rest is
     /// reported in [`LoadReport`].
-    pub non_strict: bool,
+    pub strict: bool,
     /// Key rewrites `(file_prefix, model_prefix)`, tried in order: the first
     /// whose `file_prefix` starts a file key replaces that prefix with
     /// `model_prefix`. `("bert.", "")` strips `bert.`; `("", "encoder.")`
@@ -64,6 +64,17 @@ pub struct LoadOptions {
     pub prefix_map: Vec<(String, String)>,
     /// Which stored dtypes convert into the parameter's.
     pub dtype: DtypePolicy,
+}
+
+impl Default for LoadOptions {
+    /// Strict, no key rewriting, [`DtypePolicy::Widen`].
+    fn default() -> LoadOptions {
+        LoadOptions {
+            strict: true,
+            prefix_map: Vec::new(),
+            dtype: DtypePolicy::default(),
+        }
+    }
 }
 
 impl LoadOptions {
@@ -74,7 +85,7 @@ impl LoadOptions {
 
     /// Sets strictness (default strict).
     pub fn strict(mut self, strict: bool) -> LoadOptions {
-        self.non_strict = !strict;
+        self.strict = strict;
         self
     }
 
@@ -231,7 +242,7 @@ pub fn load_state_dict_from(
         .map(str::to_string)
         .collect();
     // (3) strict.
-    if !opts.non_strict && !report.is_complete() {
+    if opts.strict && !report.is_complete() {
         return Err(StateDictError::Keys {
             file: path.to_path_buf(),
             missing: report.missing,

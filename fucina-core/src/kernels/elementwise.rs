@@ -631,7 +631,7 @@ impl ExecContext {
     pub fn compare(&self, a: &RawTensor, b: &RawTensor, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare";
         same_dtype(OP, a, b)?;
-        crate::dispatch!(a.dtype(), select: OP, T => {
+        crate::dispatch_select!(a.dtype(), OP, T => {
             with_cmp!(op, T, f => map2::<T, T, u8>(self, OP, a, b, f))
         })
     }
@@ -640,7 +640,7 @@ impl ExecContext {
     /// rounded to the element type (as PyTorch); integers compare exactly in f64.
     pub fn compare_scalar(&self, a: &RawTensor, s: f64, op: CmpOp) -> Result<RawTensor> {
         const OP: &str = "compare_scalar";
-        crate::dispatch!(a.dtype(), select: OP, T => {
+        crate::dispatch_select!(a.dtype(), OP, T => {
             if T::DTYPE.is_float() {
                 let sv = T::from_f64(s);
                 with_cmp!(op, T, f => map1::<T, u8>(self, a, move |v| f(v, sv)))
@@ -656,7 +656,7 @@ impl ExecContext {
         const OP: &str = "where_cond";
         expect_dtype(OP, cond, DType::U8)?;
         same_dtype(OP, a, b)?;
-        crate::dispatch!(a.dtype(), select: OP, T => {
+        crate::dispatch_select!(a.dtype(), OP, T => {
             map3::<u8, T, T, T>(self, OP, cond, a, b, |m, u, v| if m != 0 { u } else { v })
         })
     }
@@ -665,7 +665,7 @@ impl ExecContext {
     pub fn masked_fill(&self, x: &RawTensor, mask: &RawTensor, value: f64) -> Result<RawTensor> {
         const OP: &str = "masked_fill";
         expect_dtype(OP, mask, DType::U8)?;
-        crate::dispatch!(x.dtype(), select: OP, T => {
+        crate::dispatch_select!(x.dtype(), OP, T => {
             let v = T::from_f64(value);
             map2_to::<T, u8, T>(self, OP, x, mask, x.shape(), move |u, m| if m != 0 { v } else { u })
         })

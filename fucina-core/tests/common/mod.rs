@@ -142,3 +142,36 @@ pub fn assert_close_tol<T: Float>(got: &[T], want: &[T], tol: [(f64, f64); 2], w
         assert!(ok, "{what}[{i}]: got {g}, want {w}");
     }
 }
+
+/// Central differences (step 1e-6) of L(v) = Σ gy · f(v) with respect to
+/// every element of `v`: the numeric side of a backward check.
+pub fn finite_diff(v: &[f64], gy: &[f64], f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64> {
+    let loss = |p: &[f64]| -> f64 { f(p).iter().zip(gy).map(|(a, b)| a * b).sum() };
+    fd_of(v, loss)
+}
+
+/// Central differences (step 1e-6) of the scalar `loss` at `v`.
+pub fn fd_of(v: &[f64], loss: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let h = 1e-6;
+    (0..v.len())
+        .map(|i| {
+            let mut p = v.to_vec();
+            p[i] += h;
+            let lp = loss(&p);
+            p[i] -= 2.0 * h;
+            (lp - loss(&p)) / (2.0 * h)
+        })
+        .collect()
+}
+
+/// Asserts an analytic gradient against central differences:
+/// `|got − want| ≤ atol + 1e-6·|want|` element by element.
+pub fn assert_fd(got: &[f64], want: &[f64], atol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= atol + 1e-6 * w.abs(),
+            "{what}[{i}]: analytic {g}, numeric {w}"
+        );
+    }
+}

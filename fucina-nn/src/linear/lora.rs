@@ -62,7 +62,7 @@ pub use config::{
 };
 pub use files::{adapter_state_dict, load_adapter, save_adapter};
 
-use std::cell::RefCell;
+use std::sync::{Mutex, MutexGuard};
 
 use fucina_autograd::{no_grad, RawTensor, Tensor};
 use fucina_core::kernels::elementwise::BinaryOp;
@@ -99,6 +99,26 @@ struct Merged {
     merged: RawTensor,
 }
 
+/// The merge state of an adapter behind a lock, so a [`Linear`] (and every
+/// model holding one) is `Sync`: a model shared with an evaluation thread
+/// never sees a half-written slot. Cloning copies the state.
+#[derive(Debug, Default)]
+struct MergeSlot(Mutex<Option<Merged>>);
+
+impl MergeSlot {
+    /// The slot; a panic while it was held left no partial write (each
+    /// writer assigns the whole `Option`), so a poisoned lock is still valid.
+    fn lock(&self) -> MutexGuard<'_, Option<Merged>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Clone for MergeSlot {
+    fn clone(&self) -> Self {
+        MergeSlot(Mutex::new(self.lock().clone()))
+    }
+}
+
 /// The adapter attached to a [`Linear`] (its `lora` field).
 #[derive(Clone, Debug, crate::Module)]
 pub struct LoraAdapter {
@@ -116,7 +136,7 @@ pub struct LoraAdapter {
     /// While merged: the base weight from before [`Linear::merge_lora`] and
     /// the merged weight it set.
     #[module(skip)]
-    original: RefCell<Option<Merged>>,
+    original: MergeSlot,
 }
 
 impl LoraAdapter {
@@ -177,7 +197,7 @@ impl LoraAdapter {
             lora_b: LoraWeight { weight: b },
             dropout,
             scale,
-            original: RefCell::new(None),
+            original: MergeSlot::default(),
         })
     }
 
@@ -200,7 +220,7 @@ impl LoraAdapter {
 
     /// Whether the delta is merged into the base weight.
     pub fn is_merged(&self) -> bool {
-        self.original.borrow().is_some()
+        self.original.lock().is_some()
     }
 }
 
@@ -238,7 +258,7 @@ impl Linear {
         };
         let original = self.weight.raw()?;
         self.weight.set_value(merged.clone_view())?;
-        *l.original.borrow_mut() = Some(Merged { original, merged });
+        *l.original.lock() = Some(Merged { original, merged });
         Ok(())
     }
 
@@ -256,7 +276,7 @@ impl Linear {
             ));
         };
         let restored = {
-            let state = l.original.borrow();
+            let state = l.original.lock();
             let Some(m) = state.as_ref() else {
                 return Err(Error::config("Linear", "unmerge_lora: not merged"));
             };
@@ -283,7 +303,7 @@ impl Linear {
             }
         };
         self.weight.set_value(restored)?;
-        *l.original.borrow_mut() = None;
+        *l.original.lock() = None;
         Ok(())
     }
 }

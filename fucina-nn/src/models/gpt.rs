@@ -4,9 +4,10 @@
 //! `lm_head`). Init: N(0, 0.02) for every linear weight and embedding, zero
 //! biases, ones/zeros for norms; optionally GPT-2's residual scaling.
 //!
-//! With the default config it is `CharGPT` of
-//! `reference/torch_workloads.py` parameter for parameter (the golden test
-//! `tests/gpt_golden.rs` checks logits, loss and every gradient against it).
+//! With the default config it is `CharGPT` of the torch workloads,
+//! `tools/torch_chargpt.py` in this repository, parameter for parameter (the
+//! golden test `fucina-nn/tests/gpt_golden.rs` checks logits, loss and every
+//! gradient against it, from `tools/gen_nn_goldens.py`).
 
 use fucina_autograd::{CrossEntropyOpts, Tensor};
 use serde::{Deserialize, Serialize};

@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Moment,
+    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -82,9 +81,10 @@ impl Default for AdamConfig {
     }
 }
 
-/// Adam (coupled weight decay): `Optim<AdamConfig>` with `decoupled: false`.
-pub type Adam = Optim<AdamConfig>;
-/// AdamW (decoupled weight decay): the same optimizer with `decoupled: true`.
+/// Adam and AdamW, one optimizer: `Optim<AdamConfig>`. The config chooses
+/// the rule: [`AdamConfig::adamw`] (decoupled weight decay, PyTorch's
+/// `AdamW`) or [`AdamConfig::adam`] (coupled L2 decay, PyTorch's `Adam`);
+/// there is no separate `Adam` name.
 pub type AdamW = Optim<AdamConfig>;
 
 impl Hyperparams for AdamConfig {
@@ -127,8 +127,8 @@ impl Algorithm for AdamConfig {
         };
         let s = AdamScalars::new(self, self.lr * lr_factor, step);
         let (dm, dv) = (m.dtype(), v.dtype());
-        param_type!(param.dtype(), "adam", T => {
-            moment_type!(dm, T, M1 => moment_type!(dv, T, M2 => {
+        fucina_core::dispatch_float!(param.dtype(), "adam", T => {
+            dispatch_moment!(dm, T, M1 => dispatch_moment!(dv, T, M2 => {
                 adam_kernel::<T, M1, M2>(ctx, &s, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m, v)
             }))
         })

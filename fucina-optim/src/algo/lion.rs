@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
+    dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -83,7 +83,7 @@ impl Algorithm for LionConfig {
         };
         let dt = m.dtype();
         let lr = self.lr * lr_factor;
-        param_type!(param.dtype(), "lion", T => moment_type!(dt, T, M => {
+        fucina_core::dispatch_float!(param.dtype(), "lion", T => dispatch_moment!(dt, T, M => {
             lion_kernel::<T, M>(ctx, self, lr, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m)
         }))
     }

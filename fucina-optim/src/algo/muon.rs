@@ -16,8 +16,7 @@ use crate::algo::adam::AdamConfig;
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Moment,
+    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -156,7 +155,7 @@ impl Algorithm for MuonConfig {
         let cols = param.numel() / rows;
         let dt = b.dtype();
         let lr = self.lr * lr_factor;
-        param_type!(param.dtype(), "muon", T => moment_type!(dt, T, M => {
+        fucina_core::dispatch_float!(param.dtype(), "muon", T => dispatch_moment!(dt, T, M => {
             muon_kernel::<T, M>(ctx, self, lr, rows, cols, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, b)
         }))
     }

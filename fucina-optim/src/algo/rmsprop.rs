@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    lerp, moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel,
-    Moment,
+    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -103,7 +102,7 @@ impl Algorithm for RmsPropConfig {
         }
         let dt = bufs[0].dtype();
         let lr = self.lr * lr_factor;
-        param_type!(param.dtype(), "rmsprop", T => moment_type!(dt, T, M => {
+        fucina_core::dispatch_float!(param.dtype(), "rmsprop", T => dispatch_moment!(dt, T, M => {
             rmsprop_kernel::<T, M>(ctx, self, lr, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, bufs)
         }))
     }

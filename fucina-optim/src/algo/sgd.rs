@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    moment_dtype, moment_type, param_type, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
+    dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
 use crate::optimizer::Optim;
 
@@ -107,12 +107,12 @@ impl Algorithm for SgdConfig {
     ) -> Result<()> {
         let lr = self.lr * lr_factor;
         match bufs {
-            [] if self.momentum == 0.0 => param_type!(param.dtype(), "sgd", T => {
+            [] if self.momentum == 0.0 => fucina_core::dispatch_float!(param.dtype(), "sgd", T => {
                 sgd_kernel::<T, T>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, None)
             }),
             [b] if self.momentum != 0.0 => {
                 let db = b.dtype();
-                param_type!(param.dtype(), "sgd", T => moment_type!(db, T, M => {
+                fucina_core::dispatch_float!(param.dtype(), "sgd", T => dispatch_moment!(db, T, M => {
                     sgd_kernel::<T, M>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, Some(b))
                 }))
             }

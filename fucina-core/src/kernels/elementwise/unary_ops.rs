@@ -303,7 +303,7 @@ macro_rules! for_each_unary_op {
                 // 1 + tanh u = 2σ(2u), this is x·σ(2u): one exp instead of tanh, and no
                 // cancellation in 1 + tanh u for negative x. The bodies live in
                 // `gelu_tanh_*` (below the constants), shared with the row kernels of
-                // `elementwise/gelu_tanh.rs` that vectorise the exp.
+                // `elementwise/gelu.rs` that vectorise the exp.
                 f: |x| {
                     let a = super::unary_ops::gelu_tanh_a(x);
                     super::unary_ops::gelu_tanh_y(x, a, sigmoid_exp(a))

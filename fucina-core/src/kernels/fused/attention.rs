@@ -319,7 +319,7 @@ impl ExecContext {
     /// PyTorch. No `[T, S]` block is materialised.
     ///
     /// ```
-    /// use fucina_core::{kernels::attention::AttentionOpts, ExecContext};
+    /// use fucina_core::{kernels::fused::attention::AttentionOpts, ExecContext};
     /// let ctx = ExecContext::with_threads(1)?;
     /// let q = ctx.from_slice(&[1.0f32, 0.0], &[1, 1, 1, 2])?;
     /// let k = ctx.from_slice(&[1.0f32, 0.0, 1.0, 0.0], &[1, 1, 2, 2])?;

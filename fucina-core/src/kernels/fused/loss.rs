@@ -190,7 +190,7 @@ impl ExecContext {
     /// `ignore_index` is [`Error::OutOfRange`].
     ///
     /// ```
-    /// use fucina_core::{ExecContext, kernels::loss::CrossEntropyOpts};
+    /// use fucina_core::{ExecContext, kernels::fused::loss::CrossEntropyOpts};
     /// let ctx = ExecContext::with_threads(1)?;
     /// let x = ctx.from_slice(&[0.0f64, 0.0], &[1, 2])?;
     /// let t = ctx.from_slice(&[1i64], &[1])?;

@@ -66,6 +66,43 @@ fn check_eps(op: &'static str, eps: f64) -> Result<()> {
     Ok(())
 }
 
+/// A forward's checks: `x` as [`check_x`], `eps` finite and ≥ 0, and each
+/// affine parameter present (weight, bias) of shape `[d]` in `x`'s dtype.
+fn check_forward(
+    op: &'static str,
+    x: &RawTensor,
+    affine: [Option<&RawTensor>; 2],
+    eps: f64,
+) -> Result<()> {
+    let (_, d) = check_x(op, x)?;
+    check_eps(op, eps)?;
+    for t in affine.into_iter().flatten() {
+        check_like(op, x, t, &[d])?;
+    }
+    Ok(())
+}
+
+/// A backward's checks: `x` as [`check_x`], the weight (if any) `[d]`, each
+/// saved row statistic (mean, rstd) of `x`'s leading shape and `gy` of
+/// `x`'s shape, all in `x`'s dtype.
+fn check_backward(
+    op: &'static str,
+    x: &RawTensor,
+    weight: Option<&RawTensor>,
+    stats: &[&RawTensor],
+    gy: &RawTensor,
+) -> Result<()> {
+    let (_, d) = check_x(op, x)?;
+    let lead = &x.shape()[..x.rank() - 1];
+    if let Some(w) = weight {
+        check_like(op, x, w, &[d])?;
+    }
+    for s in stats {
+        check_like(op, x, s, lead)?;
+    }
+    check_like(op, x, gy, x.shape())
+}
+
 fn opt_contig(ctx: &ExecContext, t: Option<&RawTensor>) -> Result<Option<RawTensor>> {
     t.map(|t| ctx.contiguous(t)).transpose()
 }
@@ -115,14 +152,7 @@ impl ExecContext {
         eps: f64,
     ) -> Result<(RawTensor, RawTensor, RawTensor)> {
         const OP: &str = "layer_norm";
-        let (_, d) = check_x(OP, x)?;
-        check_eps(OP, eps)?;
-        if let Some(w) = weight {
-            check_like(OP, x, w, &[d])?;
-        }
-        if let Some(b) = bias {
-            check_like(OP, x, b, &[d])?;
-        }
+        check_forward(OP, x, [weight, bias], eps)?;
         crate::dispatch_float!(x.dtype(), OP, T => self.layer_norm_t::<T>(x, weight, bias, eps))
     }
 
@@ -214,14 +244,7 @@ impl ExecContext {
         needs_b: bool,
     ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
         const OP: &str = "layer_norm_backward";
-        let (_, d) = check_x(OP, x)?;
-        let lead = &x.shape()[..x.rank() - 1];
-        if let Some(w) = weight {
-            check_like(OP, x, w, &[d])?;
-        }
-        check_like(OP, x, mean, lead)?;
-        check_like(OP, x, rstd, lead)?;
-        check_like(OP, x, gy, x.shape())?;
+        check_backward(OP, x, weight, &[mean, rstd], gy)?;
         let needs_w = needs_w && weight.is_some();
         crate::dispatch_float!(x.dtype(), OP, T => {
             self.norm_backward_t::<T>(x, weight, Some(mean), rstd, gy, needs_x, needs_w, needs_b)
@@ -237,11 +260,7 @@ impl ExecContext {
         eps: f64,
     ) -> Result<(RawTensor, RawTensor)> {
         const OP: &str = "rms_norm";
-        let (_, d) = check_x(OP, x)?;
-        check_eps(OP, eps)?;
-        if let Some(w) = weight {
-            check_like(OP, x, w, &[d])?;
-        }
+        check_forward(OP, x, [weight, None], eps)?;
         crate::dispatch_float!(x.dtype(), OP, T => self.rms_norm_t::<T>(x, weight, eps))
     }
 
@@ -312,13 +331,7 @@ impl ExecContext {
         needs_w: bool,
     ) -> Result<(Option<RawTensor>, Option<RawTensor>)> {
         const OP: &str = "rms_norm_backward";
-        let (_, d) = check_x(OP, x)?;
-        let lead = &x.shape()[..x.rank() - 1];
-        if let Some(w) = weight {
-            check_like(OP, x, w, &[d])?;
-        }
-        check_like(OP, x, rstd, lead)?;
-        check_like(OP, x, gy, x.shape())?;
+        check_backward(OP, x, weight, &[rstd], gy)?;
         let needs_w = needs_w && weight.is_some();
         let (gx, gw, _) = crate::dispatch_float!(x.dtype(), OP, T => {
             self.norm_backward_t::<T>(x, weight, None, rstd, gy, needs_x, needs_w, false)

@@ -244,7 +244,7 @@ impl LoraConfig {
     /// Whether the module at `path` is a LoRA target (PEFT's rule, with
     /// `exclude_modules` and `modules_to_save` taking precedence;
     /// `"all-linear"` needs the model, so it answers `false` here: use
-    /// [`crate::lora::apply_lora`]). An invalid regex answers `false`.
+    /// [`crate::linear::lora::apply_lora`]). An invalid regex answers `false`.
     pub fn targets(&self, path: &str) -> bool {
         self.matcher()
             .is_ok_and(|m| !m.is_all_linear() && m.check(path) == Check::Target)

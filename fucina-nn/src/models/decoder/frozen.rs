@@ -52,7 +52,7 @@ impl CausalLm {
     /// `storage` (bf16 or f16; a bf16 checkpoint is read straight into bf16
     /// buffers, never through f32) and norms and biases in `compute` (f32
     /// or f64, trainable until `apply_lora` freezes them). Attach adapters
-    /// with [`crate::lora::apply_lora`] and an `Init` in `compute`.
+    /// with [`crate::linear::lora::apply_lora`] and an `Init` in `compute`.
     ///
     /// ```no_run
     /// use fucina_core::DType;

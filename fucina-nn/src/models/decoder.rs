@@ -18,7 +18,7 @@ pub mod layer;
 pub mod names;
 mod pretrained;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fucina_autograd::{checkpoint, is_grad_enabled, Block, CrossEntropyOpts, Tensor};
 use fucina_core::{DType, ExecContext};
@@ -492,23 +492,18 @@ impl CausalLm {
         positions: &Tensor,
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        // `Linear` is not `Sync` (its LoRA merge slot), and a block must be.
-        let layer = Arc::new(Mutex::new(layer.clone()));
+        // A block is `Send + Sync`, as every module is.
+        let layer = Arc::new(layer.clone());
         let (positions, mask, rope) = (positions.clone(), mask.cloned(), self.rope.clone());
         let block: Block = Arc::new(move |xs: &[Tensor]| {
             let as_autograd = |e: Error| match e {
                 Error::Autograd(a) => a,
+                Error::Core(c) => fucina_autograd::Error::Core(c),
                 other => fucina_autograd::Error::Core(fucina_core::Error::InvalidArgument {
                     op: "gradient_checkpointing",
                     msg: other.to_string(),
                 }),
             };
-            let layer = layer.lock().map_err(|_| {
-                as_autograd(Error::config(
-                    "CausalLm",
-                    "a checkpointed layer's lock is poisoned",
-                ))
-            })?;
             let inputs = AttnInputs {
                 positions: &positions,
                 mask: mask.as_ref(),

@@ -4,7 +4,7 @@
 //! A frozen weight may be stored as bf16/f16 (its bias and the activations
 //! stay f32/f64): the GEMM widens it while packing.
 //!
-//! LoRA lives in the `lora` submodule (re-exported as `fucina_nn::lora`):
+//! LoRA lives in the `lora` submodule (re-exported as `fucina_nn::linear::lora`):
 //! the layer holds its adapter and the adapter's functions walk layers, so
 //! the two are one unit, a parent and its child, not two modules in a cycle.
 
@@ -34,7 +34,7 @@ pub struct Linear {
     pub weight: Tensor,
     /// `[out_features]`, if the layer has a bias.
     pub bias: Option<Tensor>,
-    /// A LoRA adapter (`crate::lora`), when one is attached: its parameters
+    /// A LoRA adapter (`crate::linear::lora`), when one is attached: its parameters
     /// are `lora_A.weight` and `lora_B.weight` beside `weight`.
     #[module(flatten)]
     pub lora: Option<lora::LoraAdapter>,

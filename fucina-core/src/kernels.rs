@@ -16,9 +16,6 @@ pub mod reduce;
 pub mod rows;
 pub mod simd;
 
-/// The fused ops at their historical paths (`kernels::norm::reference`, ...).
-pub use fused::{attention, loss, norm, softmax};
-
 use crate::error::{Error, Result};
 use crate::tensor::RawTensor;
 

@@ -11,8 +11,7 @@
 //! Invariants: as every kernel module, each entry point validates and then
 //! runs kernels that trust what was validated; rows run in fixed chunks and
 //! reduce in a fixed order, so results are bitwise identical for any thread
-//! count. The families are re-exported at their historical paths
-//! (`kernels::norm`, `kernels::softmax`, `kernels::loss`, `kernels::attention`).
+//! count. Each family has one path, `kernels::fused::<family>`.
 
 pub mod attention;
 pub mod loss;
