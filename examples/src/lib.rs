@@ -16,6 +16,7 @@ pub mod llm_step;
 pub mod minilm;
 pub mod plot;
 pub mod resume;
+pub mod second_order;
 pub mod sys;
 
 pub use error::{exit_on_error, Error, Result};

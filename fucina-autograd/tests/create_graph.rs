@@ -234,9 +234,9 @@ fn gradgradcheck_catches_a_backward_that_is_only_first_order() {
     let x = Tensor::variable(tc.ctx(), &[0.3f64, -1.2, 0.8], &[3]).unwrap();
     let op: Arc<dyn CustomFunction> = Arc::new(DetachedDerivative);
     let f = |xs: &[Tensor]| custom_function(op.clone(), &[&xs[0]]);
-    fucina_autograd::gradcheck(f, &[x.clone()], &GradcheckOpts::f64()).unwrap();
+    fucina_autograd::gradcheck(f, std::slice::from_ref(&x), &GradcheckOpts::f64()).unwrap();
     assert!(matches!(
-        gradgradcheck(f, &[x.clone()], &GradcheckOpts::f64()),
+        gradgradcheck(f, std::slice::from_ref(&x), &GradcheckOpts::f64()),
         Err(Error::GradcheckFailed { .. })
     ));
     drop(x);
