@@ -2,7 +2,7 @@
 //!
 //! The same reverse walk as `engine.rs` (reachable nodes, newest first, the
 //! engine reducing broadcast gradients and accumulating), but every gradient
-//! is a [`Tensor`] built by [`Backward::backward_graph`] from differentiable
+//! is a [`Tensor`] built by [`crate::Backward::backward_graph`] from differentiable
 //! ops, with grad mode on, so the gradients are themselves on the tape and can
 //! be differentiated again (PyTorch's `create_graph=True`). The walk consumes
 //! nothing (PyTorch's `retain_graph` defaults to `create_graph`): a node's
