@@ -119,7 +119,7 @@ pub enum Error {
         /// abs_err / max(|numerical|, |analytical|).
         rel_err: f64,
         /// The full report.
-        failure: Box<crate::gradcheck::GradcheckFailure>,
+        failure: Box<crate::gradcheck_report::GradcheckFailure>,
     },
     /// gradcheck on f32 inputs with a finite-difference step too small for f32.
     #[error(

@@ -36,82 +36,13 @@ use crate::tape::tensor::Tensor;
 
 mod fast;
 mod perturb;
-mod report;
 
-use perturb::{raw_to_f64, Slots};
-pub(crate) use report::fmt_index;
-pub use report::{
-    describe_layout, unravel, ElementMismatch, GradcheckFailure, GradcheckReport, ProjectedMismatch,
+pub(crate) use crate::gradcheck_report::fmt_index;
+pub use crate::gradcheck_report::{
+    describe_layout, unravel, ElementMismatch, GradcheckFailure, GradcheckOpts, GradcheckReport,
+    ProjectedMismatch,
 };
-
-/// Tolerances, step and mode of a gradcheck.
-///
-/// ```
-/// use fucina_autograd::GradcheckOpts;
-/// let o = GradcheckOpts::f64().fast();
-/// assert!(o.fast_mode);
-/// assert_eq!(o.eps, 1e-6);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GradcheckOpts {
-    /// Finite-difference step.
-    pub eps: f64,
-    /// Absolute tolerance.
-    pub atol: f64,
-    /// Relative tolerance.
-    pub rtol: f64,
-    /// Seed of the projection vectors.
-    pub seed: u64,
-    /// One random projection per input instead of one check per element.
-    pub fast_mode: bool,
-    /// How many failing elements a failure lists (the rest are counted).
-    pub max_reported: usize,
-}
-
-impl GradcheckOpts {
-    /// PyTorch's f64 contract: eps 1e-6, atol 1e-5, rtol 1e-3.
-    pub const fn f64() -> GradcheckOpts {
-        GradcheckOpts {
-            eps: 1e-6,
-            atol: 1e-5,
-            rtol: 1e-3,
-            seed: 0x5EED,
-            fast_mode: false,
-            max_reported: 10,
-        }
-    }
-    /// The f32 profile: eps 1e-3, atol 1e-3, rtol 1e-2.
-    pub const fn f32() -> GradcheckOpts {
-        GradcheckOpts {
-            eps: 1e-3,
-            atol: 1e-3,
-            rtol: 1e-2,
-            seed: 0x5EED,
-            fast_mode: false,
-            max_reported: 10,
-        }
-    }
-    /// The same tolerances in fast mode (PyTorch's `fast_mode=True`).
-    pub const fn fast(self) -> GradcheckOpts {
-        GradcheckOpts {
-            fast_mode: true,
-            ..self
-        }
-    }
-    /// The same, listing at most `n` failing elements.
-    pub const fn with_max_reported(self, n: usize) -> GradcheckOpts {
-        GradcheckOpts {
-            max_reported: n,
-            ..self
-        }
-    }
-}
-
-impl Default for GradcheckOpts {
-    fn default() -> Self {
-        Self::f64()
-    }
-}
+use perturb::{raw_to_f64, Slots};
 
 fn projection(out: &Tensor, seed: u64) -> Result<RawTensor> {
     // Values in ±[0.5, 1.5): never near zero, so no element of Jᵀv is hidden.
@@ -384,5 +315,40 @@ pub(crate) fn failure(
         abs_err,
         rel_err,
         failure: Box::new(fail),
+    }
+}
+
+impl Error {
+    /// Attaches the op (case, module) name to a gradcheck failure; other
+    /// errors pass through unchanged.
+    pub fn in_gradcheck_op(self, op: &str) -> Error {
+        self.map_gradcheck(|f| f.in_op(op))
+    }
+    /// Attaches a sample label to a gradcheck failure.
+    pub fn on_gradcheck_sample(self, sample: &str) -> Error {
+        self.map_gradcheck(|f| f.on_sample(sample))
+    }
+    /// Applies `g` to the failure of a gradcheck error.
+    pub fn map_gradcheck(self, g: impl FnOnce(GradcheckFailure) -> GradcheckFailure) -> Error {
+        match self {
+            Error::GradcheckFailed {
+                input,
+                index,
+                analytical,
+                numerical,
+                abs_err,
+                rel_err,
+                failure,
+            } => Error::GradcheckFailed {
+                input,
+                index,
+                analytical,
+                numerical,
+                abs_err,
+                rel_err,
+                failure: Box::new(g(*failure)),
+            },
+            other => other,
+        }
     }
 }

@@ -33,6 +33,7 @@ pub mod error;
 pub mod functional;
 pub mod grad_mode;
 pub mod gradcheck;
+pub mod gradcheck_report;
 pub mod gradgradcheck;
 #[cfg(feature = "ndarray")]
 pub mod interop;

@@ -22,9 +22,9 @@
 use fucina_core::rng;
 
 use super::perturb::Slots;
-use super::report::ProjectedMismatch;
 use super::{elementwise, failure, projected, signed_unit, Func, GradcheckOpts, GradcheckReport};
 use crate::error::Result;
+use crate::gradcheck_report::ProjectedMismatch;
 use crate::tape::tensor::Tensor;
 
 /// The unit direction over `n` stored elements of input `input`.
