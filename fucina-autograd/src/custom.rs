@@ -36,6 +36,25 @@ pub trait CustomOp: Send + Sync {
     ) -> Result<Vec<Option<RawTensor>>>;
 }
 
+/// A custom backward's gradient for input `i` must have `x`'s shape and dtype.
+fn check_fits(
+    op: &'static str,
+    i: usize,
+    x: &RawTensor,
+    shape: &[usize],
+    dtype: fucina_core::DType,
+) -> Result<()> {
+    if shape != x.shape() || dtype != x.dtype() {
+        return Err(Error::GradientShapeMismatch {
+            op,
+            input: i,
+            expected: x.shape().to_vec(),
+            got: shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 struct CustomBackward {
     op: Arc<dyn CustomOp>,
     inputs: Vec<RawTensor>,
@@ -57,14 +76,7 @@ impl Backward for CustomBackward {
                     op: self.op.name(),
                     input: i,
                 })?;
-                if g.shape() != x.shape() || g.dtype() != x.dtype() {
-                    return Err(Error::GradientShapeMismatch {
-                        op: self.op.name(),
-                        input: i,
-                        expected: x.shape().to_vec(),
-                        got: g.shape().to_vec(),
-                    });
-                }
+                check_fits(self.op.name(), i, x, g.shape(), g.dtype())?;
                 out.push(Some(g));
             } else {
                 out.push(None);
@@ -168,14 +180,7 @@ impl FunctionBackward {
                     op: self.op.name(),
                     input: i,
                 })?;
-            if g.shape() != x.shape() || g.dtype() != x.dtype() {
-                return Err(Error::GradientShapeMismatch {
-                    op: self.op.name(),
-                    input: i,
-                    expected: x.shape().to_vec(),
-                    got: g.shape().to_vec(),
-                });
-            }
+            check_fits(self.op.name(), i, x, g.shape(), g.dtype())?;
             out.push(Some(g));
         }
         Ok(out)
