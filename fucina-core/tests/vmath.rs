@@ -6,7 +6,7 @@
 //!
 //! fixture-exempt: pure scalar math, no context or pool involved.
 
-use fucina_core::kernels::simd::{has_avx2, tanh_f32_slice};
+use fucina_core::kernels::simd::{tanh_f32_slice, tanh_f32_slice_variants};
 use fucina_core::vmath::tanh_f32;
 
 /// fdlibm's `expm1f` (glibc `sysdeps/ieee754/flt-32/s_expm1f.c`), branches as written.
@@ -149,12 +149,22 @@ fn sweep(stride: u64, phase: u64, check: impl Fn(f32, f32)) -> u64 {
     let mut n = 0u64;
     let mut flush = |xs: &mut Vec<f32>| {
         let ys: Vec<f32> = xs.iter().map(|&x| tanh_f32(x)).collect();
-        // The dispatched slice loop (AVX2 where the CPU has it) gives the same bits.
+        // The dispatched slice loop, and each variant this CPU runs (AVX-512, AVX2, the
+        // baseline), give the same bits.
         let mut vs = vec![0.0f32; xs.len()];
         tanh_f32_slice(xs, &mut vs);
         for ((&x, &y), &v) in xs.iter().zip(&ys).zip(&vs) {
             assert!(same(v, y), "tanh_f32_slice({x:e}) = {v:e}, tanh_f32 {y:e}");
             check(x, y);
+        }
+        for (name, variant) in tanh_f32_slice_variants() {
+            variant(xs, &mut vs);
+            for ((&x, &y), &v) in xs.iter().zip(&ys).zip(&vs) {
+                assert!(
+                    same(v, y),
+                    "tanh {name} variant({x:e}) = {v:e}, tanh_f32 {y:e}"
+                );
+            }
         }
         n += xs.len() as u64;
         xs.clear();
@@ -225,9 +235,13 @@ fn tanh_f32_matches_fdlibm_over_a_sweep_of_every_bit_pattern() {
         );
     });
     assert!(n > 70_000_000, "{n} values checked");
-    if !has_avx2() {
-        println!("skip: no AVX2 on this CPU, tanh_f32_slice ran its baseline loop");
+    let names: Vec<&str> = tanh_f32_slice_variants().iter().map(|v| v.0).collect();
+    for isa in ["avx512", "avx2"] {
+        if !names.contains(&isa) {
+            println!("skip: no {isa} on this CPU, its tanh variant was not run");
+        }
     }
+    println!("tanh variants compared with tanh_f32: {names:?}");
     println!("tanh_f32: {n} inputs equal to fdlibm's tanhf, bit for bit");
 }
 
