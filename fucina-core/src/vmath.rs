@@ -137,11 +137,10 @@ pub fn tanh_f32(x: f32) -> f32 {
     // Lanes outside the formula's range still evaluate it; keep their argument in range so
     // the unused work stays finite (the select below discards it).
     let t = expm1_f32_tanh_range(if ix < 0x41b0_0000 { arg } else { 0.0 });
-    let z = if big {
-        1.0 - 2.0 / (t + 2.0)
-    } else {
-        -t / (t + 2.0)
-    };
+    // `1 − 2/(t+2)` or `−t/(t+2)`: one divide of the lane's own numerator (the same IEEE
+    // quotient either way), not both computed and one thrown away.
+    let q = (if big { 2.0 } else { -t }) / (t + 2.0);
+    let z = if big { 1.0 - q } else { q };
     // |x| ≥ 22: 1 − tiny, which rounds to 1.
     let z = if ix >= 0x41b0_0000 { 1.0 } else { z };
     let signed = if jx >> 31 != 0 { -z } else { z };
