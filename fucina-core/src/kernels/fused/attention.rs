@@ -16,11 +16,10 @@
 //! score (NaN in its query, in a key it sees, or a NaN scale) gives a NaN output row and
 //! `lse`, and NaN gradients for its query and for the keys and values it sees, as PyTorch
 //! does (the online softmax's max skips NaN, so such a row used to look fully masked).
-//! [`materialising`] keeps the previous kernel for the benchmark comparison only.
+//! The previous, materialising kernel lives in the benches crate
+//! (`benches/src/materialising.rs`), for the benchmark comparison only.
 
 mod flash;
-#[doc(hidden)]
-pub mod materialising;
 mod micro;
 
 use crate::dtype::{DType, Float};
