@@ -4,9 +4,9 @@
 //! Not part of the library: it is the comparison for `benches/benches/attention.rs`, and
 //! `benches/tests/materialising.rs` checks it against the scalar reference so the
 //! comparison stays honest; models use [`ExecContext::attention`]. Built on fucina-core's
-//! public API only: q, k, v are read in place through their strides when their last axis
-//! is unit-stride (else copied once), and a mask is expanded to `[B, H, T, S]` (this
-//! kernel materialises that block anyway). Forward chunks are fixed (head, 16-row block)
+//! public API only: q, k, v are made contiguous (a copy for the benchmark's head views,
+//! a few milliseconds against the kernel's hundreds), and a mask is expanded to
+//! `[B, H, T, S]` (this kernel materialises that block anyway). Forward chunks are fixed (head, 16-row block)
 //! pairs and backward chunks are heads, so results are bitwise identical for any thread
 //! count. Fully masked rows give zero probabilities, not NaN. No grouped-query attention:
 //! k and v must have q's head count.
@@ -14,43 +14,31 @@
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::{dispatch_float, DType, Element, Error, ExecContext, Float, RawTensor, Result};
 
-/// A rank-4 operand read in place: row `r` of head `(b, h)` is `cols` contiguous elements
-/// at `off + b*sb + h*sh + r*sr` of its storage.
+/// A contiguous rank-4 operand `[B, H, L, C]`: row `r` of head `(b, h)` is the `C`
+/// elements from `((b·H + h)·L + r)·C`.
 #[derive(Clone, Copy)]
 struct Heads<'a, T> {
-    st: &'a [T],
-    off: usize,
-    strides: [usize; 3],
-    cols: usize,
+    data: &'a [T],
+    /// `[H, L, C]`.
+    dims: [usize; 3],
 }
 
 impl<'a, T: Element> Heads<'a, T> {
-    /// `t` must have a unit-stride last axis (see [`readable`]).
+    /// `t` must be contiguous (the public entry points copy their operands).
     fn new(t: &'a RawTensor) -> Result<Heads<'a, T>> {
-        let s = t.strides();
+        let s = t.shape();
         Ok(Heads {
-            st: t.storage::<T>()?,
-            off: t.offset(),
-            strides: [s[0], s[1], s[2]],
-            cols: t.shape()[3],
+            data: t.as_slice::<T>()?,
+            dims: [s[1], s[2], s[3]],
         })
     }
 
     /// Row `r` of head `(b, h)`.
     #[inline(always)]
     fn row(&self, b: usize, h: usize, r: usize) -> &'a [T] {
-        let [sb, sh, sr] = self.strides;
-        let base = self.off + b * sb + h * sh + r * sr;
-        &self.st[base..base + self.cols]
-    }
-}
-
-/// `t` itself when its last axis is unit-stride (or of length at most 1), else a copy.
-fn readable(ctx: &ExecContext, t: &RawTensor) -> Result<RawTensor> {
-    if t.strides()[3] == 1 || t.shape()[3] <= 1 {
-        Ok(t.clone_view())
-    } else {
-        ctx.copy(t)
+        let [nh, len, cols] = self.dims;
+        let at = ((b * nh + h) * len + r) * cols;
+        &self.data[at..at + cols]
     }
 }
 
@@ -396,7 +384,7 @@ pub fn attention(
     let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
     let full = [nb, nh, nt, ns];
     let mask = expand_mask(ctx, OP, mask, q.dtype(), full)?;
-    let (q, k, v) = (readable(ctx, q)?, readable(ctx, k)?, readable(ctx, v)?);
+    let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
     let mut out = ctx.empty(q.dtype(), &[nb, nh, nt, dv])?;
     let mut probs = ctx.empty(q.dtype(), &full)?;
     let scale = opts.scale_for(d);
@@ -433,7 +421,7 @@ pub fn attention_backward(
     let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
     expect_shape(OP, probs, &[nb, nh, nt, ns], q.dtype())?;
     expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
-    let (q, k, v) = (readable(ctx, q)?, readable(ctx, k)?, readable(ctx, v)?);
+    let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
     let probs = ctx.contiguous(probs)?;
     let g_out = ctx.contiguous(g_out)?;
     let scale = opts.scale_for(d);
