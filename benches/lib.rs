@@ -11,6 +11,8 @@ use std::time::Instant;
 use fucina::Result;
 use fucina_core::ExecContext;
 
+#[path = "src/materialising.rs"]
+pub mod materialising;
 #[path = "src/mfu.rs"]
 pub mod mfu;
 #[path = "src/workloads/mod.rs"]

@@ -1,7 +1,7 @@
 //! Criterion bench: f32 attention forward and backward at batch 1, 25 heads of 64,
 //! T = S = 1024, bidirectional and causal: the streaming kernel (`ExecContext::attention`
 //! then `attention_backward`) side by side with the materialising kernel it replaced
-//! (`kernels::fused::attention::materialising`, kept for this comparison only), and the forward
+//! (`fucina_benches::materialising`, kept for this comparison only), and the forward
 //! alone (inference). q, k, v are head views of `[B, T, H, D]` storage, as models make them.
 //!
 //! Run: `cargo bench -p fucina-benches --bench attention` (threads: `FUCINA_NUM_THREADS`,
@@ -9,7 +9,8 @@
 //! (causal) faster than materialising, forward + backward.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use fucina_core::kernels::fused::attention::{materialising, AttentionOpts};
+use fucina_benches::materialising;
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{ExecContext, RawTensor};
 

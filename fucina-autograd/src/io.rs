@@ -24,7 +24,7 @@ mod fs;
 mod state_dict;
 
 pub use crate::error::{KeyMismatch, StateDictError};
-pub use file::{SafetensorsFile, TensorInfo};
+pub use file::{st_name, SafetensorsFile, TensorInfo};
 pub use fs::{map_file, sync_dir, write_atomic, MappedFile};
 pub use state_dict::{
     load_state_dict, load_state_dict_bytes, load_state_dict_from, save_state_dict,

@@ -10,19 +10,9 @@ pub mod copy;
 pub mod elementwise;
 pub mod fused;
 pub mod index;
+pub mod map;
 pub mod matmul;
 pub mod random;
 pub mod reduce;
 pub mod rows;
 pub mod simd;
-
-use crate::error::{Error, Result};
-use crate::tensor::RawTensor;
-
-/// `Ok` when `axis` is an axis of `x`, else [`Error::axis`].
-pub(crate) fn check_axis(op: &'static str, x: &RawTensor, axis: usize) -> Result<()> {
-    if axis >= x.rank() {
-        return Err(Error::axis(op, axis, x.rank(), x.shape()));
-    }
-    Ok(())
-}

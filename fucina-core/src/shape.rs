@@ -186,6 +186,15 @@ pub fn broadcast_strides(
     Ok(out)
 }
 
+/// `Ok` when `axis` is an axis of `shape`, else [`Error::axis`] (for ops that
+/// take a `usize` axis; [`normalize_axis`] also accepts negative ones).
+pub fn check_axis(op: &'static str, axis: usize, shape: &[usize]) -> Result<()> {
+    if axis >= shape.len() {
+        return Err(Error::axis(op, axis, shape.len(), shape));
+    }
+    Ok(())
+}
+
 /// Normalises a possibly negative axis against `rank` (`-1` is the last axis).
 pub fn normalize_axis(
     op: &'static str,

@@ -5,7 +5,7 @@
 //! context through [`TestCtx`] (or autograd's `testing::TestCtx`, which adds
 //! the graph-node check), so the leak contract "a test ends with no buffer
 //! outstanding" is enforced by the fixture instead of a hand-written assert
-//! at the end of each test. `fucina-core/tests/architecture.rs` fails on a
+//! at the end of each test. `checks/tests/architecture.rs` fails on a
 //! test file that builds an `ExecContext` without it.
 //!
 //! Invariants: the check runs when the fixture drops, which is after every

@@ -3,193 +3,18 @@
 //! threads, fully masked rows, f64 finite differences, argument errors, and memory that
 //! grows linearly in the sequence length; grouped-query attention (k/v heads shared by
 //! groups of query heads, multi-query) the same ways (its edge cases: `attention_gqa.rs`).
+//! The cases and their inputs are in `attention/cases.rs`, which the benchmark's
+//! materialising kernel is checked on too (`benches/tests/materialising.rs`).
 
-use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
-use fucina_core::kernels::fused::attention::{materialising, AttentionOpts};
+#[path = "attention/cases.rs"]
+mod cases;
+
+use cases::*;
+use fucina_core::kernels::fused::attention::reference::{self, AttnDims};
+use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
-
-fn bits<T: Element>(v: &[T]) -> Vec<u64> {
-    v.iter().map(|x| x.to_f64().to_bits()).collect()
-}
-
-fn rand_vec<T: Element>(rng: &mut SplitMix64, n: usize) -> Vec<T> {
-    rng.vec_uniform(n, -1.5, 1.5)
-        .into_iter()
-        .map(T::from_f64)
-        .collect()
-}
-
-/// A `[B, H, L, D]` view laid out as `[B, L, H, D]` in storage (the usual head split).
-fn heads_view<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, s: [usize; 4]) -> RawTensor {
-    let v = rand_vec::<T>(rng, s.iter().product());
-    ctx.from_slice(&v, &[s[0], s[2], s[1], s[3]])
-        .unwrap()
-        .permute(&[0, 2, 1, 3])
-        .unwrap()
-}
-
-/// A `[B, H, L, D]` view whose last axis is strided (stored as `[B, H, D, L]`).
-fn last_strided<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, s: [usize; 4]) -> RawTensor {
-    let v = rand_vec::<T>(rng, s.iter().product());
-    ctx.from_slice(&v, &[s[0], s[1], s[3], s[2]])
-        .unwrap()
-        .transpose(2, 3)
-        .unwrap()
-}
-
-fn close<T: Float>(got: &[T], want: &[T], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.to_f64(), w.to_f64());
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: got {g}, want {w}"
-        );
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum MaskKind {
-    None,
-    Causal,
-    PadBias,
-    Keep,
-    /// A `[1, H, T, S]` bias that differs per query head (and row).
-    HeadBias,
-}
-
-/// Builds the mask tensor for a case and its full `[B,H,T,S]` expansion.
-fn make_mask<T: Element>(
-    ctx: &ExecContext,
-    rng: &mut SplitMix64,
-    kind: MaskKind,
-    d: AttnDims,
-) -> (Option<RawTensor>, Vec<T>, Vec<u8>) {
-    let full = [d.b, d.h, d.t, d.s];
-    match kind {
-        MaskKind::None | MaskKind::Causal => (None, vec![], vec![]),
-        MaskKind::PadBias => {
-            // [B,1,1,S]: -inf on padded keys (batch b pads its last b keys), -1e4 on one.
-            let mut m = vec![T::from_f64(0.0); d.b * d.s];
-            for b in 0..d.b {
-                for j in d.s.saturating_sub(b)..d.s {
-                    m[b * d.s + j] = T::from_f64(f64::NEG_INFINITY);
-                }
-                if d.s > 2 {
-                    m[b * d.s + 1] = T::from_f64(-1e4);
-                }
-            }
-            let t = ctx.from_slice(&m, &[d.b, 1, 1, d.s]).unwrap();
-            let f = t.broadcast_to(&full).unwrap().to_vec::<T>().unwrap();
-            (Some(t), f, vec![])
-        }
-        MaskKind::Keep => {
-            // [B,1,T,S] keep-mask with random holes; row 0 of batch 0 fully masked.
-            let mut m: Vec<u8> = (0..d.b * d.t * d.s)
-                .map(|_| (rng.below(4) != 0) as u8)
-                .collect();
-            for j in 0..d.s {
-                m[j] = 0;
-            }
-            let t = ctx.from_slice(&m, &[d.b, 1, d.t, d.s]).unwrap();
-            let f = t.broadcast_to(&full).unwrap().to_vec::<u8>().unwrap();
-            (Some(t), vec![], f)
-        }
-        MaskKind::HeadBias => {
-            let m = rand_vec::<T>(rng, d.h * d.t * d.s);
-            let t = ctx.from_slice(&m, &[1, d.h, d.t, d.s]).unwrap();
-            let f = t.broadcast_to(&full).unwrap().to_vec::<T>().unwrap();
-            (Some(t), f, vec![])
-        }
-    }
-}
-
-/// One problem: shapes, mask, layouts; checked against the reference at 1 and 2 threads.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    b: usize,
-    h: usize,
-    /// K/V heads (dividing `h`).
-    hkv: usize,
-    t: usize,
-    s: usize,
-    d: usize,
-    dv: usize,
-    kind: MaskKind,
-    causal: bool,
-    /// 0: [B,L,H,D] head views; 1: k with a strided last axis; 2: contiguous.
-    layout: usize,
-    scale: Option<f64>,
-}
-
-/// The sizes the brief asks for: T, S in {1, 3, 17, 33, 65, 127} (every pair), head dims
-/// cycling through {1, 7, 16, 64}, every mask kind with and without causal, three layouts;
-/// plus a few multi-block shapes (T < S and T > S).
-fn cases() -> Vec<Case> {
-    const LENS: [usize; 6] = [1, 3, 17, 33, 65, 127];
-    const DIMS: [usize; 4] = [1, 7, 16, 64];
-    let kinds = [MaskKind::None, MaskKind::PadBias, MaskKind::Keep];
-    let mut out = Vec::new();
-    let mut n = 0;
-    for &t in &LENS {
-        for &s in &LENS {
-            let (b, h) = if t * s >= 64 * 64 { (1, 2) } else { (2, 3) };
-            out.push(Case {
-                b,
-                h,
-                hkv: h,
-                t,
-                s,
-                d: DIMS[n % 4],
-                dv: DIMS[(n / 4 + n) % 4],
-                kind: kinds[n % 3],
-                causal: (n / 3) % 2 == 1,
-                layout: n % 3,
-                scale: if n % 5 == 0 { Some(0.3) } else { None },
-            });
-            n += 1;
-        }
-    }
-    for (t, s, d, kind, causal) in [
-        (130, 257, 16, MaskKind::PadBias, true),
-        (257, 130, 33, MaskKind::Keep, true),
-        (200, 200, 64, MaskKind::None, true),
-        (129, 190, 40, MaskKind::PadBias, false),
-    ] {
-        out.push(Case {
-            b: 1,
-            h: 2,
-            hkv: 2,
-            t,
-            s,
-            d,
-            dv: d,
-            kind,
-            causal,
-            layout: n % 3,
-            scale: None,
-        });
-        n += 1;
-    }
-    out
-}
-
-fn layout_tensor<T: Element>(
-    ctx: &ExecContext,
-    rng: &mut SplitMix64,
-    layout: usize,
-    s: [usize; 4],
-) -> RawTensor {
-    match layout {
-        0 => heads_view::<T>(ctx, rng, s),
-        1 => last_strided::<T>(ctx, rng, s),
-        _ => ctx
-            .from_slice(&rand_vec::<T>(rng, s.iter().product()), &s)
-            .unwrap(),
-    }
-}
 
 fn assert_bits_eq<T: Element>(a: &RawTensor, b: &RawTensor, what: &str) {
     assert_eq!(
@@ -197,46 +22,6 @@ fn assert_bits_eq<T: Element>(a: &RawTensor, b: &RawTensor, what: &str) {
         bits(&b.to_vec::<T>().unwrap()),
         "{what}: 1 vs 2 threads"
     );
-}
-
-/// Grouped-query cases: (H, Hkv) in (4, 2), (6, 2), (8, 2), (8, 1) and (3, 1) (groups of 2,
-/// 3, 4, 8 and 3 query heads; the last two multi-query), T, S in {1, 7, 63, 65, 130} (every
-/// pair, twice), every mask kind (a per-query-head bias included) with and without causal,
-/// three layouts.
-fn gqa_cases() -> Vec<Case> {
-    const LENS: [usize; 5] = [1, 7, 63, 65, 130];
-    const DIMS: [usize; 4] = [1, 7, 16, 33];
-    const HEADS: [(usize, usize); 5] = [(4, 2), (6, 2), (8, 2), (8, 1), (3, 1)];
-    let kinds = [
-        MaskKind::None,
-        MaskKind::PadBias,
-        MaskKind::Keep,
-        MaskKind::HeadBias,
-    ];
-    let mut out = Vec::new();
-    let mut n = 0;
-    for pass in 0..2 {
-        for &t in &LENS {
-            for &s in &LENS {
-                let (h, hkv) = HEADS[(n + pass) % 5];
-                out.push(Case {
-                    b: if t * s >= 64 * 64 { 1 } else { 2 },
-                    h,
-                    hkv,
-                    t,
-                    s,
-                    d: DIMS[n % 4],
-                    dv: DIMS[(n / 4 + n + 1) % 4],
-                    kind: kinds[n % 4],
-                    causal: (n / 2) % 2 == 1,
-                    layout: n % 3,
-                    scale: if n % 5 == 0 { Some(0.3) } else { None },
-                });
-                n += 1;
-            }
-        }
-    }
-    out
 }
 
 fn fwd_bwd_case<T: Float>(tol: f64) {
@@ -248,54 +33,18 @@ fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
     let c2 = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(seed);
     for (n, &case) in cases.iter().enumerate() {
-        let Case {
-            b,
-            h,
-            hkv,
-            t,
-            s,
-            d: dd,
-            dv,
-            kind,
-            causal,
-            layout,
-            scale,
-        } = case;
-        let dims = AttnDims {
-            b,
-            h,
-            hkv,
-            t,
-            s,
-            d: dd,
-            dv,
-        };
-        let q = heads_view::<T>(&c1, &mut rng, [b, h, t, dd]);
-        let k = layout_tensor::<T>(&c1, &mut rng, layout, [b, hkv, s, dd]);
-        let v = layout_tensor::<T>(&c1, &mut rng, (layout + 2) % 3, [b, hkv, s, dv]);
-        let (mask, fbias, fkeep) = make_mask::<T>(&c1, &mut rng, kind, dims);
-        let opts = AttentionOpts { causal, scale };
-        let sc = opts.scale_for(dd);
-        let (qv, kv, vv) = (
-            q.to_vec::<T>().unwrap(),
-            k.to_vec::<T>().unwrap(),
-            v.to_vec::<T>().unwrap(),
-        );
-        let rmask = match kind {
-            MaskKind::PadBias | MaskKind::HeadBias => RefMask::Bias(&fbias),
-            MaskKind::Keep => RefMask::Keep(&fkeep),
-            _ => RefMask::None,
-        };
-        let (want_o, want_p) = reference::attention(&qv, &kv, &vv, dims, rmask, causal, sc);
-        let want_lse = reference::attention_lse(&qv, &kv, dims, rmask, causal, sc);
-        let (o1, l1) = c1.attention(&q, &k, &v, mask.as_ref(), opts).unwrap();
-        let (o2, l2) = c2.attention(&q, &k, &v, mask.as_ref(), opts).unwrap();
+        let p = Problem::<T>::new(&c1, &mut rng, case);
+        let Case { b, h, t, dv, .. } = case;
+        let (q, k, v, g, opts) = (&p.q, &p.k, &p.v, &p.g, p.opts);
+        let want_lse = reference::attention_lse(&p.qv, &p.kv, p.dims, p.rmask(), opts.causal, p.sc);
+        let (o1, l1) = c1.attention(q, k, v, p.mask.as_ref(), opts).unwrap();
+        let (o2, l2) = c2.attention(q, k, v, p.mask.as_ref(), opts).unwrap();
         let what = format!("case {n} {case:?}");
         assert_eq!(o1.shape(), &[b, h, t, dv]);
         assert_eq!(l1.shape(), &[b, h, t]);
         close(
             &o1.to_vec::<T>().unwrap(),
-            &want_o,
+            &p.want_o,
             tol,
             &format!("out {what}"),
         );
@@ -310,21 +59,21 @@ fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
         assert_bits_eq::<T>(&o1, &o2, &format!("out {what}"));
         assert_bits_eq::<T>(&l1, &l2, &format!("lse {what}"));
         // Backward from a random upstream gradient given as a non-contiguous view.
-        let g = heads_view::<T>(&c1, &mut rng, [b, h, t, dv]);
-        let gvv = g.to_vec::<T>().unwrap();
-        let (wq, wk, wv) = reference::attention_backward(&qv, &kv, &vv, &want_p, &gvv, dims, sc);
-        let m = mask.as_ref();
+        let m = p.mask.as_ref();
         let r1 = c1
-            .attention_backward(&q, &k, &v, m, &o1, &l1, &g, opts, [true; 3])
+            .attention_backward(q, k, v, m, &o1, &l1, g, opts, [true; 3])
             .unwrap();
         let r2 = c2
-            .attention_backward(&q, &k, &v, m, &o1, &l1, &g, opts, [true; 3])
+            .attention_backward(q, k, v, m, &o1, &l1, g, opts, [true; 3])
             .unwrap();
-        for (name, a, bb, want) in [
-            ("gq", &r1.0, &r2.0, &wq),
-            ("gk", &r1.1, &r2.1, &wk),
-            ("gv", &r1.2, &r2.2, &wv),
-        ] {
+        for ((name, a, bb), want) in [
+            ("gq", &r1.0, &r2.0),
+            ("gk", &r1.1, &r2.1),
+            ("gv", &r1.2, &r2.2),
+        ]
+        .into_iter()
+        .zip(&p.want_g)
+        {
             let (a, bb) = (a.as_ref().unwrap(), bb.as_ref().unwrap());
             close(
                 &a.to_vec::<T>().unwrap(),
@@ -347,7 +96,7 @@ fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
         .enumerate()
         {
             let part = c2
-                .attention_backward(&q, &k, &v, m, &o1, &l1, &g, opts, needs)
+                .attention_backward(q, k, v, m, &o1, &l1, g, opts, needs)
                 .unwrap();
             let got = [&part.0, &part.1, &part.2];
             let full = [&r1.0, &r1.1, &r1.2];
@@ -357,31 +106,6 @@ fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
                     assert_bits_eq::<T>(x, y, &format!("partial {which} {what}"));
                 }
             }
-        }
-        // The materialising kernel (the benchmark's comparison) still matches the spec; it
-        // has no grouped-query path and says so.
-        if hkv != h {
-            let err = materialising::attention(&c2, &q, &k, &v, mask.as_ref(), opts);
-            assert!(matches!(err, Err(Error::InvalidArgument { .. })), "{what}");
-        } else if n % 4 == 0 {
-            let (mo, mp) = materialising::attention(&c2, &q, &k, &v, mask.as_ref(), opts).unwrap();
-            close(
-                &mo.to_vec::<T>().unwrap(),
-                &want_o,
-                tol,
-                &format!("mat out {what}"),
-            );
-            close(
-                &mp.to_vec::<T>().unwrap(),
-                &want_p,
-                tol,
-                &format!("mat probs {what}"),
-            );
-            let mg = materialising::attention_backward(&c2, &q, &k, &v, &mp, &g, opts, [true; 3])
-                .unwrap();
-            close(&mg.0.unwrap().to_vec::<T>().unwrap(), &wq, tol, "mat gq");
-            close(&mg.1.unwrap().to_vec::<T>().unwrap(), &wk, tol, "mat gk");
-            close(&mg.2.unwrap().to_vec::<T>().unwrap(), &wv, tol, "mat gv");
         }
     }
 }

@@ -14,9 +14,9 @@
 
 use std::collections::HashMap;
 
+use fucina_autograd::io::{st_name, SafetensorsFile};
 use fucina_autograd::Tensor;
-use fucina_core::DType;
-use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
+use safetensors::tensor::TensorView;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::Algorithm;
@@ -85,35 +85,6 @@ struct ParamMeta {
     buffers: Vec<String>,
 }
 
-/// safetensors' dtype for a buffer dtype.
-pub(crate) fn st_dtype(d: DType) -> Option<StDtype> {
-    Some(match d {
-        DType::F32 => StDtype::F32,
-        DType::F64 => StDtype::F64,
-        DType::BF16 => StDtype::BF16,
-        DType::F16 => StDtype::F16,
-        DType::I32 => StDtype::I32,
-        DType::I64 => StDtype::I64,
-        DType::U32 => StDtype::U32,
-        DType::U8 => StDtype::U8,
-    })
-}
-
-/// Our dtype for a safetensors dtype (None for the ones fucina has not).
-pub(crate) fn from_st_dtype(d: StDtype) -> Option<DType> {
-    Some(match d {
-        StDtype::F32 => DType::F32,
-        StDtype::F64 => DType::F64,
-        StDtype::BF16 => DType::BF16,
-        StDtype::F16 => DType::F16,
-        StDtype::I32 => DType::I32,
-        StDtype::I64 => DType::I64,
-        StDtype::U32 => DType::U32,
-        StDtype::U8 => DType::U8,
-        _ => return None,
-    })
-}
-
 fn tensor_name(g: usize, p: usize, buf: &str) -> String {
     format!("state.{g}.{p}.{buf}")
 }
@@ -142,9 +113,7 @@ pub(crate) fn to_bytes<A: Algorithm>(steps: u64, groups: &[GroupView<'_, A>]) ->
                 )));
             }
             for ((name, _), b) in specs.iter().zip(&st.bufs) {
-                let dt = st_dtype(b.dtype())
-                    .ok_or_else(|| Error::StateMismatch(format!("buffer dtype {}", b.dtype())))?;
-                let view = TensorView::new(dt, p.shape().to_vec(), b.bytes())?;
+                let view = TensorView::new(st_name(b.dtype()), p.shape().to_vec(), b.bytes())?;
                 views.push((tensor_name(gi, pi, name), view));
             }
             params.push(ParamMeta {
@@ -174,20 +143,15 @@ pub(crate) fn to_bytes<A: Algorithm>(steps: u64, groups: &[GroupView<'_, A>]) ->
 /// Reads and validates a state file for an optimizer whose groups hold
 /// `params`; nothing is committed (see [`Loaded`]).
 pub(crate) fn load_bytes<A: Algorithm>(bytes: &[u8], params: &[&[Tensor]]) -> Result<Loaded<A>> {
-    // The workspace's strict header check first: a key named twice (which
-    // the safetensors crate resolves as "last wins") is an error.
-    fucina_autograd::io::SafetensorsFile::from_bytes(STATE_LABEL, bytes)?;
-    let st = SafeTensors::deserialize(bytes)?;
-    let (_, header) = SafeTensors::read_metadata(bytes)?;
-    let md = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get(METADATA_KEY))
-        .ok_or_else(|| {
-            Error::StateMismatch(format!(
-                "no `{METADATA_KEY}` metadata: not an optimizer state file"
-            ))
-        })?;
+    // The workspace's one safetensors reader, with its strict header check (a
+    // key named twice, which the safetensors crate resolves as "last wins", is
+    // an error).
+    let st = SafetensorsFile::from_bytes(STATE_LABEL, bytes)?;
+    let md = st.metadata().get(METADATA_KEY).ok_or_else(|| {
+        Error::StateMismatch(format!(
+            "no `{METADATA_KEY}` metadata: not an optimizer state file"
+        ))
+    })?;
     let value: serde_json::Value = serde_json::from_str(md)?;
     let saved = value
         .get("optimizer")
@@ -263,21 +227,22 @@ pub(crate) fn load_bytes<A: Algorithm>(bytes: &[u8], params: &[&[Tensor]]) -> Re
             let mut bufs = Vec::with_capacity(specs.len());
             for (name, dt) in specs {
                 let tn = tensor_name(gi, pi, name);
-                let view = st
-                    .tensor(&tn)
-                    .map_err(|_| Error::StateMismatch(format!("missing tensor `{tn}`")))?;
-                if from_st_dtype(view.dtype()) != Some(dt) || view.shape() != p.shape() {
+                let info = st
+                    .info(&tn)
+                    .ok_or_else(|| Error::StateMismatch(format!("missing tensor `{tn}`")))?;
+                if info.dtype != Some(dt) || info.shape != p.shape() {
                     return Err(Error::StateMismatch(format!(
-                        "`{tn}`: {:?} {:?}, expected {dt} {:?}",
-                        view.dtype(),
-                        view.shape(),
+                        "`{tn}`: {} {:?}, expected {dt} {:?}",
+                        info.dtype_name,
+                        info.shape,
                         p.shape()
                     )));
                 }
-                if view.data().len() != p.numel().saturating_mul(dt.size_of()) {
+                let data = st.bytes(&tn)?;
+                if data.len() != p.numel().saturating_mul(dt.size_of()) {
                     return Err(Error::StateMismatch(format!("`{tn}`: bad byte length")));
                 }
-                let b = Buf::from_bytes(p.ctx(), dt, view.data())?;
+                let b = Buf::from_bytes(p.ctx(), dt, data)?;
                 bufs.push(b);
                 used += 1;
             }

@@ -89,8 +89,9 @@ fn st_dtype(name: &str) -> Option<(usize, Option<DType>)> {
     })
 }
 
-/// safetensors' name for a fucina dtype.
-pub(crate) fn st_name(d: DType) -> safetensors::Dtype {
+/// safetensors' dtype for a fucina dtype (every fucina dtype has one): what
+/// a writer of safetensors files (`safetensors::serialize`) names it.
+pub fn st_name(d: DType) -> safetensors::Dtype {
     use safetensors::Dtype as S;
     match d {
         DType::F32 => S::F32,

@@ -12,7 +12,6 @@
 mod accumulate;
 mod binary_ops;
 mod gelu;
-pub mod map;
 mod pointwise;
 pub mod reference;
 mod unary_ops;
@@ -23,10 +22,10 @@ pub use unary_ops::{Domain, KernelParam};
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
+use crate::kernels::map::{expect_dtype, map1, map1_runs, map2, map2_to, map3, map4};
 use crate::shape;
 use crate::tensor::RawTensor;
 
-use map::{expect_dtype, map1, map1_runs, map2, map2_to, map3, map4};
 use unary_ops::c;
 
 // ------------------------------------------------------------------ unary

@@ -7,7 +7,7 @@
 use crate::dtype::{DType, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::elementwise::map::run_chunks;
+use crate::kernels::map::run_chunks;
 use crate::rng;
 use crate::tensor::RawTensor;
 

@@ -11,8 +11,7 @@
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::check_axis;
-use crate::kernels::elementwise::map::{map2, Plan, CHUNK, PAR_THRESHOLD};
+use crate::kernels::map::{map2, Plan, CHUNK, PAR_THRESHOLD};
 use crate::shape;
 use crate::tensor::RawTensor;
 
@@ -364,7 +363,7 @@ fn arg_extreme<T: Float>(
     keepdim: bool,
     better: fn(T, T) -> bool,
 ) -> Result<RawTensor> {
-    check_axis(op, x, axis)?;
+    shape::check_axis(op, axis, x.shape())?;
     let mut red = vec![false; x.rank()];
     red[axis] = true;
     let (p, r, q) = split3(x.shape(), axis);
@@ -412,7 +411,7 @@ fn scan<T: Float>(
     if x.rank() == 0 && axis == 0 {
         return ctx.copy(x);
     }
-    check_axis(op, x, axis)?;
+    shape::check_axis(op, axis, x.shape())?;
     let (p, r, q) = split3(x.shape(), axis);
     let mut out = ctx.empty(T::DTYPE, x.shape())?;
     let xc = ctx.contiguous(x)?;

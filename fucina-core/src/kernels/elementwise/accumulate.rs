@@ -4,12 +4,12 @@
 //! strides. Each element is computed on its own, so results never depend on the thread
 //! count.
 
-use super::map::{Plan, CHUNK, PAR_THRESHOLD};
 use super::same_dtype;
 use super::same_shape;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
+use crate::kernels::map::{Plan, CHUNK, PAR_THRESHOLD};
 use crate::tensor::RawTensor;
 
 impl ExecContext {

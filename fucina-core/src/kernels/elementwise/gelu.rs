@@ -9,7 +9,6 @@
 //! Each element is computed on its own in the map engine's fixed chunks, so results never
 //! depend on the thread count.
 
-use super::map::{map1_runs, map2_runs, Plan, CHUNK, PAR_THRESHOLD};
 use super::pointwise::{GeluErf, GeluTanh, Pointwise};
 use super::unary_ops::{
     gelu_erf_arg, gelu_erf_dy, gelu_erf_pdf_arg, gelu_erf_y, gelu_tanh_a, gelu_tanh_da,
@@ -18,6 +17,7 @@ use super::unary_ops::{
 use crate::dtype::Float;
 use crate::error::Result;
 use crate::exec::ExecContext;
+use crate::kernels::map::{map1_runs, map2_runs, Plan, CHUNK, PAR_THRESHOLD};
 use crate::kernels::simd::{erf_in_place, exp_f32_in_place};
 use crate::tensor::RawTensor;
 

@@ -16,11 +16,10 @@
 //! score (NaN in its query, in a key it sees, or a NaN scale) gives a NaN output row and
 //! `lse`, and NaN gradients for its query and for the keys and values it sees, as PyTorch
 //! does (the online softmax's max skips NaN, so such a row used to look fully masked).
-//! [`materialising`] keeps the previous kernel for the benchmark comparison only.
+//! The previous, materialising kernel lives in the benches crate
+//! (`benches/src/materialising.rs`), for the benchmark comparison only.
 
 mod flash;
-#[doc(hidden)]
-pub mod materialising;
 mod micro;
 
 use crate::dtype::{DType, Float};
@@ -123,22 +122,6 @@ impl<'a, T: Float> Mask<'a, T> {
         })
     }
 
-    /// Applies the mask to the raw score of (b, h, i, j); masked entries become -inf.
-    #[inline]
-    fn apply(&self, b: usize, h: usize, i: usize, j: usize, s: T) -> T {
-        match self {
-            Mask::None => s,
-            Mask::Bias(m, st, o) => s + m[o + b * st[0] + h * st[1] + i * st[2] + j * st[3]],
-            Mask::Keep(m, st, o) => {
-                if m[o + b * st[0] + h * st[1] + i * st[2] + j * st[3]] == 0 {
-                    T::NEG_INFINITY
-                } else {
-                    s
-                }
-            }
-        }
-    }
-
     /// The mask of query row (b, h, i).
     #[inline]
     /// One past the last key that any of query rows `i0..i0 + rows` of head (b, h) may see
@@ -214,12 +197,11 @@ fn prepare_mask(
 }
 
 /// The validated sizes of an attention problem: q `[b, h, t, d]`, k `[b, hkv, s, d]`,
-/// v `[b, hkv, s, dv]`, with `hkv` dividing `h`.
+/// v `[b, hkv, s, dv]`, with `hkv` dividing `h` (the kernels take `hkv` from k).
 #[derive(Clone, Copy, Debug)]
 struct QkvDims {
     b: usize,
     h: usize,
-    hkv: usize,
     t: usize,
     s: usize,
     d: usize,
@@ -273,7 +255,6 @@ fn check_qkv(op: &'static str, q: &RawTensor, k: &RawTensor, v: &RawTensor) -> R
     Ok(QkvDims {
         b: qs[0],
         h: qs[1],
-        hkv: ks[1],
         t: qs[2],
         s: ks[2],
         d: qs[3],

@@ -11,9 +11,9 @@
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::check_axis;
 use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
 use crate::kernels::simd::{dot, max, simd_dispatch, sum, sum_exp_impl};
+use crate::shape;
 use crate::tensor::RawTensor;
 
 pub use crate::kernels::simd::{exp_f32, exp_f64, RowFloat};
@@ -211,7 +211,7 @@ impl ExecContext {
     /// # Ok::<(), fucina_core::Error>(())
     /// ```
     pub fn softmax(&self, x: &RawTensor, axis: usize) -> Result<RawTensor> {
-        check_axis("softmax", x, axis)?;
+        shape::check_axis("softmax", axis, x.shape())?;
         crate::dispatch_float!(x.dtype(), "softmax", T => {
             map_rows::<T>(self, x, None, axis, |_, x, _, y| softmax_row(x, y))
         })
@@ -219,7 +219,7 @@ impl ExecContext {
 
     /// Log-softmax along `axis`: `x − max − ln Σ exp(x − max)`.
     pub fn log_softmax(&self, x: &RawTensor, axis: usize) -> Result<RawTensor> {
-        check_axis("log_softmax", x, axis)?;
+        shape::check_axis("log_softmax", axis, x.shape())?;
         crate::dispatch_float!(x.dtype(), "log_softmax", T => {
             map_rows::<T>(self, x, None, axis, |_, x, _, y| log_softmax_row(x, y))
         })
@@ -232,7 +232,7 @@ impl ExecContext {
         gy: &RawTensor,
         axis: usize,
     ) -> Result<RawTensor> {
-        check_axis("softmax_backward", y, axis)?;
+        shape::check_axis("softmax_backward", axis, y.shape())?;
         check_pair("softmax_backward", y, gy)?;
         crate::dispatch_float!(y.dtype(), "softmax_backward", T => {
             map_rows::<T>(self, y, Some(gy), axis, |_, y, gy, gx| softmax_backward_row(y, gy, gx))
@@ -246,7 +246,7 @@ impl ExecContext {
         gy: &RawTensor,
         axis: usize,
     ) -> Result<RawTensor> {
-        check_axis("log_softmax_backward", y, axis)?;
+        shape::check_axis("log_softmax_backward", axis, y.shape())?;
         check_pair("log_softmax_backward", y, gy)?;
         crate::dispatch_float!(y.dtype(), "log_softmax_backward", T => {
             map_rows::<T>(self, y, Some(gy), axis, |_, y, gy, gx| log_softmax_backward_row(y, gy, gx))
@@ -257,7 +257,7 @@ impl ExecContext {
     /// removed, or kept with size 1 when `keepdim`. An all −∞ (or empty) row
     /// gives −∞; a row holding +∞ gives +∞.
     pub fn logsumexp(&self, x: &RawTensor, axis: usize, keepdim: bool) -> Result<RawTensor> {
-        check_axis("logsumexp", x, axis)?;
+        shape::check_axis("logsumexp", axis, x.shape())?;
         crate::dispatch_float!(x.dtype(), "logsumexp", T => self.logsumexp_t::<T>(x, axis, keepdim))
     }
 

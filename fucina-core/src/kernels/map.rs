@@ -1,4 +1,6 @@
-//! The broadcast map engine behind every pointwise kernel.
+//! The broadcast map engine behind every pointwise kernel (the elementwise
+//! ops, GELU and gradient accumulation in `elementwise/`) and the chunking the
+//! reductions (`reduce.rs`) and random fills (`random.rs`) share.
 //!
 //! `map1..map4` apply a per-element closure to operands of any strides,
 //! broadcast NumPy-style to one output shape, and write a fresh contiguous

@@ -14,11 +14,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The workspace root (this crate sits one level below it).
+/// The workspace root (this crate, `checks/`, sits one level below it).
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("fucina-core has a parent directory")
+        .expect("checks/ has a parent directory")
         .to_path_buf()
 }
 

@@ -1,4 +1,4 @@
-//! The module-graph half of `tests/architecture.rs`: source text stripped to
+//! The module-graph half of `checks/tests/architecture.rs`: source text stripped to
 //! code, `use` trees and inline `crate::`/`super::`/`self::` paths parsed into
 //! module references, each library crate's module graph (root re-exports
 //! followed), and its cycles. The policy (which cycles are allowed, what the

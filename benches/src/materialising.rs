@@ -1,17 +1,138 @@
 //! The materialising attention kernel that fucina shipped before the streaming one: it
 //! writes the full `[B, H, T, S]` probability tensor and its backward reads it back.
 //!
-//! Kept only as the comparison for `benches/benches/attention.rs` (and tested against the
-//! reference so the comparison stays honest); models use [`ExecContext::attention`].
-//! Forward chunks are fixed (head, 16-row block) pairs and backward chunks are heads, so
-//! results are bitwise identical for any thread count. Fully masked rows give zero
-//! probabilities, not NaN.
+//! Not part of the library: it is the comparison for `benches/benches/attention.rs`, and
+//! `benches/tests/materialising.rs` checks it against the scalar reference so the
+//! comparison stays honest; models use [`ExecContext::attention`]. Built on fucina-core's
+//! public API only: q, k, v are made contiguous (a copy for the benchmark's head views,
+//! a few milliseconds against the kernel's hundreds), and a mask is expanded to
+//! `[B, H, T, S]` (this kernel materialises that block anyway). Forward chunks are fixed (head, 16-row block)
+//! pairs and backward chunks are heads, so results are bitwise identical for any thread
+//! count. Fully masked rows give zero probabilities, not NaN. No grouped-query attention:
+//! k and v must have q's head count.
 
-use super::{check_qkv, expect_shape, prepare_mask, rows_readable, Heads, Mask, QkvDims};
-use crate::dtype::{Element, Float};
-use crate::error::Result;
-use crate::exec::ExecContext;
-use crate::tensor::RawTensor;
+use fucina_core::kernels::fused::attention::AttentionOpts;
+use fucina_core::{dispatch_float, DType, Element, Error, ExecContext, Float, RawTensor, Result};
+
+/// A contiguous rank-4 operand `[B, H, L, C]`: row `r` of head `(b, h)` is the `C`
+/// elements from `((b·H + h)·L + r)·C`.
+#[derive(Clone, Copy)]
+struct Heads<'a, T> {
+    data: &'a [T],
+    /// `[H, L, C]`.
+    dims: [usize; 3],
+}
+
+impl<'a, T: Element> Heads<'a, T> {
+    /// `t` must be contiguous (the public entry points copy their operands).
+    fn new(t: &'a RawTensor) -> Result<Heads<'a, T>> {
+        let s = t.shape();
+        Ok(Heads {
+            data: t.as_slice::<T>()?,
+            dims: [s[1], s[2], s[3]],
+        })
+    }
+
+    /// Row `r` of head `(b, h)`.
+    #[inline(always)]
+    fn row(&self, b: usize, h: usize, r: usize) -> &'a [T] {
+        let [nh, len, cols] = self.dims;
+        let at = ((b * nh + h) * len + r) * cols;
+        &self.data[at..at + cols]
+    }
+}
+
+/// The mask, expanded to a contiguous `[B, H, T, S]`: row `(b, h, i)` is at
+/// `((b·H + h)·T + i)·S`.
+enum Mask<'a, T> {
+    None,
+    Bias(&'a [T]),
+    Keep(&'a [u8]),
+}
+
+impl<T: Float> Mask<'_, T> {
+    /// The raw score `s` of element `at` of the expanded mask after masking (-inf if hidden).
+    #[inline]
+    fn apply(&self, at: usize, s: T) -> T {
+        match self {
+            Mask::None => s,
+            Mask::Bias(m) => s + m[at],
+            Mask::Keep(m) if m[at] == 0 => T::NEG_INFINITY,
+            Mask::Keep(_) => s,
+        }
+    }
+}
+
+/// `mask` (a U8 keep-mask or an f32/f64 bias, broadcastable to `full`) as a contiguous
+/// `[B, H, T, S]` keep-mask or a bias of `dtype`.
+fn expand_mask(
+    ctx: &ExecContext,
+    op: &'static str,
+    mask: Option<&RawTensor>,
+    dtype: DType,
+    full: [usize; 4],
+) -> Result<Option<RawTensor>> {
+    let Some(m) = mask else {
+        return Ok(None);
+    };
+    let m = match m.dtype() {
+        DType::U8 => m.clone_view(),
+        DType::F32 | DType::F64 => ctx.to_dtype(m, dtype)?,
+        dt => return Err(Error::UnsupportedDType { op, dtype: dt }),
+    };
+    let wide = m.broadcast_to(&full).map_err(|_| Error::Broadcast {
+        op,
+        lhs: m.shape().to_vec(),
+        rhs: full.to_vec(),
+    })?;
+    Ok(Some(ctx.contiguous(&wide)?))
+}
+
+/// `(B, H, T, S, D, Dv)` of q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]` of one
+/// dtype; an [`Error::InvalidArgument`] naming the shapes otherwise (grouped-query shapes,
+/// with fewer k/v heads than query heads, included).
+fn dims(
+    op: &'static str,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+) -> Result<(usize, usize, usize, usize, usize, usize)> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let fits = [qs, ks, vs].iter().all(|s| s.len() == 4)
+        && k.dtype() == q.dtype()
+        && v.dtype() == q.dtype()
+        && ks[..2] == qs[..2]
+        && ks[3] == qs[3]
+        && vs[..3] == ks[..3];
+    if !fits {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] of one dtype (no grouped-query \
+                 attention), got q {qs:?} {}, k {ks:?} {}, v {vs:?} {}",
+                q.dtype(),
+                k.dtype(),
+                v.dtype()
+            ),
+        });
+    }
+    Ok((qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]))
+}
+
+/// An error unless `t` is `want` of `dtype`.
+fn expect_shape(op: &'static str, t: &RawTensor, want: &[usize], dtype: DType) -> Result<()> {
+    if t.shape() != want || t.dtype() != dtype {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!(
+                "expected {want:?} {dtype}, got {:?} {}",
+                t.shape(),
+                t.dtype()
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// Query rows per forward chunk (fixed: never derived from the thread count).
 const ROW_BLOCK: usize = 16;
@@ -94,7 +215,10 @@ fn attention_fwd<T: Float>(
                 let qi = qh.row(b, h, i);
                 let mut m = T::NEG_INFINITY;
                 for j in 0..jmax {
-                    let s = mask.apply(b, h, i, j, dot(qi, kh.row(b, h, j)) * scale);
+                    let s = mask.apply(
+                        ((b * nh + h) * nt + i) * ns + j,
+                        dot(qi, kh.row(b, h, j)) * scale,
+                    );
                     p[j] = s;
                     m = m.max(s);
                 }
@@ -247,29 +371,29 @@ fn attention_bwd<T: Float>(
 }
 
 /// The materialising forward: `(out [B,H,T,Dv], probs [B,H,T,S])`, with the arguments of
-/// [`ExecContext::attention`]. For the benchmark comparison only.
+/// [`ExecContext::attention`].
 pub fn attention(
     ctx: &ExecContext,
     q: &RawTensor,
     k: &RawTensor,
     v: &RawTensor,
     mask: Option<&RawTensor>,
-    opts: super::AttentionOpts,
+    opts: AttentionOpts,
 ) -> Result<(RawTensor, RawTensor)> {
     const OP: &str = "attention_materialising";
-    let (nb, nh, nt, ns, d, dv) = same_heads(OP, check_qkv(OP, q, k, v)?)?;
+    let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
     let full = [nb, nh, nt, ns];
-    let mask = prepare_mask(ctx, OP, mask, q.dtype(), full)?;
-    let (q, k, v) = (
-        rows_readable(ctx, q)?,
-        rows_readable(ctx, k)?,
-        rows_readable(ctx, v)?,
-    );
+    let mask = expand_mask(ctx, OP, mask, q.dtype(), full)?;
+    let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
     let mut out = ctx.empty(q.dtype(), &[nb, nh, nt, dv])?;
     let mut probs = ctx.empty(q.dtype(), &full)?;
     let scale = opts.scale_for(d);
-    crate::dispatch_float!(q.dtype(), OP, T => {
-        let mk = Mask::<T>::new(mask.as_ref())?;
+    dispatch_float!(q.dtype(), OP, T => {
+        let mk = match &mask {
+            None => Mask::None,
+            Some(m) if m.dtype() == DType::U8 => Mask::Keep(m.as_slice::<u8>()?),
+            Some(m) => Mask::Bias(m.as_slice::<T>()?),
+        };
         attention_fwd::<T>(ctx, &q, &k, &v, &mk, opts.causal, T::from_f64(scale), &mut out, &mut probs)
     })?;
     Ok((out, probs))
@@ -290,48 +414,18 @@ pub fn attention_backward(
     v: &RawTensor,
     probs: &RawTensor,
     g_out: &RawTensor,
-    opts: super::AttentionOpts,
+    opts: AttentionOpts,
     needs: [bool; 3],
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
     const OP: &str = "attention_materialising_backward";
-    let (nb, nh, nt, ns, d, dv) = same_heads(OP, check_qkv(OP, q, k, v)?)?;
+    let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
     expect_shape(OP, probs, &[nb, nh, nt, ns], q.dtype())?;
     expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
-    let (q, k, v) = (
-        rows_readable(ctx, q)?,
-        rows_readable(ctx, k)?,
-        rows_readable(ctx, v)?,
-    );
+    let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
     let probs = ctx.contiguous(probs)?;
     let g_out = ctx.contiguous(g_out)?;
     let scale = opts.scale_for(d);
-    crate::dispatch_float!(q.dtype(), OP, T => {
+    dispatch_float!(q.dtype(), OP, T => {
         attention_bwd::<T>(ctx, &q, &k, &v, &probs, &g_out, T::from_f64(scale), needs)
     })
-}
-
-/// The materialising kernel reads one k/v head per query head: grouped-query shapes
-/// (`Hkv < H`) are the streaming kernel's only. Returns (B, H, T, S, D, Dv).
-fn same_heads(
-    op: &'static str,
-    dims: QkvDims,
-) -> Result<(usize, usize, usize, usize, usize, usize)> {
-    let QkvDims {
-        b,
-        h,
-        hkv,
-        t,
-        s,
-        d,
-        dv,
-    } = dims;
-    if hkv != h {
-        return Err(crate::error::Error::InvalidArgument {
-            op,
-            msg: format!(
-                "grouped-query attention (q heads {h}, k/v heads {hkv}) is not supported here"
-            ),
-        });
-    }
-    Ok((b, h, t, s, d, dv))
 }

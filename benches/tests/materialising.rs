@@ -1,0 +1,72 @@
+//! The benchmark's materialising attention kernel (`benches/src/materialising.rs`) against
+//! the scalar reference, so the comparison in `benches/benches/attention.rs` stays honest:
+//! forward (output and probabilities) and backward on every fourth case of the streaming
+//! kernel's tables (the same inputs: `fucina-core/tests/attention/cases.rs`, same seeds),
+//! and an `InvalidArgument` for every grouped-query case (it has no grouped-query path).
+
+#[path = "../../fucina-core/tests/attention/cases.rs"]
+mod cases;
+
+use cases::{cases, close, gqa_cases, Case, Problem};
+use fucina_benches::materialising;
+use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
+use fucina_core::{Error, Float};
+
+fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
+    let mut rng = SplitMix64::new(seed);
+    for (n, &case) in cases.iter().enumerate() {
+        let p = Problem::<T>::new(&c1, &mut rng, case);
+        let (q, k, v, mask, opts) = (&p.q, &p.k, &p.v, p.mask.as_ref(), p.opts);
+        let what = format!("case {n} {case:?}");
+        if case.hkv != case.h {
+            let err = materialising::attention(&c2, q, k, v, mask, opts);
+            assert!(matches!(err, Err(Error::InvalidArgument { .. })), "{what}");
+        } else if n % 4 == 0 {
+            let (mo, mp) = materialising::attention(&c2, q, k, v, mask, opts).unwrap();
+            close(
+                &mo.to_vec::<T>().unwrap(),
+                &p.want_o,
+                tol,
+                &format!("mat out {what}"),
+            );
+            close(
+                &mp.to_vec::<T>().unwrap(),
+                &p.want_p,
+                tol,
+                &format!("mat probs {what}"),
+            );
+            let mg = materialising::attention_backward(&c2, q, k, v, &mp, &p.g, opts, [true; 3])
+                .unwrap();
+            for (name, got, want) in [
+                ("mat gq", mg.0, &p.want_g[0]),
+                ("mat gk", mg.1, &p.want_g[1]),
+                ("mat gv", mg.2, &p.want_g[2]),
+            ] {
+                close(&got.unwrap().to_vec::<T>().unwrap(), want, tol, name);
+            }
+        }
+    }
+}
+
+#[test]
+fn materialising_matches_reference_f32() {
+    materialising_cases::<f32>(&cases(), 2e-5, 21);
+}
+
+#[test]
+fn materialising_matches_reference_f64() {
+    materialising_cases::<f64>(&cases(), 1e-11, 21);
+}
+
+#[test]
+fn materialising_refuses_grouped_query_f32() {
+    materialising_cases::<f32>(&gqa_cases(), 2e-5, 23);
+}
+
+#[test]
+fn materialising_refuses_grouped_query_f64() {
+    materialising_cases::<f64>(&gqa_cases(), 1e-11, 24);
+}
