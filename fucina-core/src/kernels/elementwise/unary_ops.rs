@@ -6,8 +6,9 @@
 //! table to a generator macro; the generators produce the `UnaryOp` enum, its
 //! dispatch and names (`elementwise.rs`), the kernel structs (`pointwise.rs`),
 //! the reference (`reference.rs`), the autograd methods
-//! (`fucina-autograd/src/ops/elementwise.rs`) and the gradcheck rows
-//! (`fucina-autograd/src/suite.rs`). Adding an op: one entry here plus its
+//! (`fucina-autograd/src/ops/elementwise.rs`), the gradcheck rows
+//! (`fucina-autograd/src/suite.rs`) and `fucina-nn`'s `Activation`
+//! (`fucina-nn/src/activation.rs`, from the `activation:` hooks). Adding an op: one entry here plus its
 //! torch lambda in `tools/gen_op_goldens.py` (see CONTRIBUTING.md).
 //!
 //! Kernel bodies (`f`, `df`) expand in `pointwise.rs` (helpers `c`, `sigmoid`,
