@@ -150,23 +150,15 @@ pub fn cases() -> Vec<OpCase> {
 /// (`fucina-core/src/kernels/elementwise/unary_ops.rs`), named after its
 /// method, a `[3, 4]` input from its domain, called with its example parameters.
 macro_rules! unary_rows {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
-            name: $name:literal, method: $method:ident, saved: $saved:ident,
-            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
-            f: |$x:ident| $f:expr,
-            df: |$s:pat_param| $df:expr,
-            ref_f: |$rx:ident| $rf:expr,
-            ref_df: |$rdx:pat_param| $rdf:expr,
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        $docs:tt $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?] $name:literal $method:ident
+        $saved:ident [$dom:expr] $f:tt $df:tt $rf:tt $rdf:tt $torch:literal $($hooks:tt)*
+    } )*) => {
         fn unary_cases() -> Vec<OpCase> {
             vec![$(
                 OpCase {
                     name: stringify!($method),
-                    inputs: vec![from_domain(Domain::$dom $( ( $($dv),+ ) )?, &[3, 4])],
+                    inputs: vec![from_domain($dom, &[3, 4])],
                     f: |x| x[0].$method($($($a),+)?),
                     torch: Some($torch),
                 },
@@ -180,29 +172,15 @@ fucina_core::for_each_unary_op!(unary_rows);
 /// (`fucina-core/src/kernels/elementwise/binary_ops.rs`), named after its
 /// method, with the domains and (broadcasting) shapes its entry gives a and b.
 macro_rules! binary_rows {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident {
-            name: $name:literal, method: $method:ident, saves: $saves:ident,
-            f: |$fa:ident, $fb:ident| $f:expr,
-            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
-            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
-            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
-            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
-            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
-            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
-            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        $docs:tt $V:ident $name:literal $method:ident $saves:ident $f:tt $da:tt $db:tt $rf:tt
+        $rda:tt $rdb:tt [$adom:expr] [$($ash:expr),*] [$bdom:expr] [$($bsh:expr),*] $torch:literal
+    } )*) => {
         fn binary_cases() -> Vec<OpCase> {
             vec![$(
                 OpCase {
                     name: stringify!($method),
-                    inputs: vec![
-                        from_domain(Domain::$adom $( ( $($adv),+ ) )?, &[$($ash),*]),
-                        from_domain(Domain::$bdom $( ( $($bdv),+ ) )?, &[$($bsh),*]),
-                    ],
+                    inputs: vec![from_domain($adom, &[$($ash),*]), from_domain($bdom, &[$($bsh),*])],
                     f: |x| x[0].$method(&x[1]),
                     torch: Some($torch),
                 },

@@ -335,18 +335,10 @@ impl Backward for DropoutBackward {
 /// (`fucina-core/src/kernels/elementwise/unary_ops.rs`): `x.op(params)` is
 /// `x.unary(UnaryOp::Op(params))`, whose backward is `UnaryBackward`.
 macro_rules! unary_methods {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
-            name: $name:literal, method: $method:ident, saved: $saved:ident,
-            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
-            f: |$x:ident| $f:expr,
-            df: |$s:pat_param| $df:expr,
-            ref_f: |$rx:ident| $rf:expr,
-            ref_df: |$rdx:pat_param| $rdf:expr,
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        [$(#[doc = $doc:literal])*] $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?]
+        $name:literal $method:ident $($rest:tt)*
+    } )*) => {
         impl Tensor {
             $(
                 $(#[doc = $doc])*
@@ -364,21 +356,7 @@ fucina_core::for_each_unary_op!(unary_methods);
 /// `a.binary(&b, BinaryOp::Op)` with broadcasting, whose backward is
 /// `BinaryBackward`.
 macro_rules! binary_methods {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident {
-            name: $name:literal, method: $method:ident, saves: $saves:ident,
-            f: |$fa:ident, $fb:ident| $f:expr,
-            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
-            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
-            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
-            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
-            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
-            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
-            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( { [$(#[doc = $doc:literal])*] $V:ident $name:literal $method:ident $($rest:tt)* } )*) => {
         impl Tensor {
             $(
                 $(#[doc = $doc])*

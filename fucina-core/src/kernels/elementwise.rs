@@ -26,25 +26,39 @@ use crate::kernels::map::{expect_dtype, map1, map1_runs, map2, map2_to, map3, ma
 use crate::shape;
 use crate::tensor::RawTensor;
 
+// The element types the table's hooks run on (f32, f64: their vectorised exp).
+use gelu::ExpSlice as HookFloat;
 use unary_ops::c;
 
 // ------------------------------------------------------------------ unary
 
+/// `Some(hook)` for a table entry's hook, `None` where the entry has none.
+macro_rules! hook {
+    () => {
+        None
+    };
+    ($($f:tt)+) => {
+        Some($($f)+)
+    };
+}
+
+/// A unary entry's `forward:` hook: f(x), vectorised.
+type ForwardHook = fn(&ExecContext, &RawTensor) -> Result<RawTensor>;
+/// A unary entry's `backward:` hook: gy·f'(saved), vectorised.
+type BackwardHook = fn(&ExecContext, &RawTensor, &RawTensor) -> Result<RawTensor>;
+/// A unary entry's `with_derivative:` hook: (f(x), f'(x)) in one pass.
+type WithDerivativeHook = fn(&ExecContext, &RawTensor) -> Result<(RawTensor, RawTensor)>;
+
 /// Generates, from the op table, the [`UnaryOp`] enum, its dispatch to the
-/// kernel structs and its per-op metadata.
+/// kernel structs (with the entries' `special:` kernels), its per-op
+/// metadata and its hooks.
 macro_rules! unary_enum {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
-            name: $name:literal, method: $method:ident, saved: $saved:ident,
-            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
-            f: |$x:ident| $f:expr,
-            df: |$s:pat_param| $df:expr,
-            ref_f: |$rx:ident| $rf:expr,
-            ref_df: |$rdx:pat_param| $rdf:expr,
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        [$(#[doc = $doc:literal])*] $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?]
+        $name:literal $method:ident $saved:ident [$dom:expr] $f:tt $df:tt $rf:tt $rdf:tt $torch:literal
+        [$($cond:expr => $K:expr)?] [$($($fwd:ident)::+)?] [$($($bwd:ident)::+)?]
+        [$($($wd:ident)::+)?] $act:tt
+    } )*) => {
         /// A unary pointwise op (declared in the op table, `unary_ops.rs`).
         /// Scalars are carried as f64 and converted to the tensor's element
         /// type once per call.
@@ -56,10 +70,16 @@ macro_rules! unary_enum {
             )*
         }
 
-        /// Dispatches `op` to its kernel struct once (no PowScalar(2) fast path).
-        fn visit_table<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
+        /// Dispatches `op` to its kernel struct once (or to the kernel its
+        /// entry's `special:` hook names); `v` runs monomorphised on it.
+        pub fn visit_unary<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
             match op {
-                $( UnaryOp::$V $( ( $($p),+ ) )? => v.visit($V $( ( $( c::<T>($p) ),+ ) )?), )*
+                $( UnaryOp::$V $( ( $($p),+ ) )? => {
+                    $( if $cond {
+                        return v.visit($K);
+                    } )?
+                    v.visit($V $( ( $( c::<T>($p) ),+ ) )?)
+                } )*
             }
         }
 
@@ -86,7 +106,7 @@ macro_rules! unary_enum {
             /// Where its gradcheck and torch-golden inputs are drawn from.
             pub fn domain(self) -> Domain {
                 match self {
-                    $( UnaryOp::$V { .. } => Domain::$dom $( ( $($dv),+ ) )?, )*
+                    $( UnaryOp::$V { .. } => $dom, )*
                 }
             }
 
@@ -94,6 +114,27 @@ macro_rules! unary_enum {
             pub fn torch(self) -> &'static str {
                 match self {
                     $( UnaryOp::$V { .. } => $torch, )*
+                }
+            }
+
+            /// Its entry's `forward:` hook (bit for bit `f`, vectorised).
+            fn forward_hook<T: HookFloat>(self) -> Option<ForwardHook> {
+                match self {
+                    $( UnaryOp::$V { .. } => hook!($( $($fwd)::+::<T> )?), )*
+                }
+            }
+
+            /// Its entry's `backward:` hook (bit for bit `gy·df`, vectorised).
+            fn backward_hook<T: HookFloat>(self) -> Option<BackwardHook> {
+                match self {
+                    $( UnaryOp::$V { .. } => hook!($( $($bwd)::+::<T> )?), )*
+                }
+            }
+
+            /// Its entry's `with_derivative:` hook ((f, f') in one pass).
+            fn with_derivative_hook<T: HookFloat>(self) -> Option<WithDerivativeHook> {
+                match self {
+                    $( UnaryOp::$V { .. } => hook!($( $($wd)::+::<T> )?), )*
                 }
             }
         }
@@ -122,15 +163,6 @@ pub trait UnaryVisitor<T: Float> {
     fn visit<K: Pointwise<T>>(self, k: K) -> Self::Out;
 }
 
-/// Dispatches `op` to its kernel struct once; `v` runs monomorphised on it.
-pub fn visit_unary<T: Float, V: UnaryVisitor<T>>(op: UnaryOp, v: V) -> V::Out {
-    match op {
-        // x² is common (norms, losses): x·x is exact and far cheaper than powf.
-        UnaryOp::PowScalar(2.0) => v.visit(Square),
-        _ => visit_table(op, v),
-    }
-}
-
 struct SavedOf;
 impl UnaryVisitor<f64> for SavedOf {
     type Out = Saved;
@@ -148,11 +180,12 @@ impl UnaryOp {
     /// Whether a training forward should keep f'(x) (from
     /// [`ExecContext::unary_with_derivative`]) for the backward instead of x: true where the
     /// derivative shares an expensive part with the forward, so one pass computes it once
-    /// (`GeluErf`: the erf). The node holds f'(x) in place of x; x is freed only when
+    /// (`gelu_erf`: the erf). The node holds f'(x) in place of x; x is freed only when
     /// nothing else holds it (an exec scope keeps a step's intermediates, so there the
     /// derivative adds one tensor of x's size: minilm's peak RSS went 836 → 878 MB).
+    /// These are the entries with a `with_derivative:` hook.
     pub fn keeps_derivative(self) -> bool {
-        matches!(self, UnaryOp::GeluErf)
+        self.with_derivative_hook::<f64>().is_some()
     }
 
     fn validate(self) -> Result<()> {
@@ -187,6 +220,22 @@ impl<T: Float> UnaryVisitor<T> for Forward<'_> {
             },
             move |v| k.f(v),
         )
+    }
+}
+
+/// Tanh's `forward:` hook: for f32 the contiguous runs go through the AVX2 loop
+/// (`kernels::simd::tanh_f32_slice`, bit for bit `vmath::tanh_f32`, the table's f32
+/// `tanh`); f64 takes the generic path.
+fn tanh_forward<T: Float>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
+    if x.dtype() == DType::F32 {
+        map1_runs::<f32, f32>(
+            ctx,
+            x,
+            crate::kernels::simd::tanh_f32_slice,
+            crate::vmath::tanh_f32,
+        )
+    } else {
+        visit_unary::<T, _>(UnaryOp::Tanh, Forward { ctx, x })
     }
 }
 
@@ -256,30 +305,17 @@ impl ExecContext {
     pub fn unary(&self, x: &RawTensor, op: UnaryOp) -> Result<RawTensor> {
         op.validate()?;
         crate::dispatch_float!(x.dtype(), op.name(), T => {
-            if op == UnaryOp::GeluErf {
-                // The table's GeluErf, bit for bit, with the erf vectorised.
-                gelu::erf_forward::<T>(self, x)
-            } else if op == UnaryOp::GeluTanh {
-                // The table's GeluTanh, bit for bit, with the exp vectorised.
-                gelu::tanh_forward::<T>(self, x)
-            } else if op == UnaryOp::Tanh && x.dtype() == DType::F32 {
-                // The table's f32 tanh (`vmath::tanh_f32`), contiguous runs in the AVX2 loop.
-                map1_runs::<f32, f32>(
-                    self,
-                    x,
-                    crate::kernels::simd::tanh_f32_slice,
-                    crate::vmath::tanh_f32,
-                )
-            } else {
-                visit_unary::<T, _>(op, Forward { ctx: self, x })
+            match op.forward_hook::<T>() {
+                Some(forward) => forward(self, x),
+                None => visit_unary::<T, _>(op, Forward { ctx: self, x }),
             }
         })
     }
 
     /// `(op(x), op'(x))`, both of x's shape: the forward and its derivative, for a backward
     /// that multiplies by the derivative (`gy·d`, bit for bit [`Self::unary_backward`]'s
-    /// result) instead of re-deriving it. For `GeluErf` one pass computes each erf once
-    /// (see [`UnaryOp::keeps_derivative`]); other ops compute the two in turn.
+    /// result) instead of re-deriving it. An entry's `with_derivative:` hook computes both in
+    /// one pass (see [`UnaryOp::keeps_derivative`]); other ops compute the two in turn.
     ///
     /// ```
     /// use fucina_core::{ExecContext, kernels::elementwise::UnaryOp};
@@ -297,8 +333,8 @@ impl ExecContext {
     ) -> Result<(RawTensor, RawTensor)> {
         op.validate()?;
         crate::dispatch_float!(x.dtype(), op.name(), T => {
-            if op == UnaryOp::GeluErf {
-                gelu::erf_forward_with_derivative::<T>(self, x)
+            if let Some(both) = op.with_derivative_hook::<T>() {
+                both(self, x)
             } else {
                 let y = self.unary(x, op)?;
                 let saved = match op.saved() {
@@ -323,14 +359,9 @@ impl ExecContext {
         same_dtype("unary_backward", saved, gy)?;
         same_shape("unary_backward", saved, gy)?;
         crate::dispatch_float!(gy.dtype(), op.name(), T => {
-            if op == UnaryOp::GeluErf {
-                // As the generic backward (GeluErf saves its input), erf and exp vectorised.
-                gelu::erf_backward::<T>(self, saved, gy)
-            } else if op == UnaryOp::GeluTanh {
-                // As the generic backward (GeluTanh saves its input), exp vectorised.
-                gelu::tanh_backward::<T>(self, saved, gy)
-            } else {
-                visit_unary::<T, _>(op, Backward { ctx: self, saved, gy })
+            match op.backward_hook::<T>() {
+                Some(backward) => backward(self, saved, gy),
+                None => visit_unary::<T, _>(op, Backward { ctx: self, saved, gy }),
             }
         })
     }
@@ -341,21 +372,11 @@ impl ExecContext {
 /// Generates, from the binary op table, the [`BinaryOp`] enum, its dispatch
 /// to the kernel structs and its per-op metadata.
 macro_rules! binary_enum {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident {
-            name: $name:literal, method: $method:ident, saves: $saves:ident,
-            f: |$fa:ident, $fb:ident| $f:expr,
-            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
-            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
-            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
-            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
-            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
-            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
-            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        [$(#[doc = $doc:literal])*] $V:ident $name:literal $method:ident $saves:ident
+        $f:tt $da:tt $db:tt $rf:tt $rda:tt $rdb:tt [$adom:expr] [$($ash:expr),*]
+        [$bdom:expr] [$($bsh:expr),*] $torch:literal
+    } )*) => {
         /// A binary pointwise op with NumPy broadcasting (declared in the op
         /// table, `binary_ops.rs`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,10 +422,7 @@ macro_rules! binary_enum {
             /// The (domain, shape) of a and of b in its gradcheck row (and torch golden).
             pub fn example_inputs(self) -> [(Domain, &'static [usize]); 2] {
                 match self {
-                    $( BinaryOp::$V => [
-                        (Domain::$adom $( ( $($adv),+ ) )?, &[$($ash),*]),
-                        (Domain::$bdom $( ( $($bdv),+ ) )?, &[$($bsh),*]),
-                    ], )*
+                    $( BinaryOp::$V => [($adom, &[$($ash),*]), ($bdom, &[$($bsh),*])], )*
                 }
             }
 

@@ -21,12 +21,22 @@
 //! reference partials are written in terms of a and b only. Every partial
 //! carries its math.
 
-/// Calls the generator macro `$cb` with every binary pointwise op of the
-/// table (the grammar is the invocation below; see this module's header).
+/// Calls the generator macro `$cb` with every binary pointwise op of the table.
+///
+/// The `@parse` arm (at the end) is the one place the entry grammar is written:
+/// it parses each entry once and calls `$cb!` with the entries in a normalised
+/// form, one brace group each of fixed bracketed fields, so a generator matches
+/// that short form (skipping the fields it does not read as `$_:tt`):
+///
+/// ```text
+/// { [docs] Variant "name" method Saves [|a, b| f] [DA (|a, b, out| da)] [DB (|a, b, out| db)]
+///   [|a, b| ref_f] [|a, b| ref_da] [|a, b| ref_db] [a's Domain expr] [a's shape]
+///   [b's Domain expr] [b's shape] "torch" }
+/// ```
 #[macro_export]
 macro_rules! for_each_binary_op {
     ($cb:ident) => {
-        $cb! {
+        $crate::for_each_binary_op! { @parse $cb;
             /// a + b.
             Add {
                 name: "add", method: add, saves: Nothing,
@@ -212,5 +222,29 @@ macro_rules! for_each_binary_op {
                 torch: "torch.minimum",
             }
         }
+    };
+    (@parse $cb:ident; $(
+        $(#[doc = $doc:literal])*
+        $V:ident {
+            name: $name:literal, method: $method:ident, saves: $saves:ident,
+            f: |$fa:ident, $fb:ident| $f:expr,
+            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
+            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
+            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
+            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
+            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
+            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
+            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
+            torch: $torch:literal $(,)?
+        }
+    )*) => {
+        $cb! { $( {
+            [$(#[doc = $doc])*] $V $name $method $saves [|$fa, $fb| $f]
+            [$DA $( (|$daa, $dab, $dao| $da) )?] [$DB $( (|$dba, $dbb, $dbo| $db) )?]
+            [|$rfa, $rfb| $rf] [|$rdaa, $rdab| $rda] [|$rdba, $rdbb| $rdb]
+            [$crate::kernels::elementwise::Domain::$adom $( ( $($adv),+ ) )?] [$($ash),*]
+            [$crate::kernels::elementwise::Domain::$bdom $( ( $($bdv),+ ) )?] [$($bsh),*]
+            $torch
+        } )* }
     };
 }

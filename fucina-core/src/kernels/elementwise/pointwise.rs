@@ -24,19 +24,11 @@ pub(super) fn sigmoid<T: Float>(x: T) -> T {
 
 /// Generates one kernel struct and its [`Pointwise`] impl per op of the table.
 macro_rules! unary_kernels {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
-            name: $name:literal, method: $method:ident, saved: $saved:ident,
-            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
-            f: |$x:ident| $f:expr,
-            df: |$s:pat_param| $df:expr,
-            ref_f: |$rx:ident| $rf:expr,
-            ref_df: |$rdx:pat_param| $rdf:expr,
-            torch: $torch:literal $(,)?
-        }
-    )*) => {$(
-        unary_kernels!(@one [$(#[doc = $doc])*] $V [$($($p: $pt),+)?] $saved |$x| $f, |$s| $df);
+    ($( {
+        $docs:tt $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?] $name:literal $method:ident
+        $saved:ident $dom:tt [|$x:ident| $f:expr] [|$s:pat_param| $df:expr] $($rest:tt)*
+    } )*) => {$(
+        unary_kernels!(@one $docs $V [$($($p: $pt),+)?] $saved |$x| $f, |$s| $df);
     )*};
     (@one [$(#[$m:meta])*] $V:ident [] $saved:ident |$x:ident| $f:expr, |$s:pat_param| $df:expr) => {
         $(#[$m])*
@@ -121,7 +113,7 @@ macro_rules! partial_body {
     (B ($a:ident, $b:ident, $o:ident)) => {
         $b
     };
-    (Expr ($a:ident, $b:ident, $o:ident) |$pa:pat_param, $pb:pat_param, $po:pat_param| $e:expr) => {{
+    (Expr ($a:ident, $b:ident, $o:ident) (|$pa:pat_param, $pb:pat_param, $po:pat_param| $e:expr)) => {{
         let ($pa, $pb, $po) = ($a, $b, $o);
         $e
     }};
@@ -130,21 +122,10 @@ macro_rules! partial_body {
 /// Generates one kernel struct and its [`PointwiseBinary`] impl per op of the
 /// binary table.
 macro_rules! binary_kernels {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident {
-            name: $name:literal, method: $method:ident, saves: $saves:ident,
-            f: |$fa:ident, $fb:ident| $f:expr,
-            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
-            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
-            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
-            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
-            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
-            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
-            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
-            torch: $torch:literal $(,)?
-        }
-    )*) => {$(
+    ($( {
+        [$(#[doc = $doc:literal])*] $V:ident $name:literal $method:ident $saves:ident
+        [|$fa:ident, $fb:ident| $f:expr] [$DA:ident $($da:tt)?] [$DB:ident $($db:tt)?] $($rest:tt)*
+    } )*) => {$(
         $(#[doc = $doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $V;
@@ -158,12 +139,12 @@ macro_rules! binary_kernels {
             #[inline(always)]
             #[allow(unused_variables)]
             fn da(self, a: T, b: T, out: T) -> T {
-                partial_body!($DA (a, b, out) $( |$daa, $dab, $dao| $da )?)
+                partial_body!($DA (a, b, out) $($da)?)
             }
             #[inline(always)]
             #[allow(unused_variables)]
             fn db(self, a: T, b: T, out: T) -> T {
-                partial_body!($DB (a, b, out) $( |$dba, $dbb, $dbo| $db )?)
+                partial_body!($DB (a, b, out) $($db)?)
             }
         }
     )*};

@@ -21,18 +21,10 @@ fn sigmoid_ref<T: Float>(x: T) -> T {
 /// Generates [`unary_scalar`] and [`unary_df`] from the op table's `ref_f`
 /// and `ref_df` (parameters bound as f64).
 macro_rules! unary_reference {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
-            name: $name:literal, method: $method:ident, saved: $saved:ident,
-            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
-            f: |$x:ident| $f:expr,
-            df: |$s:pat_param| $df:expr,
-            ref_f: |$rx:ident| $rf:expr,
-            ref_df: |$rdx:pat_param| $rdf:expr,
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        $docs:tt $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?] $name:literal $method:ident
+        $saved:ident $dom:tt $f:tt $df:tt [|$rx:ident| $rf:expr] [|$rdx:pat_param| $rdf:expr] $($rest:tt)*
+    } )*) => {
         /// f(x) for one element, computed in `T`.
         #[allow(unused_variables)]
         pub fn unary_scalar<T: Float>(op: UnaryOp, x: T) -> T {
@@ -73,21 +65,11 @@ impl<T: Float> CoshRef for T {
 /// Generates [`binary_scalar`] and [`binary_partials`] from the binary op
 /// table's `ref_f`, `ref_da` and `ref_db`.
 macro_rules! binary_reference {
-    ($(
-        $(#[doc = $doc:literal])*
-        $V:ident {
-            name: $name:literal, method: $method:ident, saves: $saves:ident,
-            f: |$fa:ident, $fb:ident| $f:expr,
-            da: $DA:ident $( = |$daa:pat_param, $dab:pat_param, $dao:pat_param| $da:expr )?,
-            db: $DB:ident $( = |$dba:pat_param, $dbb:pat_param, $dbo:pat_param| $db:expr )?,
-            ref_f: |$rfa:ident, $rfb:ident| $rf:expr,
-            ref_da: |$rdaa:pat_param, $rdab:pat_param| $rda:expr,
-            ref_db: |$rdba:pat_param, $rdbb:pat_param| $rdb:expr,
-            a: $adom:ident $( ( $($adv:expr),+ ) )? [ $($ash:expr),* ],
-            b: $bdom:ident $( ( $($bdv:expr),+ ) )? [ $($bsh:expr),* ],
-            torch: $torch:literal $(,)?
-        }
-    )*) => {
+    ($( {
+        $docs:tt $V:ident $name:literal $method:ident $saves:ident $f:tt $da:tt $db:tt
+        [|$rfa:ident, $rfb:ident| $rf:expr] [|$rdaa:pat_param, $rdab:pat_param| $rda:expr]
+        [|$rdba:pat_param, $rdbb:pat_param| $rdb:expr] $($rest:tt)*
+    } )*) => {
         /// op(a, b) for one element.
         pub fn binary_scalar<T: Float>(op: BinaryOp, a: T, b: T) -> T {
             match op {

@@ -6,8 +6,9 @@
 //! table to a generator macro; the generators produce the `UnaryOp` enum, its
 //! dispatch and names (`elementwise.rs`), the kernel structs (`pointwise.rs`),
 //! the reference (`reference.rs`), the autograd methods
-//! (`fucina-autograd/src/ops/elementwise.rs`) and the gradcheck rows
-//! (`fucina-autograd/src/suite.rs`). Adding an op: one entry here plus its
+//! (`fucina-autograd/src/ops/elementwise.rs`), the gradcheck rows
+//! (`fucina-autograd/src/suite.rs`) and `fucina-nn`'s `Activation`
+//! (`fucina-nn/src/activation.rs`, from the `activation:` hooks). Adding an op: one entry here plus its
 //! torch lambda in `tools/gen_op_goldens.py` (see CONTRIBUTING.md).
 //!
 //! Kernel bodies (`f`, `df`) expand in `pointwise.rs` (helpers `c`, `sigmoid`,
@@ -130,12 +131,32 @@ pub(super) fn c<T: Float>(v: f64) -> T {
     T::from_f64(v)
 }
 
-/// Calls the generator macro `$cb` with every unary pointwise op of the table
-/// (the grammar is the invocation below; see this module's header).
+/// Calls the generator macro `$cb` with every unary pointwise op of the table.
+///
+/// The `@parse` arm (at the end) is the one place the entry grammar is written:
+/// it parses each entry once and calls `$cb!` with the entries in a normalised
+/// form, one brace group each of fixed bracketed fields, so a generator matches
+/// that short form (skipping the fields it does not read as `$_:tt`):
+///
+/// ```text
+/// { [docs] Variant [(param: f64 = example, ..)] "name" method Saved [Domain expr]
+///   [|x| f] [|s| df] [|x| ref_f] [|x| ref_df] "torch"
+///   [cond => Kernel] [forward fn] [backward fn] [with_derivative fn] [Activation (aliases)] }
+/// ```
+///
+/// The last five are the entry's optional hooks (`[]` where it has none):
+/// - `special: cond => Kernel`: when `cond` holds for the parameters, the op
+///   runs as that kernel struct (`pow_scalar(2)` as `Square`);
+/// - `forward:` / `backward:` a generic fn (`fn::<T>(ctx, x)` / `(ctx, saved, gy)`)
+///   computing bit for bit what `f` / `gy·df` give, vectorised;
+/// - `with_derivative:` a fn giving `(f(x), f'(x))` in one pass; a training
+///   forward then keeps f'(x) instead of x ([`UnaryOp::keeps_derivative`](crate::kernels::elementwise::UnaryOp::keeps_derivative));
+/// - `activation: Name ("alias", ..)`: a `fucina_nn::Activation` variant
+///   (serde name its snake case, plus the aliases).
 #[macro_export]
 macro_rules! for_each_unary_op {
     ($cb:ident) => {
-        $cb! {
+        $crate::for_each_unary_op! { @parse $cb;
             /// −x.
             Neg {
                 name: "neg", method: neg, saved: Nothing, domain: Float,
@@ -250,6 +271,9 @@ macro_rules! for_each_unary_op {
                     T::ONE / (ch * ch)
                 },
                 torch: "torch.tanh",
+                // f32: contiguous runs through the AVX2 loop (`vmath::tanh_f32`, this `f`).
+                forward: tanh_forward,
+                activation: Tanh,
             }
             /// 1 / (1 + e⁻ˣ), numerically stable.
             Sigmoid {
@@ -263,6 +287,7 @@ macro_rules! for_each_unary_op {
                     s * (T::ONE - s)
                 },
                 torch: "torch.sigmoid",
+                activation: Sigmoid,
             }
             /// max(x, 0) (relu'(0) = 0, as PyTorch).
             Relu {
@@ -274,6 +299,7 @@ macro_rules! for_each_unary_op {
                 ref_f: |x| if x < T::ZERO { T::ZERO } else { x },
                 ref_df: |x| if x > T::ZERO { T::ONE } else { T::ZERO },
                 torch: "torch.relu",
+                activation: Relu,
             }
             /// x for x > 0, else slope·x (gradient `slope` at 0).
             LeakyRelu(slope: f64 = 0.1) {
@@ -327,6 +353,10 @@ macro_rules! for_each_unary_op {
                         + c::<T>(0.5) * x * sech2 * k * (T::ONE + c::<T>(3.0 * GELU_C) * x * x)
                 },
                 torch: "torch.nn.functional.gelu",
+                // The exp vectorised (`elementwise/gelu.rs`), bit for bit `f` / `df`.
+                forward: gelu::tanh_forward,
+                backward: gelu::tanh_backward,
+                activation: GeluTanh("gelu_new", "gelu_pytorch_tanh"),
             }
             /// GELU, exact erf form: 0.5x(1+erf(x/√2)).
             GeluErf {
@@ -348,6 +378,12 @@ macro_rules! for_each_unary_op {
                         / c::<T>((2.0 * std::f64::consts::PI).sqrt())
                 },
                 torch: "torch.nn.functional.gelu",
+                // The erf vectorised (`elementwise/gelu.rs`), bit for bit `f` / `df`; one pass
+                // computes each erf once for f and f', so a training forward keeps f'.
+                forward: gelu::erf_forward,
+                backward: gelu::erf_backward,
+                with_derivative: gelu::erf_forward_with_derivative,
+                activation: Gelu,
             }
             /// x·sigmoid(x).
             Silu {
@@ -364,6 +400,7 @@ macro_rules! for_each_unary_op {
                     s + x * s * (T::ONE - s)
                 },
                 torch: "torch.nn.functional.silu",
+                activation: Silu("swish"),
             }
             /// ln(1 + eˣ) (PyTorch: beta 1, threshold 20: x > 20 gives x).
             Softplus {
@@ -374,6 +411,7 @@ macro_rules! for_each_unary_op {
                 ref_f: |x| if x > c::<T>(20.0) { x } else { x.exp().ln_1p() },
                 ref_df: |x| if x > c::<T>(20.0) { T::ONE } else { x.exp() / (T::ONE + x.exp()) },
                 torch: "torch.nn.functional.softplus",
+                activation: Softplus,
             }
             /// x·tanh(softplus(x)) (Mish).
             Mish {
@@ -392,6 +430,7 @@ macro_rules! for_each_unary_op {
                     sp.tanh() + x * sigmoid_ref(x) / (ch * ch)
                 },
                 torch: "torch.nn.functional.mish",
+                activation: Mish,
             }
             /// x·min(max(x + 3, 0), 6)/6 (hard swish).
             Hardswish {
@@ -415,6 +454,7 @@ macro_rules! for_each_unary_op {
                     (c::<T>(2.0) * x + c::<T>(3.0)) / c::<T>(6.0)
                 },
                 torch: "torch.nn.functional.hardswish",
+                activation: Hardswish,
             }
             /// ln σ(x) = −softplus(−x), computed stably as min(x, 0) − ln(1 + e^{−|x|}).
             LogSigmoid {
@@ -505,6 +545,8 @@ macro_rules! for_each_unary_op {
                     c::<T>(p) * x.powf(c::<T>(p - 1.0))
                 },
                 torch: "torch.pow",
+                // x² is common (norms, losses): x·x is exact and far cheaper than powf.
+                special: p == 2.0 => Square,
             }
             /// s − x.
             RSubScalar(s: f64 = 0.5) {
@@ -545,5 +587,30 @@ macro_rules! for_each_unary_op {
                 torch: "torch.clamp",
             }
         }
+    };
+    (@parse $cb:ident; $(
+        $(#[doc = $doc:literal])*
+        $V:ident $( ( $($p:ident : $pt:ty = $a:expr),+ ) )? {
+            name: $name:literal, method: $method:ident, saved: $saved:ident,
+            domain: $dom:ident $( ( $($dv:expr),+ ) )?,
+            f: |$x:ident| $f:expr,
+            df: |$s:pat_param| $df:expr,
+            ref_f: |$rx:ident| $rf:expr,
+            ref_df: |$rdx:pat_param| $rdf:expr,
+            torch: $torch:literal,
+            $( special: $cond:expr => $K:expr, )?
+            $( forward: $($fwd:ident)::+, )?
+            $( backward: $($bwd:ident)::+, )?
+            $( with_derivative: $($wd:ident)::+, )?
+            $( activation: $Act:ident $( ( $($alias:literal),+ ) )?, )?
+        }
+    )*) => {
+        $cb! { $( {
+            [$(#[doc = $doc])*] $V [$( ( $($p: $pt = $a),+ ) )?]
+            $name $method $saved [$crate::kernels::elementwise::Domain::$dom $( ( $($dv),+ ) )?]
+            [|$x| $f] [|$s| $df] [|$rx| $rf] [|$rdx| $rdf] $torch
+            [$( $cond => $K )?] [$( $($fwd)::+ )?] [$( $($bwd)::+ )?] [$( $($wd)::+ )?]
+            [$( $Act $( ( $($alias),+ ) )? )?]
+        } )* }
     };
 }
