@@ -126,7 +126,7 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, seed: u64, what: &str) {
         .into_iter()
         .map(T::from_f64)
         .collect();
-        let gy = upstream(&ctx, opts.reduction, &gyv);
+        let gy = upstream(ctx, opts.reduction, &gyv);
         let g = ctx
             .cross_entropy_backward(x, &t, &saved, &gy, opts)
             .unwrap();
