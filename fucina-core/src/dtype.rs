@@ -213,6 +213,23 @@ pub trait Float:
 }
 
 macro_rules! float_impl {
+    // Methods that call the primitive's own method of the same name.
+    (@unary $t:ident: $($f:ident)*) => {
+        $(
+            #[inline]
+            fn $f(self) -> Self {
+                $t::$f(self)
+            }
+        )*
+    };
+    (@binary $t:ident: $($f:ident)*) => {
+        $(
+            #[inline]
+            fn $f(self, o: Self) -> Self {
+                $t::$f(self, o)
+            }
+        )*
+    };
     ($t:ident, $tanh:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
@@ -228,54 +245,16 @@ macro_rules! float_impl {
             fn from_usize(v: usize) -> Self {
                 v as $t
             }
-            #[inline]
-            fn exp(self) -> Self {
-                $t::exp(self)
-            }
-            #[inline]
-            fn ln(self) -> Self {
-                $t::ln(self)
-            }
-            #[inline]
-            fn ln_1p(self) -> Self {
-                $t::ln_1p(self)
-            }
-            #[inline]
-            fn sqrt(self) -> Self {
-                $t::sqrt(self)
-            }
+            float_impl!(@unary $t: exp ln ln_1p sqrt sin cos abs);
             // Always inlined, so a pointwise loop over it vectorises (see `vmath`).
             #[inline(always)]
             fn tanh(self) -> Self {
                 $tanh(self)
             }
-            #[inline]
-            fn sin(self) -> Self {
-                $t::sin(self)
-            }
-            #[inline]
-            fn cos(self) -> Self {
-                $t::cos(self)
-            }
-            #[inline]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-            #[inline]
-            fn powf(self, y: Self) -> Self {
-                $t::powf(self, y)
-            }
+            float_impl!(@binary $t: powf max min);
             #[inline]
             fn mul_add(self, a: Self, b: Self) -> Self {
                 $t::mul_add(self, a, b)
-            }
-            #[inline]
-            fn max(self, o: Self) -> Self {
-                $t::max(self, o)
-            }
-            #[inline]
-            fn min(self, o: Self) -> Self {
-                $t::min(self, o)
             }
             #[inline]
             fn is_nan(self) -> bool {

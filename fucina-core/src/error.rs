@@ -146,6 +146,15 @@ fn oom_message(requested_bytes: usize, live_bytes: usize, limit_bytes: usize) ->
 }
 
 impl Error {
+    /// [`Error::Broadcast`]: `lhs` and `rhs` do not broadcast together (or `lhs` not to `rhs`).
+    pub fn broadcast(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Error {
+        Error::Broadcast {
+            op,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+        }
+    }
+
     /// [`Error::OutOfRange`] for an axis: `index` (as given, negative allowed) is not below
     /// `bound` for a tensor of `shape`.
     pub fn axis<I>(op: &'static str, index: I, bound: usize, shape: &[usize]) -> Error

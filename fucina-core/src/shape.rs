@@ -28,14 +28,26 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// `v`, or (when a checked computation gave `None`) [`Error::SizeOverflow`] naming `op`,
+/// `what` and the `shape` it came from.
+#[inline]
+fn or_overflow(
+    v: Option<usize>,
+    op: &'static str,
+    what: &'static str,
+    shape: &[usize],
+) -> Result<usize> {
+    v.ok_or_else(|| Error::SizeOverflow {
+        op,
+        what,
+        shape: shape.to_vec(),
+    })
+}
+
 /// Element count of `shape`, or [`Error::SizeOverflow`] naming `op`.
 #[inline]
 pub fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
-    checked_numel(shape).ok_or_else(|| Error::SizeOverflow {
-        op,
-        what: "element count",
-        shape: shape.to_vec(),
-    })
+    or_overflow(checked_numel(shape), op, "element count", shape)
 }
 
 /// `a + b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
@@ -47,11 +59,7 @@ pub fn add_of(
     b: usize,
     shape: &[usize],
 ) -> Result<usize> {
-    a.checked_add(b).ok_or_else(|| Error::SizeOverflow {
-        op,
-        what,
-        shape: shape.to_vec(),
-    })
+    or_overflow(a.checked_add(b), op, what, shape)
 }
 
 /// `a * b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
@@ -63,24 +71,14 @@ pub fn mul_of(
     b: usize,
     shape: &[usize],
 ) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| Error::SizeOverflow {
-        op,
-        what,
-        shape: shape.to_vec(),
-    })
+    or_overflow(a.checked_mul(b), op, what, shape)
 }
 
 /// The sum of `values`, or [`Error::SizeOverflow`] naming `op` and `what`
 /// (the error carries the values summed).
 pub fn sum_of(op: &'static str, what: &'static str, values: &[usize]) -> Result<usize> {
-    values
-        .iter()
-        .try_fold(0usize, |acc, &v| acc.checked_add(v))
-        .ok_or_else(|| Error::SizeOverflow {
-            op,
-            what,
-            shape: values.to_vec(),
-        })
+    let sum = values.iter().try_fold(0usize, |acc, &v| acc.checked_add(v));
+    or_overflow(sum, op, what, values)
 }
 
 /// One past the last element a view of `(shape, strides)` at `offset` addresses
@@ -142,11 +140,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Di
         } else if da == 1 {
             db
         } else {
-            return Err(Error::Broadcast {
-                op,
-                lhs: a.to_vec(),
-                rhs: b.to_vec(),
-            });
+            return Err(Error::broadcast(op, a, b));
         };
     }
     Ok(out)
@@ -161,11 +155,7 @@ pub fn broadcast_strides(
     target: &[usize],
 ) -> Result<Dims> {
     if shape.len() > target.len() {
-        return Err(Error::Broadcast {
-            op,
-            lhs: shape.to_vec(),
-            rhs: target.to_vec(),
-        });
+        return Err(Error::broadcast(op, shape, target));
     }
     let lead = target.len() - shape.len();
     let mut out: Dims = SmallVec::from_elem(0, target.len());
@@ -176,11 +166,7 @@ pub fn broadcast_strides(
         } else if shape[i] == 1 {
             out[lead + i] = 0;
         } else {
-            return Err(Error::Broadcast {
-                op,
-                lhs: shape.to_vec(),
-                rhs: target.to_vec(),
-            });
+            return Err(Error::broadcast(op, shape, target));
         }
     }
     Ok(out)

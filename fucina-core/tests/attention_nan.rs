@@ -5,6 +5,8 @@
 //! NaN-free run's; fully masked rows stay exactly 0 (even with a NaN scale); the reference
 //! has the same NaN rows; and the bits are the same on 1 and 2 threads.
 
+#[macro_use]
+mod common;
 use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
@@ -133,6 +135,11 @@ fn rows(v: &[f64], w: usize, rows: impl Iterator<Item = usize>) -> Vec<u64> {
         .collect()
 }
 
+/// Asserts that `a` and `b` hold the same bits in rows `rs` (of width `w`).
+fn same_rows(a: &[f64], b: &[f64], w: usize, rs: impl Iterator<Item = usize> + Clone) {
+    assert_eq!(rows(a, w, rs.clone()), rows(b, w, rs));
+}
+
 fn all_nan(v: &[f64], w: usize, rows: impl Iterator<Item = usize>, what: &str) {
     for r in rows {
         let row = &v[r * w..(r + 1) * w];
@@ -200,26 +207,17 @@ fn nan_query_row<T: Float>(causal: bool) {
     let others: Vec<usize> = (0..H * T).filter(|&r| r != row).collect();
     all_nan(&n.out, D, std::iter::once(row), "out");
     assert!(n.lse[row].is_nan());
-    assert_eq!(
-        rows(&n.out, D, others.iter().copied()),
-        rows(&c.out, D, others.iter().copied())
-    );
-    assert_eq!(
-        rows(&n.lse, 1, others.iter().copied()),
-        rows(&c.lse, 1, others.iter().copied())
-    );
+    same_rows(&n.out, &c.out, D, others.iter().copied());
+    same_rows(&n.lse, &c.lse, 1, others.iter().copied());
     // Backward: the row's gq, and gk, gv of every key it sees in k/v head 0.
     all_nan(&n.gq, D, std::iter::once(row), "gq");
     let seen = 0..seen_by(i, causal);
     all_nan(&n.gk, D, seen.clone(), "gk");
     all_nan(&n.gv, D, seen, "gv");
     // Every other gq row, and k/v head 1, are untouched.
-    assert_eq!(
-        rows(&n.gq, D, others.iter().copied()),
-        rows(&c.gq, D, others.iter().copied())
-    );
-    assert_eq!(rows(&n.gk, D, S..2 * S), rows(&c.gk, D, S..2 * S));
-    assert_eq!(rows(&n.gv, D, S..2 * S), rows(&c.gv, D, S..2 * S));
+    same_rows(&n.gq, &c.gq, D, others.iter().copied());
+    same_rows(&n.gk, &c.gk, D, S..2 * S);
+    same_rows(&n.gv, &c.gv, D, S..2 * S);
     reference_agrees(&bad, &n);
 }
 
@@ -238,26 +236,17 @@ fn nan_key<T: Float>(causal: bool) {
     all_nan(&n.out, D, hit.iter().copied(), "out");
     assert!(hit.iter().all(|&r| n.lse[r].is_nan()));
     for rs in [&missed, &heads01] {
-        assert_eq!(
-            rows(&n.out, D, rs.iter().copied()),
-            rows(&c.out, D, rs.iter().copied())
-        );
-        assert_eq!(
-            rows(&n.lse, 1, rs.iter().copied()),
-            rows(&c.lse, 1, rs.iter().copied())
-        );
+        same_rows(&n.out, &c.out, D, rs.iter().copied());
+        same_rows(&n.lse, &c.lse, 1, rs.iter().copied());
     }
     all_nan(&n.gq, D, hit.iter().copied(), "gq");
     all_nan(&n.gk, D, std::iter::once(S + j), "gk");
     // The last row sees every key: all of k/v head 1's gv is NaN.
     all_nan(&n.gv, D, S..2 * S, "gv");
     // Query heads 0 and 1 and k/v head 0 never read the NaN.
-    assert_eq!(
-        rows(&n.gq, D, heads01.iter().copied()),
-        rows(&c.gq, D, heads01.iter().copied())
-    );
-    assert_eq!(rows(&n.gk, D, 0..S), rows(&c.gk, D, 0..S));
-    assert_eq!(rows(&n.gv, D, 0..S), rows(&c.gv, D, 0..S));
+    same_rows(&n.gq, &c.gq, D, heads01.iter().copied());
+    same_rows(&n.gk, &c.gk, D, 0..S);
+    same_rows(&n.gv, &c.gv, D, 0..S);
     reference_agrees(&bad, &n);
 }
 
@@ -294,38 +283,8 @@ fn nan_scale<T: Float>(causal: bool) {
     reference_agrees(&x, &n);
 }
 
-#[test]
-fn a_nan_query_row_gives_nan_not_zero_f32() {
-    nan_query_row::<f32>(false);
-    nan_query_row::<f32>(true);
-}
+f32_f64_tests!(nan_query_row(false, true) => a_nan_query_row_gives_nan_not_zero_f32, a_nan_query_row_gives_nan_not_zero_f64);
 
-#[test]
-fn a_nan_query_row_gives_nan_not_zero_f64() {
-    nan_query_row::<f64>(false);
-    nan_query_row::<f64>(true);
-}
+f32_f64_tests!(nan_key(false, true) => a_nan_key_gives_nan_in_the_rows_that_see_it_f32, a_nan_key_gives_nan_in_the_rows_that_see_it_f64);
 
-#[test]
-fn a_nan_key_gives_nan_in_the_rows_that_see_it_f32() {
-    nan_key::<f32>(false);
-    nan_key::<f32>(true);
-}
-
-#[test]
-fn a_nan_key_gives_nan_in_the_rows_that_see_it_f64() {
-    nan_key::<f64>(false);
-    nan_key::<f64>(true);
-}
-
-#[test]
-fn a_nan_scale_gives_nan_except_in_fully_masked_rows_f32() {
-    nan_scale::<f32>(false);
-    nan_scale::<f32>(true);
-}
-
-#[test]
-fn a_nan_scale_gives_nan_except_in_fully_masked_rows_f64() {
-    nan_scale::<f64>(false);
-    nan_scale::<f64>(true);
-}
+f32_f64_tests!(nan_scale(false, true) => a_nan_scale_gives_nan_except_in_fully_masked_rows_f32, a_nan_scale_gives_nan_except_in_fully_masked_rows_f64);

@@ -5,8 +5,9 @@ use fucina_core::kernels::concat::{chunk, reference, split};
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
+#[macro_use]
 mod common;
-use common::{bits, rand_t, sizes};
+use common::{assert_bits_eq, bits, one_and_two_threads, rand_t, sizes};
 use fucina_core::testing::TestCtx;
 
 /// A view of logical `shape` whose axes 0 and `rank-1` are swapped in storage.
@@ -47,30 +48,21 @@ fn concat_case<T: Float>() {
             let mut oshape = s1.clone();
             oshape[axis] = s1[axis] + s2[axis] + s3[axis];
             assert_eq!(y.shape(), oshape.as_slice());
-            assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y, &want);
             // Splitting back gives views equal to the inputs.
             let parts = split(&y, axis, &[s1[axis], s2[axis], s3[axis]]).unwrap();
-            assert_eq!(bits(&parts[0].to_vec::<T>().unwrap()), bits(&va));
-            assert_eq!(bits(&parts[1].to_vec::<T>().unwrap()), bits(&vb));
-            assert_eq!(bits(&parts[2].to_vec::<T>().unwrap()), bits(&vc));
+            assert_bits_eq::<T>(&parts[0], &va);
+            assert_bits_eq::<T>(&parts[1], &vb);
+            assert_bits_eq::<T>(&parts[2], &vc);
         }
     }
 }
 
-#[test]
-fn concat_matches_reference_f32() {
-    concat_case::<f32>();
-}
-
-#[test]
-fn concat_matches_reference_f64() {
-    concat_case::<f64>();
-}
+f32_f64_tests!(concat_case => concat_matches_reference_f32, concat_matches_reference_f64);
 
 #[test]
 fn concat_large_is_thread_invariant_and_any_dtype() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(12);
     let a = transposed::<f32>(&c1, &mut rng, &[300, 7, 40]);
     let b = rand_t::<f32>(&c1, &mut rng, &[300, 5, 40]);
@@ -85,7 +77,7 @@ fn concat_large_is_thread_invariant_and_any_dtype() {
         &[&[300, 7, 40], &[300, 5, 40]],
         1,
     );
-    assert_eq!(bits(&y1.to_vec::<f32>().unwrap()), bits(&want));
+    assert_bits_eq::<f32>(&y1, &want);
     let i = c1.from_slice(&[1i64, 2, 3, 4], &[2, 2]).unwrap();
     let j = c1.from_slice(&[5i64, 6], &[1, 2]).unwrap();
     let k = c1.concat(&[&i, &j], 0).unwrap();
@@ -139,26 +131,17 @@ fn pad_case<T: Float>() {
                 let y = ctx.pad(x, &pads, -1.5).unwrap();
                 let want =
                     reference::pad(&x.to_vec::<T>().unwrap(), &shape, &pads, T::from_f64(-1.5));
-                assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+                assert_bits_eq::<T>(&y, &want);
             }
         }
     }
 }
 
-#[test]
-fn pad_matches_reference_f32() {
-    pad_case::<f32>();
-}
-
-#[test]
-fn pad_matches_reference_f64() {
-    pad_case::<f64>();
-}
+f32_f64_tests!(pad_case => pad_matches_reference_f32, pad_matches_reference_f64);
 
 #[test]
 fn pad_large_and_integer() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(15);
     let x = transposed::<f32>(&c1, &mut rng, &[257, 300]);
     let pads = [(3, 4), (5, 0)];
@@ -166,8 +149,8 @@ fn pad_large_and_integer() {
     let y2 = c2.pad(&x, &pads, 0.0).unwrap();
     assert_eq!(y1.shape(), &[264, 305]);
     let want = reference::pad(&x.to_vec::<f32>().unwrap(), &[257, 300], &pads, 0.0);
-    assert_eq!(bits(&y1.to_vec::<f32>().unwrap()), bits(&want));
-    assert_eq!(bits(&y2.to_vec::<f32>().unwrap()), bits(&want));
+    assert_bits_eq::<f32>(&y1, &want);
+    assert_bits_eq::<f32>(&y2, &want);
     let i = c1.from_slice(&[1i32, 2, 3], &[3]).unwrap();
     let p = c1.pad(&i, &[(1, 2)], 7.0).unwrap();
     assert_eq!(p.to_vec::<i32>().unwrap(), vec![7, 1, 2, 3, 7, 7]);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fucina_core::exec::default_num_threads;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
-use fucina_core::{bf16, f16, DType, Element, Error};
+use fucina_core::{bf16, f16, DType, Element, Error, RawTensor};
 
 fn ctx() -> TestCtx {
     TestCtx::with_threads(1).expect("context")
@@ -541,27 +541,21 @@ fn to_dtype_rounds_to_nearest_and_reads_views() {
             f32s.to_vec::<f32>().unwrap()[k].to_bits(),
             (w as f32).to_bits()
         );
-        // f16 / bf16: the result is no farther from w than either neighbour.
+        // f16 / bf16: the result (bit pattern `bits`, read by `val`) is no farther from w
+        // than either neighbour.
+        let nearest = |what: &str, bits: u16, val: fn(u16) -> f64| {
+            let got = val(bits);
+            for nb in [bits + 1, bits.wrapping_sub(1)] {
+                assert!(
+                    (got - w).abs() <= (val(nb) - w).abs(),
+                    "{what} of {w}: {got}"
+                );
+            }
+        };
         let h = f16s.to_vec::<f16>().unwrap()[k];
-        for nb in [
-            f16::from_bits(h.to_bits() + 1),
-            f16::from_bits(h.to_bits().wrapping_sub(1)),
-        ] {
-            assert!(
-                (h.to_f64() - w).abs() <= (nb.to_f64() - w).abs(),
-                "f16 of {w}: {h}"
-            );
-        }
+        nearest("f16", h.to_bits(), |b| f16::from_bits(b).to_f64());
         let b = bf16s.to_vec::<bf16>().unwrap()[k];
-        for nb in [
-            bf16::from_bits(b.to_bits() + 1),
-            bf16::from_bits(b.to_bits().wrapping_sub(1)),
-        ] {
-            assert!(
-                (b.to_f64() - w).abs() <= (nb.to_f64() - w).abs(),
-                "bf16 of {w}: {b}"
-            );
-        }
+        nearest("bf16", b.to_bits(), |b| bf16::from_bits(b).to_f64());
     }
     // f32 -> f64 widening is exact.
     let wide = ctx.to_dtype(&f32s, DType::F64).unwrap();
@@ -584,14 +578,21 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-#[test]
-fn the_fixture_fails_a_test_that_ends_with_buffers_outstanding() {
+/// Runs a test body that keeps one pool buffer past its context's end and then runs
+/// `rest`; the test must fail: returns its panic message, and the buffer.
+fn fail_with_a_buffer_out(rest: impl FnOnce()) -> (String, Option<RawTensor>) {
     let mut kept = None;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = TestCtx::with_threads(1).unwrap();
         kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
+        rest();
     }));
-    let msg = panic_message(r.expect_err("the fixture must fail the test"));
+    (panic_message(r.expect_err("the test must fail")), kept)
+}
+
+#[test]
+fn the_fixture_fails_a_test_that_ends_with_buffers_outstanding() {
+    let (msg, kept) = fail_with_a_buffer_out(|| {});
     assert!(msg.contains("1 pool buffer(s) outstanding"), "{msg}");
     drop(kept);
     // An explicit opt-out passes.
@@ -607,13 +608,8 @@ fn the_fixture_fails_a_test_that_ends_with_buffers_outstanding() {
 fn the_fixture_does_not_panic_again_while_a_test_is_failing() {
     // A second panic during unwinding would abort the whole test binary;
     // reaching the assert with the test's own message proves there was none.
-    let mut kept = None;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ctx = TestCtx::with_threads(1).unwrap();
-        kept = Some(ctx.zeros(DType::F32, &[4]).unwrap());
-        panic!("the test's own failure");
-    }));
-    assert_eq!(panic_message(r.unwrap_err()), "the test's own failure");
+    let (msg, kept) = fail_with_a_buffer_out(|| panic!("the test's own failure"));
+    assert_eq!(msg, "the test's own failure");
     drop(kept);
 }
 

@@ -7,6 +7,9 @@
 //! other mixed combination is a `DTypeMismatch`. Every context ends with no buffer
 //! outstanding.
 
+mod common;
+use common::gemm::{operand, Case, BETAS};
+use common::one_and_two_threads;
 use fucina_core::kernels::matmul::{gemm_on, GemmPath};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
@@ -35,72 +38,21 @@ fn values<S: Element>(rng: &mut SplitMix64, n: usize) -> Vec<f64> {
         .collect()
 }
 
-/// An `r × c` operand of element type `T` holding `v` (row-major), laid out as `layout`:
-/// 0 row-major, 1 column-major (a transposed view), 2 a window of a larger matrix, 3 every
-/// other column of a wider one. The filler outside the view is `fill` (any numbers).
-fn operand<T: Element>(
+/// An `r × c` operand of element type `T` holding `v` (row-major), laid out as `layout`
+/// ([`operand`]); the filler outside the view cycles through `fill` (any numbers).
+fn operand_of<T: Element>(
     ctx: &ExecContext,
     v: &[f64],
     fill: &[f64],
-    (r, c): (usize, usize),
+    shape: (usize, usize),
     layout: usize,
 ) -> RawTensor {
     let conv = |x: &[f64]| x.iter().map(|&y| T::from_f64(y)).collect::<Vec<T>>();
-    match layout {
-        0 => ctx.from_slice(&conv(v), &[r, c]).unwrap(),
-        1 => {
-            let mut t = vec![0.0; r * c];
-            for i in 0..r {
-                for j in 0..c {
-                    t[j * r + i] = v[i * c + j];
-                }
-            }
-            ctx.from_slice(&conv(&t), &[c, r])
-                .unwrap()
-                .transpose(0, 1)
-                .unwrap()
-        }
-        2 => {
-            let mut big: Vec<f64> = (0..(r + 3) * (c + 5))
-                .map(|i| fill[i % fill.len()])
-                .collect();
-            for i in 0..r {
-                big[(i + 2) * (c + 5) + 3..][..c].copy_from_slice(&v[i * c..][..c]);
-            }
-            ctx.from_slice(&conv(&big), &[r + 3, c + 5])
-                .unwrap()
-                .narrow(0, 2, r)
-                .unwrap()
-                .narrow(1, 3, c)
-                .unwrap()
-        }
-        _ => {
-            let mut wide: Vec<f64> = (0..r * 2 * c).map(|i| fill[i % fill.len()]).collect();
-            for i in 0..r {
-                for j in 0..c {
-                    wide[i * 2 * c + 2 * j] = v[i * c + j];
-                }
-            }
-            ctx.from_slice(&conv(&wide), &[r, 2 * c])
-                .unwrap()
-                .view_with_strides(&[r, c], &[2 * c, 2], 0)
-                .unwrap()
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    m: usize,
-    n: usize,
-    k: usize,
-    a_layout: usize,
-    b_layout: usize,
-    /// 0 row-major, 1 column-major.
-    c_layout: usize,
-    alpha: f64,
-    beta: f64,
-    bias: bool,
+    operand(ctx, &conv(v), shape, layout, |len| {
+        (0..len)
+            .map(|i| T::from_f64(fill[i % fill.len()]))
+            .collect()
+    })
 }
 
 /// Runs `case` with A and C of `T`, B of `S` and, separately, with B widened to `T` in full
@@ -114,8 +66,8 @@ fn check<T: Element, S: Element>(ctx: &ExecContext, path: GemmPath, case: Case, 
     let fill = values::<S>(&mut rng, 13);
     let biasv = values::<T>(&mut rng, n);
     let run = |b: &RawTensor| -> Vec<u64> {
-        let a = operand::<T>(ctx, &av, &fill, (m, k), case.a_layout);
-        let mut c = operand::<T>(ctx, &cv, &fill, (m, n), case.c_layout);
+        let a = operand_of::<T>(ctx, &av, &fill, (m, k), case.a_layout);
+        let mut c = operand_of::<T>(ctx, &cv, &fill, (m, n), case.c_layout);
         let bias = ctx
             .from_slice(
                 &biasv.iter().map(|&x| T::from_f64(x)).collect::<Vec<T>>(),
@@ -139,8 +91,8 @@ fn check<T: Element, S: Element>(ctx: &ExecContext, path: GemmPath, case: Case, 
             .map(|x| x.to_f64().to_bits())
             .collect()
     };
-    let b_low = operand::<S>(ctx, &bv, &fill, (k, n), case.b_layout);
-    let b_wide = operand::<T>(ctx, &bv, &fill, (k, n), case.b_layout);
+    let b_low = operand_of::<S>(ctx, &bv, &fill, (k, n), case.b_layout);
+    let b_wide = operand_of::<T>(ctx, &bv, &fill, (k, n), case.b_layout);
     assert_eq!(b_low.dtype(), S::DTYPE);
     let got = run(&b_low);
     let want = run(&b_wide);
@@ -172,30 +124,26 @@ fn cases() -> Vec<Case> {
         (2, 700, 600),
         (3, 450, 2000),
     ];
-    let betas = [0.0, 1.0, -0.75];
     let mut out = Vec::new();
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         for j in 0..4 {
             let idx = i * 4 + j;
-            out.push(Case {
-                m,
-                n,
-                k,
-                a_layout: idx % 4,
-                b_layout: j,
-                c_layout: (idx / 3) % 2,
-                alpha: if idx % 5 == 0 { 0.5 } else { 1.0 },
-                beta: betas[idx % 3],
-                bias: idx % 7 < 3,
-            });
+            let alpha = if idx % 5 == 0 { 0.5 } else { 1.0 };
+            let layouts = [idx % 4, j, (idx / 3) % 2];
+            out.push(Case::new(
+                (m, n, k),
+                layouts,
+                alpha,
+                BETAS[idx % 3],
+                idx % 7 < 3,
+            ));
         }
     }
     out
 }
 
 fn sweep<T: Element, S: Element>(test: &str) {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     for path in paths(test) {
         for (i, case) in cases().into_iter().enumerate() {
             for ctx in [&c1, &c2] {

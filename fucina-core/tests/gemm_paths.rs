@@ -10,10 +10,14 @@
 //! stderr (`skip: …`) and still check the AVX2 kernel against the reference and across threads.
 //! Every test context ends with no pool buffer outstanding.
 
+#[macro_use]
+mod common;
+use common::gemm::{operand, Case, BETAS};
+use common::{bits, one_and_two_threads};
 use fucina_core::kernels::matmul::{gemm_on, gemm_path, reference, GemmPath};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
-use fucina_core::{Error, ExecContext, Float, RawTensor};
+use fucina_core::{Error, Float, RawTensor};
 
 /// The packed paths this CPU runs; prints the skip line when AVX-512F is missing.
 fn packed_paths(test: &str) -> Vec<GemmPath> {
@@ -31,95 +35,11 @@ fn packed_paths(test: &str) -> Vec<GemmPath> {
         .collect()
 }
 
-/// One problem: shape, operand layouts and epilogue.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    m: usize,
-    n: usize,
-    k: usize,
-    /// 0 row-major, 1 transposed (column-major), 2 narrowed window, 3 column-strided.
-    a_layout: usize,
-    /// As `a_layout`, for B.
-    b_layout: usize,
-    /// 0 row-major, 1 column-major (a transposed view).
-    c_layout: usize,
-    alpha: f64,
-    beta: f64,
-    bias: bool,
-}
-
 fn rand_vec<T: Float>(rng: &mut SplitMix64, n: usize) -> Vec<T> {
     rng.vec_uniform(n, -1.0, 1.0)
         .into_iter()
         .map(T::from_f64)
         .collect()
-}
-
-/// An `r × c` operand with values `v` (row-major) laid out as `layout` says.
-fn operand<T: Float>(
-    ctx: &ExecContext,
-    rng: &mut SplitMix64,
-    v: &[T],
-    (r, c): (usize, usize),
-    layout: usize,
-) -> RawTensor {
-    let dense = ctx.from_slice(v, &[r, c]).unwrap();
-    match layout {
-        0 => dense,
-        1 => ctx
-            .copy(&dense.transpose(0, 1).unwrap())
-            .unwrap()
-            .transpose(0, 1)
-            .unwrap(),
-        2 => {
-            // A window at (2, 3) of an (r + 3) × (c + 5) matrix.
-            let mut big = rand_vec::<T>(rng, (r + 3) * (c + 5));
-            for i in 0..r {
-                big[(i + 2) * (c + 5) + 3..][..c].copy_from_slice(&v[i * c..][..c]);
-            }
-            ctx.from_slice(&big, &[r + 3, c + 5])
-                .unwrap()
-                .narrow(0, 2, r)
-                .unwrap()
-                .narrow(1, 3, c)
-                .unwrap()
-        }
-        _ => {
-            // Every other column of an r × 2c matrix.
-            let mut wide = rand_vec::<T>(rng, r * 2 * c);
-            for i in 0..r {
-                for j in 0..c {
-                    wide[i * 2 * c + 2 * j] = v[i * c + j];
-                }
-            }
-            ctx.from_slice(&wide, &[r, 2 * c])
-                .unwrap()
-                .view_with_strides(&[r, c], &[2 * c, 2], 0)
-                .unwrap()
-        }
-    }
-}
-
-/// C's starting values `v` laid out as `layout` says (sole owner of its buffer).
-fn c_operand<T: Float>(
-    ctx: &ExecContext,
-    v: &[T],
-    (m, n): (usize, usize),
-    layout: usize,
-) -> RawTensor {
-    let dense = ctx.from_slice(v, &[m, n]).unwrap();
-    if layout == 0 {
-        dense
-    } else {
-        ctx.copy(&dense.transpose(0, 1).unwrap())
-            .unwrap()
-            .transpose(0, 1)
-            .unwrap()
-    }
-}
-
-fn bits<T: Float>(v: &[T]) -> Vec<u64> {
-    v.iter().map(|x| x.to_f64().to_bits()).collect()
 }
 
 /// Runs `case` on every path in `paths` on every context in `ctxs`: each result must be within
@@ -134,9 +54,9 @@ fn check<T: Float>(ctxs: &[&TestCtx], paths: &[GemmPath], case: Case, seed: u64)
     // The reference: the triple loop, then the bias as a separate pass.
     let want = {
         let ctx = ctxs[0];
-        let a = operand(ctx, &mut rng, &av, (m, k), case.a_layout);
-        let b = operand(ctx, &mut rng, &bv, (k, n), case.b_layout);
-        let mut c = c_operand(ctx, &cv, (m, n), case.c_layout);
+        let a = operand(ctx, &av, (m, k), case.a_layout, |l| rand_vec(&mut rng, l));
+        let b = operand(ctx, &bv, (k, n), case.b_layout, |l| rand_vec(&mut rng, l));
+        let mut c = operand(ctx, &cv, (m, n), case.c_layout, |_| unreachable!());
         reference::gemm::<T>(case.alpha, &a, &b, case.beta, &mut c).unwrap();
         let mut out = c.to_vec::<T>().unwrap();
         if case.bias {
@@ -151,9 +71,9 @@ fn check<T: Float>(ctxs: &[&TestCtx], paths: &[GemmPath], case: Case, seed: u64)
     let mut first: Option<(String, Vec<T>)> = None;
     for ctx in ctxs {
         for &path in paths {
-            let a = operand(ctx, &mut rng, &av, (m, k), case.a_layout);
-            let b = operand(ctx, &mut rng, &bv, (k, n), case.b_layout);
-            let mut c = c_operand(ctx, &cv, (m, n), case.c_layout);
+            let a = operand(ctx, &av, (m, k), case.a_layout, |l| rand_vec(&mut rng, l));
+            let b = operand(ctx, &bv, (k, n), case.b_layout, |l| rand_vec(&mut rng, l));
+            let mut c = operand(ctx, &cv, (m, n), case.c_layout, |_| unreachable!());
             let bias = ctx.from_slice(&biasv, &[n]).unwrap();
             let bias = case.bias.then_some(&bias);
             gemm_on(ctx, path, case.alpha, &a, &b, case.beta, &mut c, bias).unwrap();
@@ -179,21 +99,18 @@ fn check<T: Float>(ctxs: &[&TestCtx], paths: &[GemmPath], case: Case, seed: u64)
 /// The small-shape sweep: every (m, n) in 1..=40 squared, with k cycling through 1..=40 and
 /// the layouts, beta and bias cycling independently; then every k in 1..=40 at a few (m, n).
 fn small_cases() -> Vec<Case> {
-    let betas = [0.0, 1.0, -0.75];
     let mut out = Vec::new();
     let mut idx = 0usize;
     let mut push = |m: usize, n: usize, k: usize| {
-        out.push(Case {
-            m,
-            n,
-            k,
-            a_layout: idx % 4,
-            b_layout: (idx / 4) % 4,
-            c_layout: (idx / 3) % 2,
-            alpha: if idx.is_multiple_of(5) { 0.5 } else { 1.0 },
-            beta: betas[idx % 3],
-            bias: idx % 7 < 3,
-        });
+        let layouts = [idx % 4, (idx / 4) % 4, (idx / 3) % 2];
+        let alpha = if idx.is_multiple_of(5) { 0.5 } else { 1.0 };
+        out.push(Case::new(
+            (m, n, k),
+            layouts,
+            alpha,
+            BETAS[idx % 3],
+            idx % 7 < 3,
+        ));
         idx += 1;
     };
     for m in 1..=40 {
@@ -224,29 +141,25 @@ fn large_cases() -> Vec<Case> {
         (64, 1100, 260),
         (530, 40, 270),
     ];
-    let betas = [0.0, 1.0, -0.75];
     let mut out = Vec::new();
     for (idx, &(m, n, k)) in shapes.iter().enumerate() {
         for layouts in 0..4 {
-            out.push(Case {
-                m,
-                n,
-                k,
-                a_layout: layouts,
-                b_layout: (layouts + idx) % 4,
-                c_layout: (layouts + idx) % 2,
-                alpha: if layouts == 3 { 0.5 } else { 1.0 },
-                beta: betas[(layouts + idx) % 3],
-                bias: (layouts + idx) % 2 == 0,
-            });
+            let (l, r) = (layouts, layouts + idx);
+            let alpha = if l == 3 { 0.5 } else { 1.0 };
+            out.push(Case::new(
+                (m, n, k),
+                [l, r % 4, r % 2],
+                alpha,
+                BETAS[r % 3],
+                r % 2 == 0,
+            ));
         }
     }
     out
 }
 
 fn sweep<T: Float>(test: &str, cases: Vec<Case>) {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let paths = packed_paths(test);
     for (i, case) in cases.into_iter().enumerate() {
         check::<T>(&[&c1, &c2], &paths, case, 1000 + i as u64);
@@ -255,25 +168,8 @@ fn sweep<T: Float>(test: &str, cases: Vec<Case>) {
     assert_eq!(c2.stats().outstanding, 0);
 }
 
-#[test]
-fn packed_kernels_small_shapes_f32() {
-    sweep::<f32>("packed_kernels_small_shapes_f32", small_cases());
-}
-
-#[test]
-fn packed_kernels_small_shapes_f64() {
-    sweep::<f64>("packed_kernels_small_shapes_f64", small_cases());
-}
-
-#[test]
-fn packed_kernels_large_shapes_f32() {
-    sweep::<f32>("packed_kernels_large_shapes_f32", large_cases());
-}
-
-#[test]
-fn packed_kernels_large_shapes_f64() {
-    sweep::<f64>("packed_kernels_large_shapes_f64", large_cases());
-}
+f32_f64_tests!(sweep(named small_cases()) => packed_kernels_small_shapes_f32, packed_kernels_small_shapes_f64);
+f32_f64_tests!(sweep(named large_cases()) => packed_kernels_large_shapes_f32, packed_kernels_large_shapes_f64);
 
 /// The process's default path is the widest packed kernel the CPU has (unless `FUCINA_GEMM`
 /// forces one), and every path reports itself under the name that forces it.
@@ -309,31 +205,16 @@ fn gemm_on_errors_are_structured() {
     }
     let bad_shape = ctx.from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
     let mut c = ctx.from_slice(&[0.0f32; 4], &[2, 2]).unwrap();
-    let r = gemm_on(
-        &ctx,
-        GemmPath::Tiled,
-        1.0,
-        &a,
-        &a,
-        0.0,
-        &mut c,
-        Some(&bad_shape),
-    );
+    // The tiled path with a bias that does not fit.
+    let mut with_bias =
+        |bias: &RawTensor| gemm_on(&ctx, GemmPath::Tiled, 1.0, &a, &a, 0.0, &mut c, Some(bias));
+    let r = with_bias(&bad_shape);
     assert!(
         matches!(r, Err(Error::ShapeMismatch { op: "gemm_on", .. })),
         "{r:?}"
     );
     let bad_dtype = ctx.from_slice(&[1.0f64, 2.0], &[2]).unwrap();
-    let r = gemm_on(
-        &ctx,
-        GemmPath::Tiled,
-        1.0,
-        &a,
-        &a,
-        0.0,
-        &mut c,
-        Some(&bad_dtype),
-    );
+    let r = with_bias(&bad_dtype);
     assert!(
         matches!(r, Err(Error::DTypeMismatch { op: "gemm_on", .. })),
         "{r:?}"

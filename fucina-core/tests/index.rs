@@ -5,8 +5,9 @@ use fucina_core::kernels::index::reference;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
+#[macro_use]
 mod common;
-use common::{bits, rand_t, sizes};
+use common::{assert_bits_eq, bits, one_and_two_threads, rand_t, sizes};
 use fucina_core::testing::TestCtx;
 
 fn rand_ids(rng: &mut SplitMix64, n: usize, bound: usize) -> Vec<i64> {
@@ -43,7 +44,7 @@ fn index_select_case<T: Float>() {
                 assert_eq!(y.shape(), want_shape.as_slice());
                 let want =
                     reference::index_select(&x.to_vec::<T>().unwrap(), &shape, axis, &ids).unwrap();
-                assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+                assert_bits_eq::<T>(&y, &want);
                 // Non-contiguous x (axes 0 and 2 swapped) and i32 indices.
                 let xt = transposed::<T>(&ctx, &mut rng, &shape, 0, 2);
                 let idx32: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
@@ -51,21 +52,13 @@ fn index_select_case<T: Float>() {
                 let y = ctx.index_select(&xt, axis, &idx32).unwrap();
                 let want = reference::index_select(&xt.to_vec::<T>().unwrap(), &shape, axis, &ids)
                     .unwrap();
-                assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+                assert_bits_eq::<T>(&y, &want);
             }
         }
     }
 }
 
-#[test]
-fn index_select_matches_reference_f32() {
-    index_select_case::<f32>();
-}
-
-#[test]
-fn index_select_matches_reference_f64() {
-    index_select_case::<f64>();
-}
+f32_f64_tests!(index_select_case => index_select_matches_reference_f32, index_select_matches_reference_f64);
 
 #[test]
 fn index_select_any_dtype_and_strided_index() {
@@ -110,30 +103,21 @@ fn embedding_case<T: Float>() {
             assert_eq!(y.shape(), &[2, 3, d]);
             let want =
                 reference::index_select(&w.to_vec::<T>().unwrap(), &[v, d], 0, &ids).unwrap();
-            assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y, &want);
             // Transposed weight view: [D, V] storage read as [V, D].
             let wt = transposed::<T>(&ctx, &mut rng, &[v, d], 0, 1);
             let y = ctx.embedding(&wt, &idx).unwrap();
             let want =
                 reference::index_select(&wt.to_vec::<T>().unwrap(), &[v, d], 0, &ids).unwrap();
-            assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y, &want);
         }
     }
 }
 
-#[test]
-fn embedding_matches_reference_f32() {
-    embedding_case::<f32>();
-}
-
-#[test]
-fn embedding_matches_reference_f64() {
-    embedding_case::<f64>();
-}
+f32_f64_tests!(embedding_case => embedding_matches_reference_f32, embedding_matches_reference_f64);
 
 fn index_add_case<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(4);
     for &a in sizes() {
         for &n in &[1usize, 17, 257] {
@@ -152,22 +136,14 @@ fn index_add_case<T: Float>() {
                 let y2 = c2.index_add(&shape, axis, &idx, &src).unwrap();
                 assert_eq!(y1.shape(), shape.as_slice());
                 // Same summation order as the reference: bitwise equal.
-                assert_eq!(bits(&y1.to_vec::<T>().unwrap()), bits(&want));
-                assert_eq!(bits(&y2.to_vec::<T>().unwrap()), bits(&want));
+                assert_bits_eq::<T>(&y1, &want);
+                assert_bits_eq::<T>(&y2, &want);
             }
         }
     }
 }
 
-#[test]
-fn index_add_matches_reference_and_threads_f32() {
-    index_add_case::<f32>();
-}
-
-#[test]
-fn index_add_matches_reference_and_threads_f64() {
-    index_add_case::<f64>();
-}
+f32_f64_tests!(index_add_case => index_add_matches_reference_and_threads_f32, index_add_matches_reference_and_threads_f64);
 
 #[test]
 fn index_add_duplicate_sums_are_exact() {
@@ -182,8 +158,7 @@ fn index_add_duplicate_sums_are_exact() {
 }
 
 fn embedding_backward_case<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(5);
     for &v in sizes() {
         for &d in &[1usize, 16, 65] {
@@ -194,8 +169,8 @@ fn embedding_backward_case<T: Float>() {
             let y1 = c1.embedding_backward(v, &idx, &g).unwrap();
             let y2 = c2.embedding_backward(v, &idx, &g).unwrap();
             assert_eq!(y1.shape(), &[v, d]);
-            assert_eq!(bits(&y1.to_vec::<T>().unwrap()), bits(&want));
-            assert_eq!(bits(&y2.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y1, &want);
+            assert_bits_eq::<T>(&y2, &want);
             // Non-contiguous grad (batch axes transposed) and transposed ids.
             let gt = transposed::<T>(&c1, &mut rng, &[33, 2, d], 0, 1);
             let idt = idx.transpose(0, 1).unwrap();
@@ -203,25 +178,16 @@ fn embedding_backward_case<T: Float>() {
             let want =
                 reference::index_add(&[v, d], 0, &ids_t, &gt.to_vec::<T>().unwrap()).unwrap();
             let y = c2.embedding_backward(v, &idt, &gt).unwrap();
-            assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y, &want);
         }
     }
 }
 
-#[test]
-fn embedding_backward_matches_reference_and_threads_f32() {
-    embedding_backward_case::<f32>();
-}
-
-#[test]
-fn embedding_backward_matches_reference_and_threads_f64() {
-    embedding_backward_case::<f64>();
-}
+f32_f64_tests!(embedding_backward_case => embedding_backward_matches_reference_and_threads_f32, embedding_backward_matches_reference_and_threads_f64);
 
 #[test]
 fn embedding_backward_large_is_thread_invariant() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(6);
     let ids = rand_ids(&mut rng, 2048, 65);
     let idx = c1.from_slice(&ids, &[8, 256]).unwrap();
@@ -236,8 +202,7 @@ fn embedding_backward_large_is_thread_invariant() {
 }
 
 fn gather_scatter_case<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(7);
     for &a in sizes() {
         for axis in 0..3 {
@@ -254,7 +219,7 @@ fn gather_scatter_case<T: Float>() {
                 reference::gather(&x.to_vec::<T>().unwrap(), &shape, axis, &ids, &ishape).unwrap();
             let y = c2.gather(&x, axis, &idx).unwrap();
             assert_eq!(y.shape(), ishape.as_slice());
-            assert_eq!(bits(&y.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y, &want);
             // scatter_add: src is larger than idx (only the idx-shaped corner counts),
             // and non-contiguous.
             let sshape: Vec<usize> = ishape.iter().map(|d| d + 1).collect();
@@ -269,26 +234,17 @@ fn gather_scatter_case<T: Float>() {
             let y1 = c1.scatter_add(&shape, axis, &idx, &src_big).unwrap();
             let y2 = c2.scatter_add(&shape, axis, &idx, &src_big).unwrap();
             assert_eq!(y1.shape(), shape.as_slice());
-            assert_eq!(bits(&y1.to_vec::<T>().unwrap()), bits(&want));
-            assert_eq!(bits(&y2.to_vec::<T>().unwrap()), bits(&want));
+            assert_bits_eq::<T>(&y1, &want);
+            assert_bits_eq::<T>(&y2, &want);
         }
     }
 }
 
-#[test]
-fn gather_scatter_add_match_reference_f32() {
-    gather_scatter_case::<f32>();
-}
-
-#[test]
-fn gather_scatter_add_match_reference_f64() {
-    gather_scatter_case::<f64>();
-}
+f32_f64_tests!(gather_scatter_case => gather_scatter_add_match_reference_f32, gather_scatter_add_match_reference_f64);
 
 #[test]
 fn scatter_add_large_parallel_paths_are_thread_invariant() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(8);
     // Long rows (k*inner >= chunk: j-blocks) and short rows (o groups).
     for (shape, ishape, axis) in [
@@ -304,12 +260,12 @@ fn scatter_add_large_parallel_paths_are_thread_invariant() {
                 .unwrap();
         let y1 = c1.scatter_add(&shape, axis, &idx, &src).unwrap();
         let y2 = c2.scatter_add(&shape, axis, &idx, &src).unwrap();
-        assert_eq!(bits(&y1.to_vec::<f32>().unwrap()), bits(&want));
-        assert_eq!(bits(&y2.to_vec::<f32>().unwrap()), bits(&want));
+        assert_bits_eq::<f32>(&y1, &want);
+        assert_bits_eq::<f32>(&y2, &want);
         let g = c2.gather(&y2, axis, &idx).unwrap();
         let want_g =
             reference::gather(&y2.to_vec::<f32>().unwrap(), &shape, axis, &ids, &ishape).unwrap();
-        assert_eq!(bits(&g.to_vec::<f32>().unwrap()), bits(&want_g));
+        assert_bits_eq::<f32>(&g, &want_g);
     }
 }
 

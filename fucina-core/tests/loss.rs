@@ -3,13 +3,17 @@
 //! backward vs central differences; all-ignored batches; thread-count
 //! determinism; validation.
 
+#[macro_use]
 mod common;
 
-use common::{assert_close_tol, assert_fd, fd_of, randn, tensor, tensor_bits, vals, SIZES};
+use common::{
+    assert_close_tol, assert_fd, assert_thread_invariant, fd_of, randn, tensor, tensor_bits, vals,
+    SIZES,
+};
 use fucina_core::kernels::fused::loss::{reference as r, CrossEntropyOpts, Reduction};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
-use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
+use fucina_core::{Element, Error, ExecContext, Float, RawTensor};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::Mean, Reduction::Sum, Reduction::None];
 
@@ -30,6 +34,24 @@ fn target_tensor(ctx: &ExecContext, t: &[i64], i32s: bool) -> RawTensor {
         ctx.from_slice(&v, &[t.len()]).unwrap()
     } else {
         ctx.from_slice(t, &[t.len()]).unwrap()
+    }
+}
+
+/// The upstream gradient of a loss with `reduction`: `gyv` as an `[n]` tensor for
+/// [`Reduction::None`], else the scalar `gyv[0]`.
+fn upstream<T: Element>(ctx: &ExecContext, reduction: Reduction, gyv: &[T]) -> RawTensor {
+    match reduction {
+        Reduction::None => ctx.from_slice(gyv, &[gyv.len()]).unwrap(),
+        _ => ctx.scalar(gyv[0]).unwrap(),
+    }
+}
+
+/// Cross-entropy options ignoring target -100, with `label_smoothing` and `reduction`.
+fn ignoring(label_smoothing: f64, reduction: Reduction) -> CrossEntropyOpts {
+    CrossEntropyOpts {
+        ignore_index: Some(-100),
+        label_smoothing,
+        reduction,
     }
 }
 
@@ -104,10 +126,7 @@ fn check<T: Float>(ctx: &ExecContext, x: &RawTensor, seed: u64, what: &str) {
         .into_iter()
         .map(T::from_f64)
         .collect();
-        let gy = match opts.reduction {
-            Reduction::None => ctx.from_slice(&gyv, &[n]).unwrap(),
-            _ => ctx.scalar(gyv[0]).unwrap(),
-        };
+        let gy = upstream(ctx, opts.reduction, &gyv);
         let g = ctx
             .cross_entropy_backward(x, &t, &saved, &gy, opts)
             .unwrap();
@@ -146,15 +165,7 @@ fn sizes_and_views<T: Float>() {
     }
 }
 
-#[test]
-fn matches_reference_f32() {
-    sizes_and_views::<f32>();
-}
-
-#[test]
-fn matches_reference_f64() {
-    sizes_and_views::<f64>();
-}
+f32_f64_tests!(sizes_and_views => matches_reference_f32, matches_reference_f64);
 
 #[test]
 fn strided_targets_and_large_logits() {
@@ -193,10 +204,7 @@ fn backward_matches_finite_differences() {
             Reduction::None => randn(40, n, 1.0),
             _ => vec![0.7],
         };
-        let gy = match opts.reduction {
-            Reduction::None => ctx.from_slice(&gyv, &[n]).unwrap(),
-            _ => ctx.scalar(gyv[0]).unwrap(),
-        };
+        let gy = upstream(&ctx, opts.reduction, &gyv);
         let (_, saved) = ctx.cross_entropy(&x, &t, opts).unwrap();
         let g = ctx
             .cross_entropy_backward(&x, &t, &saved, &gy, opts)
@@ -221,21 +229,14 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
     let x = ctx.from_slice(&randn(3, 12, 1.0), &[3, 4]).unwrap();
     let t = ctx.from_slice(&[-100i64; 3], &[3]).unwrap();
     for reduction in REDUCTIONS {
-        let opts = CrossEntropyOpts {
-            ignore_index: Some(-100),
-            label_smoothing: 0.2,
-            reduction,
-        };
+        let opts = ignoring(0.2, reduction);
         let (loss, saved) = ctx.cross_entropy(&x, &t, opts).unwrap();
         assert_eq!(saved.count, 0);
         assert!(
             loss.to_vec::<f64>().unwrap().iter().all(|&v| v == 0.0),
             "{reduction:?}"
         );
-        let gy = match reduction {
-            Reduction::None => ctx.ones(DType::F64, &[3]).unwrap(),
-            _ => ctx.scalar(1.0f64).unwrap(),
-        };
+        let gy = upstream(&ctx, reduction, &[1.0f64; 3]);
         let g = ctx
             .cross_entropy_backward(&x, &t, &saved, &gy, opts)
             .unwrap();
@@ -245,22 +246,15 @@ fn all_ignored_gives_zero_loss_and_zero_grad() {
 }
 
 fn deterministic<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
     let (n, c) = (2048, 65);
     let xv = randn(8, n * c, 4.0);
     let tv = targets(9, n, c, Some((-100, 7)));
-    let mut outs = Vec::new();
-    for ctx in [&c1, &c2] {
+    assert_thread_invariant(|ctx| {
         let x = tensor::<T>(ctx, &xv, &[n, c]);
         let t = ctx.from_slice(&tv, &[n]).unwrap();
         let mut res = Vec::new();
         for reduction in REDUCTIONS {
-            let opts = CrossEntropyOpts {
-                ignore_index: Some(-100),
-                label_smoothing: 0.05,
-                reduction,
-            };
+            let opts = ignoring(0.05, reduction);
             let (loss, saved) = ctx.cross_entropy(&x, &t, opts).unwrap();
             let gy = match reduction {
                 Reduction::None => tensor::<T>(ctx, &randn(10, n, 1.0), &[n]),
@@ -274,16 +268,11 @@ fn deterministic<T: Float>() {
             res.push(tensor_bits::<T>(&saved.row_sumexp));
             res.push(tensor_bits::<T>(&g));
         }
-        outs.push(res);
-    }
-    assert_eq!(outs[0], outs[1]);
+        res
+    });
 }
 
-#[test]
-fn bitwise_identical_across_thread_counts() {
-    deterministic::<f32>();
-    deterministic::<f64>();
-}
+f32_f64_tests!(deterministic => bitwise_identical_across_thread_counts);
 
 #[test]
 fn rejects_bad_inputs() {

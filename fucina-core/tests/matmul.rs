@@ -3,31 +3,17 @@
 //! and f64; bitwise equality across thread counts; structured errors. Every test ends with no
 //! pool buffer outstanding.
 
+#[macro_use]
+mod common;
+use common::{one_and_two_threads, rand_in, sizes};
 use fucina_core::kernels::matmul::{reference, GemmPath};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
-const ALL_SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
-
-/// The awkward sizes; their first eight (up to 33) under `FUCINA_REDUCED_SIZES`
-/// (the valgrind run, `tools/valgrind-kernels.sh`).
-fn sizes() -> &'static [usize] {
-    if std::env::var_os("FUCINA_REDUCED_SIZES").is_some() {
-        &ALL_SIZES[..8]
-    } else {
-        &ALL_SIZES
-    }
-}
-
+/// A contiguous tensor of `shape` with values uniform in [-1, 1) (the γ_K bounds assume it).
 fn rand_tensor<T: Float>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
-    let n: usize = shape.iter().product();
-    let v: Vec<T> = rng
-        .vec_uniform(n, -1.0, 1.0)
-        .into_iter()
-        .map(T::from_f64)
-        .collect();
-    ctx.from_slice(&v, shape).unwrap()
+    rand_in::<T>(ctx, rng, shape, -1.0, 1.0)
 }
 
 /// Asserts |x - y| <= tol for every element (tol from the γ_K bound for inputs in [-1, 1]).
@@ -74,15 +60,7 @@ fn matmul_vs_reference<T: Float>() {
     }
 }
 
-#[test]
-fn matmul_matches_reference_f32() {
-    matmul_vs_reference::<f32>();
-}
-
-#[test]
-fn matmul_matches_reference_f64() {
-    matmul_vs_reference::<f64>();
-}
+f32_f64_tests!(matmul_vs_reference => matmul_matches_reference_f32, matmul_matches_reference_f64);
 
 /// Aᵀ·B, A·Bᵀ, Aᵀ·Bᵀ and narrowed (strided, offset) operands, without any copy by the caller.
 fn transposed_and_narrowed<T: Float>() {
@@ -128,15 +106,7 @@ fn transposed_and_narrowed<T: Float>() {
     }
 }
 
-#[test]
-fn transposed_and_narrowed_f32() {
-    transposed_and_narrowed::<f32>();
-}
-
-#[test]
-fn transposed_and_narrowed_f64() {
-    transposed_and_narrowed::<f64>();
-}
+f32_f64_tests!(transposed_and_narrowed => transposed_and_narrowed_f32, transposed_and_narrowed_f64);
 
 /// Batched with broadcast batch dims (stride-0 batch) and a rank difference.
 fn batched_broadcast<T: Float>() {
@@ -177,15 +147,7 @@ fn batched_broadcast<T: Float>() {
     }
 }
 
-#[test]
-fn batched_broadcast_f32() {
-    batched_broadcast::<f32>();
-}
-
-#[test]
-fn batched_broadcast_f64() {
-    batched_broadcast::<f64>();
-}
+f32_f64_tests!(batched_broadcast => batched_broadcast_f32, batched_broadcast_f64);
 
 /// C = alpha·A·B + beta·C into fresh and non-contiguous outputs; beta == 0 ignores NaN in C.
 fn alpha_beta<T: Float>() {
@@ -231,15 +193,7 @@ fn alpha_beta<T: Float>() {
     }
 }
 
-#[test]
-fn alpha_beta_f32() {
-    alpha_beta::<f32>();
-}
-
-#[test]
-fn alpha_beta_f64() {
-    alpha_beta::<f64>();
-}
+f32_f64_tests!(alpha_beta => alpha_beta_f32, alpha_beta_f64);
 
 fn linear_vs_reference<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
@@ -277,15 +231,7 @@ fn linear_vs_reference<T: Float>() {
     }
 }
 
-#[test]
-fn linear_matches_reference_f32() {
-    linear_vs_reference::<f32>();
-}
-
-#[test]
-fn linear_matches_reference_f64() {
-    linear_vs_reference::<f64>();
-}
+f32_f64_tests!(linear_vs_reference => linear_matches_reference_f32, linear_matches_reference_f64);
 
 #[test]
 fn matmul_vectors_like_torch() {
@@ -311,8 +257,7 @@ fn matmul_vectors_like_torch() {
 
 /// Results are bitwise identical on 1 and 2 threads, for shapes large enough to be tiled.
 fn thread_determinism<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let c3 = TestCtx::with_threads(3).unwrap();
     let mut rng = SplitMix64::new(16);
     for &(batch, m, k, n) in &[
@@ -372,15 +317,7 @@ fn thread_determinism<T: Float>() {
     }
 }
 
-#[test]
-fn bitwise_equal_across_threads_f32() {
-    thread_determinism::<f32>();
-}
-
-#[test]
-fn bitwise_equal_across_threads_f64() {
-    thread_determinism::<f64>();
-}
+f32_f64_tests!(thread_determinism => bitwise_equal_across_threads_f32, bitwise_equal_across_threads_f64);
 
 /// Shapes spanning several K steps and column blocks of the packed path, on transposed views,
 /// with alpha and beta, against the reference.
@@ -409,15 +346,7 @@ fn large_blocks<T: Float>() {
     }
 }
 
-#[test]
-fn large_blocks_match_reference_f32() {
-    large_blocks::<f32>();
-}
-
-#[test]
-fn large_blocks_match_reference_f64() {
-    large_blocks::<f64>();
-}
+f32_f64_tests!(large_blocks => large_blocks_match_reference_f32, large_blocks_match_reference_f64);
 
 /// Runs this test binary again with `FUCINA_GEMM` forcing each GEMM path this CPU has, so
 /// every one stays tested whichever one this CPU picks by default.

@@ -2,9 +2,13 @@
 //! sizes and on non-contiguous inputs, backward vs central differences,
 //! thread-count determinism (including the gw/gb row reductions), validation.
 
+#[macro_use]
 mod common;
 
-use common::{assert_close_tol, assert_fd, finite_diff, tensor, tensor_bits, vals, SIZES};
+use common::{
+    assert_close_tol, assert_fd, assert_thread_invariant, finite_diff, tensor, tensor_bits, vals,
+    SIZES,
+};
 use fucina_core::kernels::fused::norm::reference as r;
 use fucina_core::testing::TestCtx;
 use fucina_core::{Error, ExecContext, Float, RawTensor};
@@ -151,18 +155,15 @@ fn sizes_and_views<T: Float>() {
     }
 }
 
-#[test]
-fn matches_reference_f32() {
-    sizes_and_views::<f32>();
-}
-
-#[test]
-fn matches_reference_f64() {
-    sizes_and_views::<f64>();
-}
+f32_f64_tests!(sizes_and_views => matches_reference_f32, matches_reference_f64);
 
 /// The finite-difference tolerance of this file's backward checks.
 const FD_ATOL: f64 = 1e-6;
+
+/// Asserts the (requested, so present) f64 gradient `g` against the central differences `fd`.
+fn assert_grad_fd(g: Option<RawTensor>, fd: &[f64], what: &str) {
+    assert_fd(&g.unwrap().to_vec::<f64>().unwrap(), fd, FD_ATOL, what);
+}
 
 #[test]
 fn backward_matches_finite_differences() {
@@ -191,36 +192,16 @@ fn backward_matches_finite_differences() {
     let fb = finite_diff(&bv, &gyv, |v| {
         r::layer_norm(&xv, d, Some(&wv), Some(v), eps).0
     });
-    assert_fd(
-        &gx.unwrap().to_vec::<f64>().unwrap(),
-        &fx,
-        FD_ATOL,
-        "layer_norm gx",
-    );
-    assert_fd(
-        &gw.unwrap().to_vec::<f64>().unwrap(),
-        &fw,
-        FD_ATOL,
-        "layer_norm gw",
-    );
-    assert_fd(
-        &gb.unwrap().to_vec::<f64>().unwrap(),
-        &fb,
-        FD_ATOL,
-        "layer_norm gb",
-    );
+    assert_grad_fd(gx, &fx, "layer_norm gx");
+    assert_grad_fd(gw, &fw, "layer_norm gw");
+    assert_grad_fd(gb, &fb, "layer_norm gb");
     // Without weight.
     let (_, mean0, rstd0) = ctx.layer_norm(&x, None, None, eps).unwrap();
     let (gx0, _, _) = ctx
         .layer_norm_backward(&x, None, &mean0, &rstd0, &gy, true, false, false)
         .unwrap();
     let fx0 = finite_diff(&xv, &gyv, |v| r::layer_norm(v, d, None, None, eps).0);
-    assert_fd(
-        &gx0.unwrap().to_vec::<f64>().unwrap(),
-        &fx0,
-        FD_ATOL,
-        "layer_norm gx (no affine)",
-    );
+    assert_grad_fd(gx0, &fx0, "layer_norm gx (no affine)");
 
     let (_, rrstd) = ctx.rms_norm(&x, Some(&w), eps).unwrap();
     let (gx, gw) = ctx
@@ -228,42 +209,24 @@ fn backward_matches_finite_differences() {
         .unwrap();
     let fx = finite_diff(&xv, &gyv, |v| r::rms_norm(v, d, Some(&wv), eps).0);
     let fw = finite_diff(&wv, &gyv, |v| r::rms_norm(&xv, d, Some(v), eps).0);
-    assert_fd(
-        &gx.unwrap().to_vec::<f64>().unwrap(),
-        &fx,
-        FD_ATOL,
-        "rms_norm gx",
-    );
-    assert_fd(
-        &gw.unwrap().to_vec::<f64>().unwrap(),
-        &fw,
-        FD_ATOL,
-        "rms_norm gw",
-    );
+    assert_grad_fd(gx, &fx, "rms_norm gx");
+    assert_grad_fd(gw, &fw, "rms_norm gw");
     let (_, rrstd0) = ctx.rms_norm(&x, None, eps).unwrap();
     let (gx0, gw0) = ctx
         .rms_norm_backward(&x, None, &rrstd0, &gy, true, true)
         .unwrap();
     assert!(gw0.is_none());
     let fx0 = finite_diff(&xv, &gyv, |v| r::rms_norm(v, d, None, eps).0);
-    assert_fd(
-        &gx0.unwrap().to_vec::<f64>().unwrap(),
-        &fx0,
-        FD_ATOL,
-        "rms_norm gx (no weight)",
-    );
+    assert_grad_fd(gx0, &fx0, "rms_norm gx (no weight)");
     drop((x, w, b, gy, mean, rstd, mean0, rstd0, rrstd, rrstd0));
 }
 
 fn deterministic<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
     let (rows, d) = (1030, 96);
     let xv = randn(5, rows * d, 2.0, 1.0);
     let gyv = randn(6, rows * d, 1.0, 0.0);
     let wv = randn(7, d, 0.5, 1.0);
-    let mut outs = Vec::new();
-    for ctx in [&c1, &c2] {
+    assert_thread_invariant(|ctx| {
         let x = tensor::<T>(ctx, &xv, &[rows, d]);
         let gy = tensor::<T>(ctx, &gyv, &[rows, d]);
         let w = tensor::<T>(ctx, &wv, &[d]);
@@ -275,7 +238,7 @@ fn deterministic<T: Float>() {
         let (rgx, rgw) = ctx
             .rms_norm_backward(&x, Some(&w), &rr, &gy, true, true)
             .unwrap();
-        outs.push(vec![
+        vec![
             tensor_bits::<T>(&y),
             tensor_bits::<T>(&mean),
             tensor_bits::<T>(&rstd),
@@ -286,16 +249,11 @@ fn deterministic<T: Float>() {
             tensor_bits::<T>(&rr),
             tensor_bits::<T>(&rgx.unwrap()),
             tensor_bits::<T>(&rgw.unwrap()),
-        ]);
-    }
-    assert_eq!(outs[0], outs[1]);
+        ]
+    });
 }
 
-#[test]
-fn bitwise_identical_across_thread_counts() {
-    deterministic::<f32>();
-    deterministic::<f64>();
-}
+f32_f64_tests!(deterministic => bitwise_identical_across_thread_counts);
 
 #[test]
 fn rejects_bad_inputs() {

@@ -2,20 +2,13 @@
 //! logical indices (any strides), backward regenerating the same mask,
 //! argument errors, distribution sanity and thread-count determinism.
 
+#[macro_use]
+mod common;
+use common::{bits, one_and_two_threads, tensor_bits, SIZES};
 use fucina_core::kernels::random::reference as r;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
-use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
-
-const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
-
-fn bits<T: Float>(t: &RawTensor) -> Vec<u64> {
-    t.to_vec::<T>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_f64().to_bits())
-        .collect()
-}
+use fucina_core::{DType, Error, ExecContext, Float};
 
 fn dropout_vs_reference<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
@@ -35,15 +28,16 @@ fn dropout_vs_reference<T: Float>() {
             for p in [0.1, 0.5, 0.9] {
                 let y = ctx.dropout(&x, p, 1234).unwrap();
                 assert_eq!(y.shape(), x.shape());
-                let want: Vec<u64> = r::dropout::<T>(&x, p, 1234)
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_f64().to_bits())
-                    .collect();
-                assert_eq!(bits::<T>(&y), want, "n {n} p {p} shape {:?}", x.shape());
+                let want = bits(&r::dropout::<T>(&x, p, 1234).unwrap());
+                assert_eq!(
+                    tensor_bits::<T>(&y),
+                    want,
+                    "n {n} p {p} shape {:?}",
+                    x.shape()
+                );
                 // The backward regenerates exactly the same mask and scale.
                 let gx = ctx.dropout_backward(&x, p, 1234).unwrap();
-                assert_eq!(bits::<T>(&gx), want);
+                assert_eq!(tensor_bits::<T>(&gx), want);
             }
         }
     }
@@ -53,24 +47,12 @@ fn dropout_vs_reference<T: Float>() {
         .collect();
     let x = ctx.from_slice(&xs, &[100_000]).unwrap();
     let y = ctx.dropout(&x, 0.3, 99).unwrap();
-    let want: Vec<u64> = r::dropout::<T>(&x, 0.3, 99)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_f64().to_bits())
-        .collect();
-    assert_eq!(bits::<T>(&y), want);
+    let want = bits(&r::dropout::<T>(&x, 0.3, 99).unwrap());
+    assert_eq!(tensor_bits::<T>(&y), want);
     drop((x, y));
 }
 
-#[test]
-fn dropout_matches_reference_f32() {
-    dropout_vs_reference::<f32>();
-}
-
-#[test]
-fn dropout_matches_reference_f64() {
-    dropout_vs_reference::<f64>();
-}
+f32_f64_tests!(dropout_vs_reference => dropout_matches_reference_f32, dropout_matches_reference_f64);
 
 #[test]
 fn dropout_keep_rate_scale_and_mask_rule() {
@@ -150,30 +132,16 @@ fn fills_vs_reference<T: Float>() {
     for &n in SIZES.iter().chain(&[70_000]) {
         let u = ctx.rand_uniform(T::DTYPE, &[n], -2.0, 3.0, 11).unwrap();
         assert_eq!(u.shape(), &[n]);
-        let want: Vec<u64> = r::rand_uniform::<T>(n, -2.0, 3.0, 11)
-            .iter()
-            .map(|v| v.to_f64().to_bits())
-            .collect();
-        assert_eq!(bits::<T>(&u), want);
+        let want = bits(&r::rand_uniform::<T>(n, -2.0, 3.0, 11));
+        assert_eq!(tensor_bits::<T>(&u), want);
         let g = ctx.randn(T::DTYPE, &[n, 1], 1.0, 0.5, 12).unwrap();
         assert_eq!(g.shape(), &[n, 1]);
-        let want: Vec<u64> = r::randn::<T>(n, 1.0, 0.5, 12)
-            .iter()
-            .map(|v| v.to_f64().to_bits())
-            .collect();
-        assert_eq!(bits::<T>(&g), want);
+        let want = bits(&r::randn::<T>(n, 1.0, 0.5, 12));
+        assert_eq!(tensor_bits::<T>(&g), want);
     }
 }
 
-#[test]
-fn fills_match_reference_f32() {
-    fills_vs_reference::<f32>();
-}
-
-#[test]
-fn fills_match_reference_f64() {
-    fills_vs_reference::<f64>();
-}
+f32_f64_tests!(fills_vs_reference => fills_match_reference_f32, fills_match_reference_f64);
 
 #[test]
 fn fill_distributions() {
@@ -202,18 +170,17 @@ fn fill_distributions() {
 
 #[test]
 fn thread_count_determinism() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let run = |ctx: &ExecContext| -> Vec<Vec<u64>> {
         let x = ctx
             .rand_uniform(DType::F32, &[300, 400], 0.0, 1.0, 1)
             .unwrap();
         let xt = x.transpose(0, 1).unwrap();
         vec![
-            bits::<f32>(&x),
-            bits::<f32>(&ctx.randn(DType::F32, &[300, 400], 0.0, 1.0, 2).unwrap()),
-            bits::<f32>(&ctx.dropout(&xt, 0.25, 3).unwrap()),
-            bits::<f32>(&ctx.dropout_backward(&x, 0.25, 3).unwrap()),
+            tensor_bits::<f32>(&x),
+            tensor_bits::<f32>(&ctx.randn(DType::F32, &[300, 400], 0.0, 1.0, 2).unwrap()),
+            tensor_bits::<f32>(&ctx.dropout(&xt, 0.25, 3).unwrap()),
+            tensor_bits::<f32>(&ctx.dropout_backward(&x, 0.25, 3).unwrap()),
         ]
     };
     assert_eq!(run(&c1), run(&c2));

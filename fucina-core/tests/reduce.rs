@@ -7,8 +7,9 @@ use fucina_core::kernels::reduce::ReduceOp;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
+#[macro_use]
 mod common;
-use common::{make, Layout, LAYOUTS, SIZES};
+use common::{make, one_and_two_threads, Layout, LAYOUTS, SIZES};
 use fucina_core::testing::TestCtx;
 const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 
@@ -322,15 +323,7 @@ fn arg_vs_reference<T: Float>() {
     }
 }
 
-#[test]
-fn argmax_argmin_f32() {
-    arg_vs_reference::<f32>();
-}
-
-#[test]
-fn argmax_argmin_f64() {
-    arg_vs_reference::<f64>();
-}
+f32_f64_tests!(arg_vs_reference => argmax_argmin_f32, argmax_argmin_f64);
 
 #[test]
 fn argmax_first_of_ties() {
@@ -418,15 +411,7 @@ fn cumsum_vs_reference<T: Float>() {
     }
 }
 
-#[test]
-fn cumsum_f32() {
-    cumsum_vs_reference::<f32>();
-}
-
-#[test]
-fn cumsum_f64() {
-    cumsum_vs_reference::<f64>();
-}
+f32_f64_tests!(cumsum_vs_reference => cumsum_f32, cumsum_f64);
 
 #[test]
 fn cumsum_reverse_is_the_adjoint() {
@@ -455,8 +440,7 @@ fn cumsum_reverse_is_the_adjoint() {
 /// in every layout path, and cumsum, bitwise equal on 1 and 2 threads.
 #[test]
 fn thread_count_determinism_1m() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
+    let (c1, c2) = one_and_two_threads();
     let d = data(1 << 20, 42, -1.0, 1.0);
     let run = |ctx: &ExecContext| -> Vec<Vec<u64>> {
         let mut outs = vec![];

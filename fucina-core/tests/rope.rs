@@ -3,6 +3,7 @@
 //! reversed views of x, broadcast and I32 positions; the backward as the
 //! rotation's transpose; thread-count determinism; validation errors.
 
+#[macro_use]
 mod common;
 
 use common::{make, randn, tensor, tensor_bits, vals, Layout};
@@ -36,16 +37,13 @@ fn positions(b: usize, t: usize, p: usize) -> Vec<i64> {
         .collect()
 }
 
-/// Forward and backward on view `x` (logical values `xv`) against the reference, bitwise.
-#[allow(clippy::too_many_arguments)]
+/// Forward on view `x` and backward on the upstream `gy` (`[x, gy]`), with the tables
+/// `[cos, sin]` at positions `pos` (logical values `posv`), against the reference, bitwise.
 fn check<T: Float>(
     ctx: &ExecContext,
-    x: &RawTensor,
-    gy: &RawTensor,
-    cos: &RawTensor,
-    sin: &RawTensor,
-    pos: &RawTensor,
-    posv: &[i64],
+    [x, gy]: [&RawTensor; 2],
+    [cos, sin]: [&RawTensor; 2],
+    (pos, posv): (&RawTensor, &[i64]),
     what: &str,
 ) {
     let s = x.shape();
@@ -86,34 +84,21 @@ fn sizes_and_views<T: Float>() {
             let gv = randn(1000 + 10 * k as u64 + t as u64, n, 1.0);
             let shape = [b, t, h, d];
             let tag = format!("[{b}, {t}, {h}, {d}]");
+            // `check` with this size's tables.
+            let check_at =
+                |x: &RawTensor, gy: &RawTensor, pos: &RawTensor, posv: &[i64], what: &str| {
+                    check::<T>(&ctx, [x, gy], [&cos, &sin], (pos, posv), what)
+                };
             for layout in [Layout::Contig, Layout::Reversed, Layout::Narrowed] {
                 let x = make::<T>(&ctx, &xv, &shape, layout);
                 let gy = make::<T>(&ctx, &gv, &shape, layout);
-                check::<T>(
-                    &ctx,
-                    &x,
-                    &gy,
-                    &cos,
-                    &sin,
-                    &pos,
-                    &posv,
-                    &format!("{tag} {layout:?}"),
-                );
+                check_at(&x, &gy, &pos, &posv, &format!("{tag} {layout:?}"));
             }
             // A permuted view: x stored as [B, H, T, D] (HF's layout), seen as [B, T, H, D].
             let bhtd = tensor::<T>(&ctx, &xv, &[b, h, t, d]);
             let xp = bhtd.permute(&[0, 2, 1, 3]).unwrap();
             let gy = tensor::<T>(&ctx, &gv, &shape);
-            check::<T>(
-                &ctx,
-                &xp,
-                &gy,
-                &cos,
-                &sin,
-                &pos,
-                &posv,
-                &format!("{tag} permuted"),
-            );
+            check_at(&xp, &gy, &pos, &posv, &format!("{tag} permuted"));
             // Broadcast [1, T] positions, and the same positions as I32.
             let row: Vec<i64> = positions(1, t, p);
             let bpos = ctx
@@ -123,41 +108,21 @@ fn sizes_and_views<T: Float>() {
                 .unwrap();
             let bposv: Vec<i64> = (0..b).flat_map(|_| row.iter().copied()).collect();
             let x = tensor::<T>(&ctx, &xv, &shape);
-            check::<T>(
-                &ctx,
+            check_at(
                 &x,
                 &gy,
-                &cos,
-                &sin,
                 &bpos,
                 &bposv,
                 &format!("{tag} broadcast positions"),
             );
             let pos32: Vec<i32> = posv.iter().map(|&v| v as i32).collect();
             let pos32 = ctx.from_slice(&pos32, &[b, t]).unwrap();
-            check::<T>(
-                &ctx,
-                &x,
-                &gy,
-                &cos,
-                &sin,
-                &pos32,
-                &posv,
-                &format!("{tag} i32 positions"),
-            );
+            check_at(&x, &gy, &pos32, &posv, &format!("{tag} i32 positions"));
         }
     }
 }
 
-#[test]
-fn matches_reference_f32() {
-    sizes_and_views::<f32>();
-}
-
-#[test]
-fn matches_reference_f64() {
-    sizes_and_views::<f64>();
-}
+f32_f64_tests!(sizes_and_views => matches_reference_f32, matches_reference_f64);
 
 /// A quarter turn by hand: `(1, 0) → (0, 1)` and `(0, 1) → (−1, 0)` per pair.
 #[test]
@@ -246,19 +211,22 @@ fn bad_inputs_are_errors_naming_the_op() {
     let sin = ctx.zeros(DType::F32, &[5, 2]).unwrap();
     let pos = ctx.zeros(DType::I64, &[2, 3]).unwrap();
     assert!(ctx.rope(&x, &cos, &sin, &pos).is_ok());
-    let op_of = |e: Error| match e {
-        Error::InvalidArgument { op, .. }
-        | Error::ShapeMismatch { op, .. }
-        | Error::DTypeMismatch { op, .. }
-        | Error::UnsupportedDType { op, .. }
-        | Error::OutOfRange { op, .. } => op,
+    // (error kind, op) of a failing call.
+    let kind_op = |e: Error| match e {
+        Error::InvalidArgument { op, .. } => ("InvalidArgument", op),
+        Error::ShapeMismatch { op, .. } => ("ShapeMismatch", op),
+        Error::DTypeMismatch { op, .. } => ("DTypeMismatch", op),
+        Error::UnsupportedDType { op, .. } => ("UnsupportedDType", op),
+        Error::OutOfRange { op, .. } => ("OutOfRange", op),
         other => panic!("unexpected error {other:?}"),
     };
-    let rope = |x: &RawTensor, c: &RawTensor, s: &RawTensor, p: &RawTensor| {
-        op_of(ctx.rope(x, c, s, p).unwrap_err())
+    let rope_err = |x: &RawTensor, c: &RawTensor, s: &RawTensor, p: &RawTensor| {
+        kind_op(ctx.rope(x, c, s, p).unwrap_err())
     };
+    // Only the op, where any of the structured kinds will do.
+    let rope = |x: &RawTensor, c: &RawTensor, s: &RawTensor, p: &RawTensor| rope_err(x, c, s, p).1;
     let rope_bwd = |x: &RawTensor, c: &RawTensor, s: &RawTensor, p: &RawTensor| {
-        op_of(ctx.rope_backward(x, c, s, p).unwrap_err())
+        kind_op(ctx.rope_backward(x, c, s, p).unwrap_err()).1
     };
     // Rank 3 x, odd D, an integer or f16 x.
     let x3 = ctx.zeros(DType::F32, &[2, 3, 4]).unwrap();
@@ -267,15 +235,15 @@ fn bad_inputs_are_errors_naming_the_op() {
     let odd = ctx.zeros(DType::F32, &[2, 3, 1, 5]).unwrap();
     assert_eq!(rope(&odd, &cos, &sin, &pos), "rope");
     let xi = ctx.zeros(DType::I64, &[2, 3, 1, 4]).unwrap();
-    assert!(matches!(
-        ctx.rope(&xi, &cos, &sin, &pos),
-        Err(Error::UnsupportedDType { op: "rope", .. })
-    ));
+    assert_eq!(
+        rope_err(&xi, &cos, &sin, &pos),
+        ("UnsupportedDType", "rope")
+    );
     let xh = ctx.zeros(DType::F16, &[2, 3, 1, 4]).unwrap();
-    assert!(matches!(
-        ctx.rope(&xh, &cos, &sin, &pos),
-        Err(Error::UnsupportedDType { op: "rope", .. })
-    ));
+    assert_eq!(
+        rope_err(&xh, &cos, &sin, &pos),
+        ("UnsupportedDType", "rope")
+    );
     // Tables: wrong width, wrong rank, wrong dtype, cos and sin disagreeing.
     let wide = ctx.zeros(DType::F32, &[5, 4]).unwrap();
     assert_eq!(rope(&x, &wide, &sin, &pos), "rope");
@@ -283,26 +251,20 @@ fn bad_inputs_are_errors_naming_the_op() {
     let flat = ctx.zeros(DType::F32, &[10]).unwrap();
     assert_eq!(rope(&x, &flat, &sin, &pos), "rope");
     let c64 = ctx.zeros(DType::F64, &[5, 2]).unwrap();
-    assert!(matches!(
-        ctx.rope(&x, &c64, &sin, &pos),
-        Err(Error::DTypeMismatch { op: "rope", .. })
-    ));
+    assert_eq!(rope_err(&x, &c64, &sin, &pos), ("DTypeMismatch", "rope"));
     let short = ctx.zeros(DType::F32, &[4, 2]).unwrap();
-    assert!(matches!(
-        ctx.rope(&x, &cos, &short, &pos),
-        Err(Error::ShapeMismatch { op: "rope", .. })
-    ));
+    assert_eq!(rope_err(&x, &cos, &short, &pos), ("ShapeMismatch", "rope"));
     // Positions: wrong shape, float dtype, out of range, negative.
     let pos_bad = ctx.zeros(DType::I64, &[3, 2]).unwrap();
-    assert!(matches!(
-        ctx.rope(&x, &cos, &sin, &pos_bad),
-        Err(Error::ShapeMismatch { op: "rope", .. })
-    ));
+    assert_eq!(
+        rope_err(&x, &cos, &sin, &pos_bad),
+        ("ShapeMismatch", "rope")
+    );
     let pos_f = ctx.zeros(DType::F32, &[2, 3]).unwrap();
-    assert!(matches!(
-        ctx.rope(&x, &cos, &sin, &pos_f),
-        Err(Error::UnsupportedDType { op: "rope", .. })
-    ));
+    assert_eq!(
+        rope_err(&x, &cos, &sin, &pos_f),
+        ("UnsupportedDType", "rope")
+    );
     let far = ctx.from_slice(&[0i64, 1, 2, 3, 4, 5], &[2, 3]).unwrap();
     assert!(matches!(
         ctx.rope(&x, &cos, &sin, &far),

@@ -2,9 +2,13 @@
 //! non-contiguous views and non-last axes, backward vs central differences,
 //! causal masking, thread-count determinism and input validation.
 
+#[macro_use]
 mod common;
 
-use common::{assert_close_tol, assert_fd, finite_diff, randn, tensor, tensor_bits, vals, SIZES};
+use common::{
+    assert_close_tol, assert_fd, assert_thread_invariant, finite_diff, randn, tensor, tensor_bits,
+    vals, SIZES,
+};
 use fucina_core::kernels::fused::softmax::{exp_f32, exp_f64, reference as r};
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
@@ -82,15 +86,7 @@ fn last_axis_sizes<T: Float>() {
     }
 }
 
-#[test]
-fn last_axis_matches_reference_f32() {
-    last_axis_sizes::<f32>();
-}
-
-#[test]
-fn last_axis_matches_reference_f64() {
-    last_axis_sizes::<f64>();
-}
+f32_f64_tests!(last_axis_sizes => last_axis_matches_reference_f32, last_axis_matches_reference_f64);
 
 fn other_axes_and_views<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
@@ -123,15 +119,7 @@ fn other_axes_and_views<T: Float>() {
     }
 }
 
-#[test]
-fn other_axes_and_views_f32() {
-    other_axes_and_views::<f32>();
-}
-
-#[test]
-fn other_axes_and_views_f64() {
-    other_axes_and_views::<f64>();
-}
+f32_f64_tests!(other_axes_and_views => other_axes_and_views_f32, other_axes_and_views_f64);
 
 #[test]
 fn stable_for_large_and_infinite_logits() {
@@ -169,6 +157,20 @@ fn stable_for_large_and_infinite_logits() {
 /// The finite-difference tolerance of this file's backward checks.
 const FD_ATOL: f64 = 1e-7;
 
+/// Central-difference checks at `xv` with the upstream gradient `gyv`.
+struct Fd<'a> {
+    xv: &'a [f64],
+    gyv: &'a [f64],
+}
+
+impl Fd<'_> {
+    /// Asserts the f64 gradient `g` against the central differences of Σ gy·f(v).
+    fn check(&self, g: fucina_core::Result<RawTensor>, f: impl Fn(&[f64]) -> Vec<f64>, what: &str) {
+        let g = g.unwrap().to_vec::<f64>().unwrap();
+        assert_fd(&g, &finite_diff(self.xv, self.gyv, f), FD_ATOL, what);
+    }
+}
+
 #[test]
 fn backward_matches_finite_differences() {
     let ctx = TestCtx::with_threads(1).unwrap();
@@ -182,24 +184,21 @@ fn backward_matches_finite_differences() {
         let gyv = randn(12, n, 1.0);
         let x = ctx.from_slice(&xv, &shape).unwrap();
         let gy = ctx.from_slice(&gyv, &shape).unwrap();
+        let fd = Fd { xv: &xv, gyv: &gyv };
 
         let y = ctx.softmax(&x, axis).unwrap();
-        let g = ctx
-            .softmax_backward(&y, &gy, axis)
-            .unwrap()
-            .to_vec::<f64>()
-            .unwrap();
-        let num = finite_diff(&xv, &gyv, |v| r::softmax(v, &shape, axis));
-        assert_fd(&g, &num, FD_ATOL, "softmax_backward");
+        fd.check(
+            ctx.softmax_backward(&y, &gy, axis),
+            |v| r::softmax(v, &shape, axis),
+            "softmax_backward",
+        );
 
         let ly = ctx.log_softmax(&x, axis).unwrap();
-        let lg = ctx
-            .log_softmax_backward(&ly, &gy, axis)
-            .unwrap()
-            .to_vec::<f64>()
-            .unwrap();
-        let num = finite_diff(&xv, &gyv, |v| r::log_softmax(v, &shape, axis));
-        assert_fd(&lg, &num, FD_ATOL, "log_softmax_backward");
+        fd.check(
+            ctx.log_softmax_backward(&ly, &gy, axis),
+            |v| r::log_softmax(v, &shape, axis),
+            "log_softmax_backward",
+        );
     }
     // Causal: softmax_backward on the causal output, and the causal log-softmax backward.
     for shape in [vec![4usize, 4], vec![2, 3, 5], vec![5, 3]] {
@@ -210,13 +209,11 @@ fn backward_matches_finite_differences() {
         let gy = ctx.from_slice(&gyv, &shape).unwrap();
         let last = shape.len() - 1;
         let y = ctx.softmax_causal(&x).unwrap();
-        let g = ctx
-            .softmax_backward(&y, &gy, last)
-            .unwrap()
-            .to_vec::<f64>()
-            .unwrap();
-        let num = finite_diff(&xv, &gyv, |v| r::softmax_causal(v, &shape));
-        assert_fd(&g, &num, FD_ATOL, "softmax_causal backward");
+        Fd { xv: &xv, gyv: &gyv }.check(
+            ctx.softmax_backward(&y, &gy, last),
+            |v| r::softmax_causal(v, &shape),
+            "softmax_causal backward",
+        );
 
         // The causal log-softmax has −∞ entries: differentiate only its finite part
         // (gy masked to 0 there, as a downstream op that ignores masked slots would).
@@ -228,18 +225,16 @@ fn backward_matches_finite_differences() {
             .map(|(&g, &l)| if l.is_finite() { g } else { 0.0 })
             .collect();
         let gyt = ctx.from_slice(&gym, &shape).unwrap();
-        let lg = ctx
-            .log_softmax_causal_backward(&ly, &gyt)
-            .unwrap()
-            .to_vec::<f64>()
-            .unwrap();
-        let num = finite_diff(&xv, &gym, |v| {
-            r::log_softmax_causal(v, &shape)
-                .into_iter()
-                .map(|l| if l.is_finite() { l } else { 0.0 })
-                .collect()
-        });
-        assert_fd(&lg, &num, FD_ATOL, "log_softmax_causal_backward");
+        Fd { xv: &xv, gyv: &gym }.check(
+            ctx.log_softmax_causal_backward(&ly, &gyt),
+            |v| {
+                r::log_softmax_causal(v, &shape)
+                    .into_iter()
+                    .map(|l| if l.is_finite() { l } else { 0.0 })
+                    .collect()
+            },
+            "log_softmax_causal_backward",
+        );
     }
 }
 
@@ -305,30 +300,19 @@ fn causal_matches_reference<T: Float>() {
     drop(x);
 }
 
-#[test]
-fn causal_matches_reference_f32() {
-    causal_matches_reference::<f32>();
-}
-
-#[test]
-fn causal_matches_reference_f64() {
-    causal_matches_reference::<f64>();
-}
+f32_f64_tests!(causal_matches_reference => causal_matches_reference_f32, causal_matches_reference_f64);
 
 fn deterministic<T: Float>() {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
     let (rows, cols) = (256, 300);
     let xv = randn(42, rows * cols, 5.0);
     let gyv = randn(43, rows * cols, 1.0);
-    let mut out = Vec::new();
-    for ctx in [&c1, &c2] {
+    assert_thread_invariant(|ctx| {
         let x = tensor::<T>(ctx, &xv, &[rows, cols]);
         let gy = tensor::<T>(ctx, &gyv, &[rows, cols]);
         let y = ctx.softmax(&x, 1).unwrap();
         let ly = ctx.log_softmax(&x, 1).unwrap();
         let y0 = ctx.softmax(&x, 0).unwrap();
-        let res = vec![
+        vec![
             tensor_bits::<T>(&y),
             tensor_bits::<T>(&ly),
             tensor_bits::<T>(&y0),
@@ -337,17 +321,11 @@ fn deterministic<T: Float>() {
             tensor_bits::<T>(&ctx.log_softmax_backward(&ly, &gy, 1).unwrap()),
             tensor_bits::<T>(&ctx.softmax_causal(&x).unwrap()),
             tensor_bits::<T>(&ctx.log_softmax_causal(&x).unwrap()),
-        ];
-        out.push(res);
-    }
-    assert_eq!(out[0], out[1]);
+        ]
+    });
 }
 
-#[test]
-fn bitwise_identical_across_thread_counts() {
-    deterministic::<f32>();
-    deterministic::<f64>();
-}
+f32_f64_tests!(deterministic => bitwise_identical_across_thread_counts);
 
 #[test]
 fn rejects_bad_inputs() {

@@ -3,6 +3,9 @@
 //! of each invalid call. Views never allocate: each test counts buffers, and
 //! ends with nothing outstanding.
 
+#[macro_use]
+mod common;
+use common::one_and_two_threads;
 use fucina_core::testing::TestCtx;
 use fucina_core::{bf16, f16, DType, Element, Error, ExecContext, RawTensor};
 
@@ -183,15 +186,7 @@ fn views_in<T: Element>() {
     drop((base2, n2, r2, v, v0, cp, cb, cv, flat, tr2, rv));
 }
 
-#[test]
-fn views_f32() {
-    views_in::<f32>();
-}
-
-#[test]
-fn views_f64() {
-    views_in::<f64>();
-}
+f32_f64_tests!(views_in => views_f32, views_f64);
 
 #[test]
 fn views_f16_bf16_i64_i32() {
@@ -219,30 +214,36 @@ fn views_u8() {
 #[test]
 fn large_transposed_copy_matches_reference_and_is_thread_independent() {
     // Above the copy kernel's parallel threshold (65 536 elements).
-    let (c1, c2) = (
-        TestCtx::with_threads(1).unwrap(),
-        TestCtx::with_threads(2).unwrap(),
-    );
+    let (c1, c2) = one_and_two_threads();
     let (r, c) = (300, 257);
     let a1 = base::<f32>(&c1, &[r, c]);
     let a2 = base::<f32>(&c2, &[r, c]);
     let t1 = c1.contiguous(&a1.transpose(0, 1).unwrap()).unwrap();
     let t2 = c2.contiguous(&a2.transpose(0, 1).unwrap()).unwrap();
     check::<f32>(&t1, &[c, r], |i| val(i[1] * c + i[0]));
-    let b1: Vec<u32> = t1
-        .as_slice::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let b2: Vec<u32> = t2
-        .as_slice::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    assert_eq!(b1, b2);
+    let f32_bits = |t: &RawTensor| -> Vec<u32> {
+        t.as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    assert_eq!(f32_bits(&t1), f32_bits(&t2));
     drop((a1, a2, t1, t2));
+}
+
+/// The `(op, what, index, bound, shape)` of the [`Error::OutOfRange`] that `r` must be.
+fn out_of_range<T>(r: Result<T, Error>) -> (&'static str, &'static str, i64, usize, Vec<usize>) {
+    match r.err() {
+        Some(Error::OutOfRange {
+            op,
+            what,
+            index,
+            bound,
+            shape,
+        }) => (op, what, index, bound, shape),
+        other => panic!("expected OutOfRange, got {other:?}"),
+    }
 }
 
 #[test]
@@ -250,46 +251,17 @@ fn view_errors_are_structured() {
     let ctx = ctx();
     let t = base::<f32>(&ctx, &[4, 5, 6]).transpose(0, 2).unwrap(); // [6, 5, 4]
 
+    let shape = vec![6, 5, 4];
     // Bad axes.
-    assert_eq!(
-        t.narrow(3, 0, 1).unwrap_err(),
-        Error::OutOfRange {
-            op: "narrow",
-            what: "axis",
-            index: 3,
-            bound: 3,
-            shape: vec![6, 5, 4]
-        }
-    );
-    assert!(matches!(
-        t.transpose(0, 3),
-        Err(Error::OutOfRange {
-            op: "transpose",
-            what: "axis",
-            index: 3,
-            bound: 3,
-            ..
-        })
-    ));
+    let oor = out_of_range(t.narrow(3, 0, 1));
+    assert_eq!(oor, ("narrow", "axis", 3, 3, shape.clone()));
+    let oor = out_of_range(t.transpose(0, 3));
+    assert_eq!(oor, ("transpose", "axis", 3, 3, shape.clone()));
     // select names itself, not the narrow it is made of.
-    assert!(matches!(
-        t.select(5, 0),
-        Err(Error::OutOfRange {
-            op: "select",
-            what: "axis",
-            ..
-        })
-    ));
-    assert!(matches!(
-        t.unsqueeze(4),
-        Err(Error::OutOfRange {
-            op: "unsqueeze",
-            what: "axis",
-            index: 4,
-            bound: 4,
-            ..
-        })
-    ));
+    let oor = out_of_range(t.select(5, 0));
+    assert_eq!((oor.0, oor.1), ("select", "axis"));
+    let oor = out_of_range(t.unsqueeze(4));
+    assert_eq!(oor, ("unsqueeze", "axis", 4, 4, shape.clone()));
     assert!(matches!(
         t.squeeze(3),
         Err(Error::InvalidArgument { op: "squeeze", .. })
@@ -300,20 +272,9 @@ fn view_errors_are_structured() {
     ));
 
     // Narrow / select out of range, including start + len overflowing usize.
-    assert_eq!(
-        t.narrow(1, 3, 3).unwrap_err(),
-        Error::OutOfRange {
-            op: "narrow",
-            what: "end",
-            index: 6,
-            bound: 6,
-            shape: vec![6, 5, 4]
-        }
-    );
-    assert!(matches!(
-        t.narrow(1, 6, 0),
-        Err(Error::OutOfRange { op: "narrow", .. })
-    ));
+    let oor = out_of_range(t.narrow(1, 3, 3));
+    assert_eq!(oor, ("narrow", "end", 6, 6, shape.clone()));
+    assert_eq!(out_of_range(t.narrow(1, 6, 0)).0, "narrow");
     // An end past i64::MAX cannot sit in OutOfRange's i64 field: it is an
     // InvalidArgument with the same text and the exact value.
     let e = t.narrow(1, usize::MAX, 2).unwrap_err();
@@ -323,16 +284,8 @@ fn view_errors_are_structured() {
                 .contains("end 18446744073709551617 out of range"),
         "{e}"
     );
-    assert!(matches!(
-        t.select(0, 6),
-        Err(Error::OutOfRange {
-            op: "select",
-            what: "index",
-            index: 6,
-            bound: 6,
-            ..
-        })
-    ));
+    let oor = out_of_range(t.select(0, 6));
+    assert_eq!((oor.0, oor.1, oor.2, oor.3), ("select", "index", 6, 6));
 
     // Bad permutations: duplicate, wrong length, out of range.
     for perm in [

@@ -75,6 +75,71 @@ fn offset_table(
     Ok(t)
 }
 
+/// `t` (of `shape` and `strides`) seen as `[outer, A, inner]` about `axis`: where each outer
+/// block starts, the axis stride and, when the inner part is not contiguous, its offset table.
+struct AxisView<'a> {
+    outer_shape: &'a [usize],
+    outer_strides: &'a [usize],
+    axis_stride: usize,
+    /// Row-major offsets of the inner part; `None` when it is contiguous.
+    table: Option<ScratchLease<i64>>,
+}
+
+impl<'a> AxisView<'a> {
+    fn new(
+        ctx: &ExecContext,
+        shape: &'a [usize],
+        strides: &'a [usize],
+        axis: usize,
+    ) -> Result<Self> {
+        let (inner_shape, inner_strides) = (&shape[axis + 1..], &strides[axis + 1..]);
+        let table = if shape::is_contiguous(inner_shape, inner_strides) {
+            None
+        } else {
+            Some(offset_table(ctx, inner_shape, inner_strides)?)
+        };
+        Ok(AxisView {
+            outer_shape: &shape[..axis],
+            outer_strides: &strides[..axis],
+            axis_stride: strides[axis],
+            table,
+        })
+    }
+
+    /// Storage offset (before the tensor's own offset) of outer block `o`.
+    fn outer_offset(&self, o: usize) -> usize {
+        shape::offset_of(self.outer_shape, self.outer_strides, o)
+    }
+}
+
+/// `f(r, row)` on each of the `rows` rows of `width` elements at the front of `dst`, in fixed
+/// chunks of `CHUNK / width` rows (parallel once there are `CHUNK` elements or more).
+fn par_rows<T: Send>(
+    ctx: &ExecContext,
+    dst: &mut [T],
+    rows: usize,
+    width: usize,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) {
+    if rows == 0 || width == 0 {
+        return;
+    }
+    let rows_per_chunk = (CHUNK / width).max(1);
+    // Chunk c owns rows r0..r0 + rows_per_chunk.
+    let dst = &mut dst[..rows * width];
+    ctx.par_chunks_mut(
+        dst,
+        rows_per_chunk * width,
+        rows * width >= CHUNK,
+        |c, chunk| {
+            let r0 = c * rows_per_chunk;
+            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(width)) {
+                f(r, d);
+            }
+        },
+    );
+}
+
 /// Rows `ids` of the `[V, D]` table `x` (any strides) into the contiguous `out`
 /// (`[ids.len(), D]` elements), each element widened from `S` to `D` exactly (through f64:
 /// bf16/f16 to f32/f64). In fixed row chunks, as `select_rows`.
@@ -90,18 +155,10 @@ fn widen_rows<S: Element, D: Element>(
     let xoff = x.offset();
     let n = ids.len();
     let dst = out.as_mut_slice::<D>()?;
-    if n == 0 || d == 0 {
-        return Ok(());
-    }
-    let rows_per_chunk = (CHUNK / d).max(1);
-    let dst = &mut dst[..n * d];
-    ctx.par_chunks_mut(dst, rows_per_chunk * d, n * d >= CHUNK, |c, chunk| {
-        let r0 = c * rows_per_chunk;
-        for (r, row) in (r0..).zip(chunk.chunks_exact_mut(d)) {
-            let base = xoff + ids[r] as usize * rs;
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = D::from_f64(s[base + j * cs].to_f64());
-            }
+    par_rows(ctx, dst, n, d, |r, row| {
+        let base = xoff + ids[r] as usize * rs;
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = D::from_f64(s[base + j * cs].to_f64());
         }
     });
     Ok(())
@@ -117,52 +174,25 @@ fn select_rows<T: Element>(
     out: &mut RawTensor,
 ) -> Result<()> {
     let xs = x.shape();
-    let st = x.strides();
-    let outer_shape = &xs[..axis];
-    let outer_strides = &st[..axis];
-    let axis_stride = st[axis];
-    let inner_shape = &xs[axis + 1..];
-    let inner_strides = &st[axis + 1..];
-    let inner = shape::numel(inner_shape);
+    let inner = shape::numel(&xs[axis + 1..]);
     let n = ids.len();
-    let rows = shape::numel(outer_shape) * n;
-    let contig = shape::is_contiguous(inner_shape, inner_strides);
-    let table = if contig {
-        None
-    } else {
-        Some(offset_table(ctx, inner_shape, inner_strides)?)
-    };
+    let rows = shape::numel(&xs[..axis]) * n;
+    let view = AxisView::new(ctx, xs, x.strides(), axis)?;
     let s = x.storage::<T>()?;
     let xoff = x.offset();
     let dst = out.as_mut_slice::<T>()?;
-    if rows == 0 || inner == 0 {
-        return Ok(());
-    }
-    let rows_per_chunk = (CHUNK / inner).max(1);
-    // Chunk c owns output rows r0..r0 + rows_per_chunk.
-    let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(
-        dst,
-        rows_per_chunk * inner,
-        rows * inner >= CHUNK,
-        |c, chunk| {
-            let r0 = c * rows_per_chunk;
-            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-                let (o, i) = (r / n, r % n);
-                let base = xoff
-                    + shape::offset_of(outer_shape, outer_strides, o)
-                    + ids[i] as usize * axis_stride;
-                match &table {
-                    None => d.copy_from_slice(&s[base..base + inner]),
-                    Some(t) => {
-                        for (v, &off) in d.iter_mut().zip(t.iter()) {
-                            *v = s[base + off as usize];
-                        }
-                    }
+    par_rows(ctx, dst, rows, inner, |r, d| {
+        let (o, i) = (r / n, r % n);
+        let base = xoff + view.outer_offset(o) + ids[i] as usize * view.axis_stride;
+        match &view.table {
+            None => d.copy_from_slice(&s[base..base + inner]),
+            Some(t) => {
+                for (v, &off) in d.iter_mut().zip(t.iter()) {
+                    *v = s[base + off as usize];
                 }
             }
-        },
-    );
+        }
+    });
     Ok(())
 }
 
@@ -198,59 +228,32 @@ fn index_add_rows<T: Float>(
             next[a as usize] += 1;
         }
     }
-    let ss = src.shape();
-    let st = src.strides();
-    let outer_shape = &ss[..axis];
-    let outer_strides = &st[..axis];
-    let axis_stride = st[axis];
-    let inner_shape = &ss[axis + 1..];
-    let inner_strides = &st[axis + 1..];
-    let contig = shape::is_contiguous(inner_shape, inner_strides);
-    let table = if contig {
-        None
-    } else {
-        Some(offset_table(ctx, inner_shape, inner_strides)?)
-    };
+    let view = AxisView::new(ctx, src.shape(), src.strides(), axis)?;
     let s = src.storage::<T>()?;
     let soff = src.offset();
     let mut out = ctx.empty(T::DTYPE, shape_)?;
     let dst = out.as_mut_slice::<T>()?;
-    let rows = outer * a_len;
-    if rows == 0 || inner == 0 {
-        return Ok(out);
-    }
-    let rows_per_chunk = (CHUNK / inner).max(1);
     let (starts, order) = (&starts[..], &order[..]);
-    // Chunk c owns output rows r0..r0 + rows_per_chunk.
-    let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(
-        dst,
-        rows_per_chunk * inner,
-        rows * inner >= CHUNK,
-        |c, chunk| {
-            let r0 = c * rows_per_chunk;
-            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-                let (o, a) = (r / a_len, r % a_len);
-                d.fill(T::ZERO);
-                let obase = soff + shape::offset_of(outer_shape, outer_strides, o);
-                for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
-                    let base = obase + i as usize * axis_stride;
-                    match &table {
-                        None => {
-                            for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
-                                *v += x;
-                            }
-                        }
-                        Some(t) => {
-                            for (v, &off) in d.iter_mut().zip(t.iter()) {
-                                *v += s[base + off as usize];
-                            }
-                        }
+    par_rows(ctx, dst, outer * a_len, inner, |r, d| {
+        let (o, a) = (r / a_len, r % a_len);
+        d.fill(T::ZERO);
+        let obase = soff + view.outer_offset(o);
+        for &i in &order[starts[a] as usize..starts[a + 1] as usize] {
+            let base = obase + i as usize * view.axis_stride;
+            match &view.table {
+                None => {
+                    for (v, &x) in d.iter_mut().zip(&s[base..base + inner]) {
+                        *v += x;
+                    }
+                }
+                Some(t) => {
+                    for (v, &off) in d.iter_mut().zip(t.iter()) {
+                        *v += s[base + off as usize];
                     }
                 }
             }
-        },
-    );
+        }
+    });
     Ok(out)
 }
 
@@ -300,28 +303,14 @@ fn gather_typed<T: Element>(
     let xoff = x.offset();
     let axis_stride = st[axis];
     let dst = out.as_mut_slice::<T>()?;
-    if rows == 0 || inner == 0 {
-        return Ok(());
-    }
-    let rows_per_chunk = (CHUNK / inner).max(1);
     let table = &table[..];
-    // Chunk c owns output rows r0..r0 + rows_per_chunk.
-    let dst = &mut dst[..rows * inner];
-    ctx.par_chunks_mut(
-        dst,
-        rows_per_chunk * inner,
-        rows * inner >= CHUNK,
-        |c, chunk| {
-            let r0 = c * rows_per_chunk;
-            for (r, d) in (r0..).zip(chunk.chunks_exact_mut(inner)) {
-                let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
-                let row_ids = &ids[r * inner..(r + 1) * inner];
-                for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
-                    *v = s[base + i as usize * axis_stride + off as usize];
-                }
-            }
-        },
-    );
+    par_rows(ctx, dst, rows, inner, |r, d| {
+        let base = xoff + shape::offset_of(outer_shape, &st[..axis], r / k_len);
+        let row_ids = &ids[r * inner..(r + 1) * inner];
+        for ((v, &off), &i) in d.iter_mut().zip(table).zip(row_ids) {
+            *v = s[base + i as usize * axis_stride + off as usize];
+        }
+    });
     Ok(())
 }
 
@@ -419,7 +408,41 @@ fn scatter_add_typed<T: Float>(
     Ok(out)
 }
 
+/// The checks index_select and index_add share: `axis` within `shape`'s rank, `idx` 1-D.
+fn check_select(op: &'static str, shape: &[usize], axis: usize, idx: &RawTensor) -> Result<()> {
+    if axis >= shape.len() {
+        return Err(Error::axis(op, axis, shape.len(), shape));
+    }
+    if idx.rank() != 1 {
+        return Err(Error::InvalidArgument {
+            op,
+            msg: format!("index must be 1-D, got shape {:?}", idx.shape()),
+        });
+    }
+    Ok(())
+}
+
 impl ExecContext {
+    /// The rows an embedding lookup reads (checked against the `[V, D]` table `weight`)
+    /// and the shape of its output, `[..ids.shape, D]`.
+    fn embedding_rows(
+        &self,
+        weight: &RawTensor,
+        ids: &RawTensor,
+    ) -> Result<(ScratchLease<i64>, Vec<usize>)> {
+        const OP: &str = "embedding";
+        if weight.rank() != 2 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                msg: format!("weight must be [V, D], got shape {:?}", weight.shape()),
+            });
+        }
+        let list = read_indices(self, OP, ids, weight.shape()[0], weight.shape())?;
+        let mut oshape = ids.shape().to_vec();
+        oshape.push(weight.shape()[1]);
+        Ok((list, oshape))
+    }
+
     /// Rows of `x` along `axis` picked by the 1-D index `idx` (I64/I32/U32/U8); any dtype
     /// and strides. `out.shape` is `x.shape` with `shape[axis] = idx.len()`.
     ///
@@ -434,15 +457,7 @@ impl ExecContext {
     /// ```
     pub fn index_select(&self, x: &RawTensor, axis: usize, idx: &RawTensor) -> Result<RawTensor> {
         const OP: &str = "index_select";
-        if axis >= x.rank() {
-            return Err(Error::axis(OP, axis, x.rank(), x.shape()));
-        }
-        if idx.rank() != 1 {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                msg: format!("index must be 1-D, got shape {:?}", idx.shape()),
-            });
-        }
+        check_select(OP, x.shape(), axis, idx)?;
         let ids = read_indices(self, OP, idx, x.shape()[axis], x.shape())?;
         let mut oshape = x.shape().to_vec();
         oshape[axis] = ids.len();
@@ -453,16 +468,7 @@ impl ExecContext {
 
     /// Embedding lookup: `weight [V, D]` (any dtype), `ids` of any shape → `[..ids.shape, D]`.
     pub fn embedding(&self, weight: &RawTensor, ids: &RawTensor) -> Result<RawTensor> {
-        const OP: &str = "embedding";
-        if weight.rank() != 2 {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                msg: format!("weight must be [V, D], got shape {:?}", weight.shape()),
-            });
-        }
-        let list = read_indices(self, OP, ids, weight.shape()[0], weight.shape())?;
-        let mut oshape = ids.shape().to_vec();
-        oshape.push(weight.shape()[1]);
+        let (list, oshape) = self.embedding_rows(weight, ids)?;
         let mut out = self.empty(weight.dtype(), &oshape)?;
         crate::dispatch_any!(weight.dtype(), T => select_rows::<T>(self, weight, 0, &list, &mut out))?;
         Ok(out)
@@ -498,15 +504,7 @@ impl ExecContext {
                 rhs: weight.dtype(),
             });
         }
-        if weight.rank() != 2 {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                msg: format!("weight must be [V, D], got shape {:?}", weight.shape()),
-            });
-        }
-        let list = read_indices(self, OP, ids, weight.shape()[0], weight.shape())?;
-        let mut oshape = ids.shape().to_vec();
-        oshape.push(weight.shape()[1]);
+        let (list, oshape) = self.embedding_rows(weight, ids)?;
         let mut out = self.empty(dtype, &oshape)?;
         use half::{bf16, f16};
         match (weight.dtype(), dtype) {
@@ -529,15 +527,7 @@ impl ExecContext {
         src: &RawTensor,
     ) -> Result<RawTensor> {
         const OP: &str = "index_add";
-        if axis >= shape.len() {
-            return Err(Error::axis(OP, axis, shape.len(), shape));
-        }
-        if idx.rank() != 1 {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                msg: format!("index must be 1-D, got shape {:?}", idx.shape()),
-            });
-        }
+        check_select(OP, shape, axis, idx)?;
         let mut want = shape.to_vec();
         want[axis] = idx.numel();
         if src.shape() != want.as_slice() {

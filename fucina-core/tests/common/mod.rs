@@ -3,8 +3,62 @@
 #![allow(dead_code)]
 
 pub mod ew;
+pub mod gemm;
+
+/// `f32_f64_tests!(generic => name_f32, name_f64);` — the two `#[test]`s that run
+/// `generic::<f32>()` and `generic::<f64>()`, under the names the suite has always used;
+/// `f32_f64_tests!(generic => name);` — one `#[test]` running both;
+/// `f32_f64_tests!(generic(a, b) => name_f32, name_f64);` — each test calls
+/// `generic::<T>(a)`, then `generic::<T>(b)`.
+/// `f32_f64_tests!(generic(named a) => name_f32, name_f64);` — each test calls
+/// `generic::<T>("name_T", a)`, its own name first (for its `skip:` lines).
+/// (Files take it with `#[macro_use] mod common;`.)
+#[allow(unused_macros)]
+macro_rules! f32_f64_tests {
+    ($generic:ident(named $($arg:expr),*) => $f32:ident, $f64:ident) => {
+        #[test]
+        fn $f32() {
+            $generic::<f32>(stringify!($f32), $($arg),*);
+        }
+
+        #[test]
+        fn $f64() {
+            $generic::<f64>(stringify!($f64), $($arg),*);
+        }
+    };
+    ($generic:ident($($arg:expr),+) => $f32:ident, $f64:ident) => {
+        #[test]
+        fn $f32() {
+            $($generic::<f32>($arg);)+
+        }
+
+        #[test]
+        fn $f64() {
+            $($generic::<f64>($arg);)+
+        }
+    };
+    ($generic:ident => $name:ident) => {
+        #[test]
+        fn $name() {
+            $generic::<f32>();
+            $generic::<f64>();
+        }
+    };
+    ($generic:ident => $f32:ident, $f64:ident) => {
+        #[test]
+        fn $f32() {
+            $generic::<f32>();
+        }
+
+        #[test]
+        fn $f64() {
+            $generic::<f64>();
+        }
+    };
+}
 
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Element, ExecContext, Float, RawTensor};
 
 pub const SIZES: [usize; 12] = [1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 257];
@@ -89,6 +143,27 @@ pub fn make<T: Element>(
     }
 }
 
+/// A 1-thread and a 2-thread test context (each checks on drop that no pool buffer is out).
+pub fn one_and_two_threads() -> (TestCtx, TestCtx) {
+    (
+        TestCtx::with_threads(1).unwrap(),
+        TestCtx::with_threads(2).unwrap(),
+    )
+}
+
+/// Asserts that `got` holds exactly the bits of `want` (through f64).
+#[track_caller]
+pub fn assert_bits_eq<T: Element>(got: &RawTensor, want: &[T]) {
+    assert_eq!(bits(&got.to_vec::<T>().unwrap()), bits(want));
+}
+
+/// Asserts that `run` gives the same bit patterns on a 1-thread and on a 2-thread
+/// context (both live for the whole check, each ending with no pool buffer out).
+pub fn assert_thread_invariant(run: impl Fn(&ExecContext) -> Vec<Vec<u64>>) {
+    let (c1, c2) = one_and_two_threads();
+    assert_eq!(run(&c1), run(&c2));
+}
+
 /// The bit patterns of `v` (through f64), for bitwise thread-count comparisons.
 pub fn bits<T: Element>(v: &[T]) -> Vec<u64> {
     v.iter().map(|x| x.to_f64().to_bits()).collect()
@@ -101,9 +176,20 @@ pub fn tensor_bits<T: Float>(t: &RawTensor) -> Vec<u64> {
 
 /// A contiguous tensor of `shape` with values uniform in [-2, 2).
 pub fn rand_t<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> RawTensor {
+    rand_in::<T>(ctx, rng, shape, -2.0, 2.0)
+}
+
+/// A contiguous tensor of `shape` with values uniform in [lo, hi).
+pub fn rand_in<T: Element>(
+    ctx: &ExecContext,
+    rng: &mut SplitMix64,
+    shape: &[usize],
+    lo: f64,
+    hi: f64,
+) -> RawTensor {
     let n: usize = shape.iter().product();
     let v: Vec<T> = rng
-        .vec_uniform(n, -2.0, 2.0)
+        .vec_uniform(n, lo, hi)
         .into_iter()
         .map(T::from_f64)
         .collect();

@@ -181,11 +181,7 @@ fn prepare_mask(
     let Some(m) = mask else {
         return Ok(None);
     };
-    let bad = |m: &RawTensor| Error::Broadcast {
-        op,
-        lhs: m.shape().to_vec(),
-        rhs: full.to_vec(),
-    };
+    let bad = |m: &RawTensor| Error::broadcast(op, m.shape(), &full);
     m.broadcast_to(&full).map_err(|_| bad(m))?;
     // Convert before broadcasting, so a broadcast mask is never expanded.
     let m = match m.dtype() {
@@ -206,6 +202,27 @@ struct QkvDims {
     s: usize,
     d: usize,
     dv: usize,
+}
+
+impl QkvDims {
+    /// `[b, h, t, s]`: the full mask shape (and the leading sizes of every output).
+    fn bhts(&self) -> [usize; 4] {
+        [self.b, self.h, self.t, self.s]
+    }
+}
+
+/// q, k and v, each with its last axis unit-stride (copied where it is not).
+fn qkv_readable(
+    ctx: &ExecContext,
+    q: &RawTensor,
+    k: &RawTensor,
+    v: &RawTensor,
+) -> Result<(RawTensor, RawTensor, RawTensor)> {
+    Ok((
+        rows_readable(ctx, q)?,
+        rows_readable(ctx, k)?,
+        rows_readable(ctx, v)?,
+    ))
 }
 
 /// Shape checks shared by forward and backward: q `[B, H, T, D]`, k `[B, Hkv, S, D]`,
@@ -319,24 +336,13 @@ impl ExecContext {
         opts: AttentionOpts,
     ) -> Result<(RawTensor, RawTensor)> {
         const OP: &str = "attention";
-        let QkvDims {
-            b: nb,
-            h: nh,
-            t: nt,
-            s: ns,
-            d,
-            dv,
-            ..
-        } = check_qkv(OP, q, k, v)?;
-        let mask = prepare_mask(self, OP, mask, q.dtype(), [nb, nh, nt, ns])?;
-        let (q, k, v) = (
-            rows_readable(self, q)?,
-            rows_readable(self, k)?,
-            rows_readable(self, v)?,
-        );
-        let mut out = self.empty(q.dtype(), &[nb, nh, nt, dv])?;
+        let dims = check_qkv(OP, q, k, v)?;
+        let [nb, nh, nt, _] = dims.bhts();
+        let mask = prepare_mask(self, OP, mask, q.dtype(), dims.bhts())?;
+        let (q, k, v) = qkv_readable(self, q, k, v)?;
+        let mut out = self.empty(q.dtype(), &[nb, nh, nt, dims.dv])?;
         let mut lse = self.empty(q.dtype(), &[nb, nh, nt])?;
-        let scale = opts.scale_for(d);
+        let scale = opts.scale_for(dims.d);
         crate::dispatch_float!(q.dtype(), OP, T => {
             let p = flash::Problem::<T>::new(&q, &k, &v, mask.as_ref(), opts.causal, scale)?;
             flash::forward(self, &p, &mut out, &mut lse)
@@ -370,27 +376,16 @@ impl ExecContext {
         needs: [bool; 3],
     ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
         const OP: &str = "attention_backward";
-        let QkvDims {
-            b: nb,
-            h: nh,
-            t: nt,
-            s: ns,
-            d,
-            dv,
-            ..
-        } = check_qkv(OP, q, k, v)?;
-        expect_shape(OP, out, &[nb, nh, nt, dv], q.dtype())?;
+        let dims = check_qkv(OP, q, k, v)?;
+        let [nb, nh, nt, _] = dims.bhts();
+        expect_shape(OP, out, &[nb, nh, nt, dims.dv], q.dtype())?;
         expect_shape(OP, lse, &[nb, nh, nt], q.dtype())?;
-        expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
-        let mask = prepare_mask(self, OP, mask, q.dtype(), [nb, nh, nt, ns])?;
-        let (q, k, v) = (
-            rows_readable(self, q)?,
-            rows_readable(self, k)?,
-            rows_readable(self, v)?,
-        );
+        expect_shape(OP, g_out, &[nb, nh, nt, dims.dv], q.dtype())?;
+        let mask = prepare_mask(self, OP, mask, q.dtype(), dims.bhts())?;
+        let (q, k, v) = qkv_readable(self, q, k, v)?;
         let (out, g_out) = (rows_readable(self, out)?, rows_readable(self, g_out)?);
         let lse = self.contiguous(lse)?;
-        let scale = opts.scale_for(d);
+        let scale = opts.scale_for(dims.d);
         crate::dispatch_float!(q.dtype(), OP, T => {
             let p = flash::Problem::<T>::new(&q, &k, &v, mask.as_ref(), opts.causal, scale)?;
             flash::backward(self, &p, &out, &lse, &g_out, needs)

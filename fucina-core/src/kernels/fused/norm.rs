@@ -103,6 +103,27 @@ fn check_backward(
     check_like(op, x, gy, x.shape())
 }
 
+/// A forward's input as rows: `x` (contiguous) as `n_rows` rows of its last axis `d`, and
+/// `lead`, the shape of the row statistics.
+struct Rows<'x> {
+    x: RawTensor,
+    d: usize,
+    n_rows: usize,
+    lead: &'x [usize],
+}
+
+impl<'x> Rows<'x> {
+    fn new(ctx: &ExecContext, x: &'x RawTensor) -> Result<Self> {
+        let d = x.shape()[x.rank() - 1];
+        Ok(Rows {
+            x: ctx.contiguous(x)?,
+            d,
+            n_rows: x.numel() / d,
+            lead: &x.shape()[..x.rank() - 1],
+        })
+    }
+}
+
 fn opt_contig(ctx: &ExecContext, t: Option<&RawTensor>) -> Result<Option<RawTensor>> {
     t.map(|t| ctx.contiguous(t)).transpose()
 }
@@ -153,24 +174,27 @@ impl ExecContext {
     ) -> Result<(RawTensor, RawTensor, RawTensor)> {
         const OP: &str = "layer_norm";
         check_forward(OP, x, [weight, bias], eps)?;
-        crate::dispatch_float!(x.dtype(), OP, T => self.layer_norm_t::<T>(x, weight, bias, eps))
+        let rows = Rows::new(self, x)?;
+        crate::dispatch_float!(x.dtype(), OP, T => self.layer_norm_t::<T>(rows, [weight, bias], eps))
     }
 
+    /// [`ExecContext::layer_norm`] in `T`, with the affine `[weight, bias]` (checked).
     fn layer_norm_t<T: Float>(
         &self,
-        x: &RawTensor,
-        weight: Option<&RawTensor>,
-        bias: Option<&RawTensor>,
+        rows: Rows<'_>,
+        [weight, bias]: [Option<&RawTensor>; 2],
         eps: f64,
     ) -> Result<(RawTensor, RawTensor, RawTensor)> {
-        let d = x.shape()[x.rank() - 1];
-        let n_rows = x.numel() / d;
-        let lead = &x.shape()[..x.rank() - 1];
-        let xc = self.contiguous(x)?;
+        let Rows {
+            x: xc,
+            d,
+            n_rows,
+            lead,
+        } = rows;
         let (wc, bc) = (opt_contig(self, weight)?, opt_contig(self, bias)?);
-        let mut y = self.empty(x.dtype(), x.shape())?;
-        let mut mean = self.empty(x.dtype(), lead)?;
-        let mut rstd = self.empty(x.dtype(), lead)?;
+        let mut y = self.empty(xc.dtype(), xc.shape())?;
+        let mut mean = self.empty(xc.dtype(), lead)?;
+        let mut rstd = self.empty(xc.dtype(), lead)?;
         {
             let xs = xc.as_slice::<T>()?;
             let (ws, bs) = (opt_slice::<T>(&wc)?, opt_slice::<T>(&bc)?);
@@ -261,22 +285,26 @@ impl ExecContext {
     ) -> Result<(RawTensor, RawTensor)> {
         const OP: &str = "rms_norm";
         check_forward(OP, x, [weight, None], eps)?;
-        crate::dispatch_float!(x.dtype(), OP, T => self.rms_norm_t::<T>(x, weight, eps))
+        let rows = Rows::new(self, x)?;
+        crate::dispatch_float!(x.dtype(), OP, T => self.rms_norm_t::<T>(rows, weight, eps))
     }
 
+    /// [`ExecContext::rms_norm`] in `T` (`weight` checked).
     fn rms_norm_t<T: Float>(
         &self,
-        x: &RawTensor,
+        rows: Rows<'_>,
         weight: Option<&RawTensor>,
         eps: f64,
     ) -> Result<(RawTensor, RawTensor)> {
-        let d = x.shape()[x.rank() - 1];
-        let n_rows = x.numel() / d;
-        let lead = &x.shape()[..x.rank() - 1];
-        let xc = self.contiguous(x)?;
+        let Rows {
+            x: xc,
+            d,
+            n_rows,
+            lead,
+        } = rows;
         let wc = opt_contig(self, weight)?;
-        let mut y = self.empty(x.dtype(), x.shape())?;
-        let mut rstd = self.empty(x.dtype(), lead)?;
+        let mut y = self.empty(xc.dtype(), xc.shape())?;
+        let mut rstd = self.empty(xc.dtype(), lead)?;
         {
             let xs = xc.as_slice::<T>()?;
             let ws = opt_slice::<T>(&wc)?;
