@@ -74,7 +74,9 @@ fn doubles(b: &[u8]) -> Vec<f64> {
         .collect()
 }
 
-fn histogram(event: &[u8]) -> Option<Hist> {
+/// `(tag, step, fields)` of the summary value an event carries (`None` for
+/// an event without one, such as the file version).
+fn summary_value(event: &[u8]) -> Option<(String, i64, Vec<(u64, u64, Vec<u8>)>)> {
     let fs = fields(event);
     let step = fs
         .iter()
@@ -84,6 +86,11 @@ fn histogram(event: &[u8]) -> Option<Hist> {
     let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
     let vf = fields(value);
     let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    Some((tag, step, vf))
+}
+
+fn histogram(event: &[u8]) -> Option<Hist> {
+    let (tag, step, vf) = summary_value(event)?;
     let h = fields(&vf.iter().find(|f| f.0 == 5)?.2);
     let get = |n: u64| h.iter().find(|f| f.0 == n).map(|f| doubles(&f.2)).unwrap();
     let stats = (1..=5).map(|n| get(n)[0]).collect();
@@ -167,15 +174,7 @@ fn without_wall_time(event: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
 
 /// `(tag, step, value)` of a scalar event.
 fn scalar(event: &[u8]) -> Option<(String, i64, f32)> {
-    let fs = fields(event);
-    let step = fs
-        .iter()
-        .find(|f| f.0 == 2)
-        .map(|f| i64::from_le_bytes(f.2[..8].try_into().unwrap()))?;
-    let summary = &fs.iter().find(|f| f.0 == 5)?.2;
-    let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
-    let vf = fields(value);
-    let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    let (tag, step, vf) = summary_value(event)?;
     let v = f32::from_le_bytes(vf.iter().find(|f| f.0 == 2)?.2[..4].try_into().unwrap());
     Some((tag, step, v))
 }
