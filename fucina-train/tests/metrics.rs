@@ -68,6 +68,9 @@ fn write_run(dir: &Path) -> PathBuf {
 /// histogram event.
 type Hist = (String, i64, Vec<f64>, Vec<f64>, Vec<f64>);
 
+/// A protobuf field: `(number, wire type, payload)`.
+type Field = (u64, u64, Vec<u8>);
+
 fn doubles(b: &[u8]) -> Vec<f64> {
     b.chunks(8)
         .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
@@ -76,7 +79,7 @@ fn doubles(b: &[u8]) -> Vec<f64> {
 
 /// `(tag, step, fields)` of the summary value an event carries (`None` for
 /// an event without one, such as the file version).
-fn summary_value(event: &[u8]) -> Option<(String, i64, Vec<(u64, u64, Vec<u8>)>)> {
+fn summary_value(event: &[u8]) -> Option<(String, i64, Vec<Field>)> {
     let fs = fields(event);
     let step = fs
         .iter()
@@ -133,7 +136,7 @@ fn varint(b: &[u8], i: &mut usize) -> u64 {
 }
 
 /// `(field, wire type, payload)` of each protobuf field.
-fn fields(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+fn fields(b: &[u8]) -> Vec<Field> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
@@ -165,7 +168,7 @@ fn fields(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
 }
 
 /// The event without its wall time (field 1).
-fn without_wall_time(event: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+fn without_wall_time(event: &[u8]) -> Vec<Field> {
     fields(event)
         .into_iter()
         .filter(|(f, _, _)| *f != 1)
