@@ -113,6 +113,16 @@ def train_tokenizer():
 
 def configs(eot):
     ids = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    # What Llama, Qwen2 and Qwen3 share: depth, KV heads, positions, norm eps, init.
+    rope_family = dict(
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        initializer_range=INIT,
+        **ids,
+    )
     return {
         "gpt2": GPT2Config(
             vocab_size=VOCAB,
@@ -130,15 +140,10 @@ def configs(eot):
             **ids,
         ),
         "llama": LlamaConfig(
-            vocab_size=VOCAB,
             hidden_size=64,
             intermediate_size=96,
-            num_hidden_layers=2,
             num_attention_heads=4,
-            num_key_value_heads=2,
             head_dim=16,
-            max_position_embeddings=64,
-            rms_norm_eps=1e-6,
             rope_parameters={
                 "rope_type": "llama3",
                 "rope_theta": 10000.0,
@@ -150,40 +155,27 @@ def configs(eot):
             tie_word_embeddings=False,
             attention_bias=False,
             mlp_bias=False,
-            initializer_range=INIT,
-            **ids,
+            **rope_family,
         ),
         "qwen2": Qwen2Config(
-            vocab_size=VOCAB,
             hidden_size=48,
             intermediate_size=80,
-            num_hidden_layers=2,
             num_attention_heads=6,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             tie_word_embeddings=True,
             use_sliding_window=False,
-            initializer_range=INIT,
-            **ids,
+            **rope_family,
         ),
         "qwen3": Qwen3Config(
-            vocab_size=VOCAB,
             hidden_size=32,
             intermediate_size=64,
-            num_hidden_layers=2,
             num_attention_heads=4,
-            num_key_value_heads=2,
             head_dim=16,
-            max_position_embeddings=64,
-            rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             tie_word_embeddings=False,
             attention_bias=False,
             use_sliding_window=False,
-            initializer_range=INIT,
-            **ids,
+            **rope_family,
         ),
     }
 

@@ -92,6 +92,14 @@ def linear_decay(start, end, total):
 
 # ------------------------------------------------------------ custom optimizers
 
+def zero_init_state(opt, p, name):
+    """`opt.state[p][name]`, created as zeros like `p` on first use."""
+    st = opt.state[p]
+    if name not in st:
+        st[name] = torch.zeros_like(p)
+    return st[name]
+
+
 class Lion(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
@@ -103,10 +111,7 @@ class Lion(torch.optim.Optimizer):
             for p in g["params"]:
                 if p.grad is None:
                     continue
-                st = self.state[p]
-                if "exp_avg" not in st:
-                    st["exp_avg"] = torch.zeros_like(p)
-                m = st["exp_avg"]
+                m = zero_init_state(self, p, "exp_avg")
                 update = m.mul(b1).add(p.grad, alpha=1 - b1)
                 p.mul_(1 - g["lr"] * g["weight_decay"])
                 p.add_(torch.sign(update), alpha=-g["lr"])
@@ -140,10 +145,7 @@ class Muon(torch.optim.Optimizer):
             for p in g["params"]:
                 if p.grad is None:
                     continue
-                st = self.state[p]
-                if "momentum_buffer" not in st:
-                    st["momentum_buffer"] = torch.zeros_like(p)
-                buf = st["momentum_buffer"]
+                buf = zero_init_state(self, p, "momentum_buffer")
                 buf.lerp_(p.grad, 1 - mu)
                 update = p.grad.lerp(buf, mu) if g["nesterov"] else buf
                 update = newton_schulz(update, g["ns_steps"], g["ns_coefficients"], g["eps"])

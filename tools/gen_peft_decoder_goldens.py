@@ -92,6 +92,23 @@ def load_checked(fam, adapter_dir):
     return model
 
 
+def save_case(model, out, fam, label, first_tensors):
+    """Saves `model`'s adapter to out/peft_adapter, then writes out/logits.safetensors:
+    `first_tensors()` (called after the save), plus fucina's logits when out/fucina_adapter exists."""
+    model.eval()
+    model.save_pretrained(out / "peft_adapter")
+    (out / "peft_adapter" / "README.md").unlink(missing_ok=True)
+    write_config(out / "peft_adapter" / "adapter_config.json", fam)
+    tensors = first_tensors()
+    mine = out / "fucina_adapter"
+    if mine.exists():
+        tensors["fucina_logits"] = logits(load_checked(fam, mine))
+    else:
+        print(f"{label}: no fucina_adapter yet (run the ignored write_fucina_adapters test, then this again)")
+    save_file(tensors, out / "logits.safetensors")
+    print(f"{label if label == fam else f'{label} ({fam})'}: wrote {sorted(tensors)}")
+
+
 def cases():
     for i, (name, (fam, kw)) in enumerate(CASES.items()):
         out = OUT / "cases" / name
@@ -106,18 +123,7 @@ def cases():
                     p.copy_(torch.randn(p.shape, generator=g) * 0.2)
                 elif "modules_to_save" in pname:
                     p.add_(torch.randn(p.shape, generator=g) * 0.05)
-        model.eval()
-        model.save_pretrained(out / "peft_adapter")
-        (out / "peft_adapter" / "README.md").unlink(missing_ok=True)
-        write_config(out / "peft_adapter" / "adapter_config.json", fam)
-        tensors = {"peft_logits": logits(model)}
-        mine = out / "fucina_adapter"
-        if mine.exists():
-            tensors["fucina_logits"] = logits(load_checked(fam, mine))
-        else:
-            print(f"{name}: no fucina_adapter yet (run the ignored write_fucina_adapters test, then this again)")
-        save_file(tensors, out / "logits.safetensors")
-        print(f"{name} ({fam}): wrote {sorted(tensors)}")
+        save_case(model, out, fam, name, lambda: {"peft_logits": logits(model)})
 
 
 def main():
@@ -131,19 +137,8 @@ def main():
             for name, p in model.named_parameters():
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-        model.eval()
-        model.save_pretrained(out / "peft_adapter")
-        (out / "peft_adapter" / "README.md").unlink(missing_ok=True)
-        write_config(out / "peft_adapter" / "adapter_config.json", fam)
-        tensors = {"ids": torch.tensor(IDS), "mask": torch.tensor(MASK, dtype=torch.uint8),
-                   "peft_logits": logits(model), "base_logits": logits(base(fam))}
-        mine = out / "fucina_adapter"
-        if mine.exists():
-            tensors["fucina_logits"] = logits(load_checked(fam, mine))
-        else:
-            print(f"{fam}: no fucina_adapter yet (run the ignored write_fucina_adapters test, then this again)")
-        save_file(tensors, out / "logits.safetensors")
-        print(f"{fam}: wrote {sorted(tensors)}")
+        save_case(model, out, fam, fam, lambda: {"ids": torch.tensor(IDS), "mask": torch.tensor(MASK, dtype=torch.uint8),
+                                                 "peft_logits": logits(model), "base_logits": logits(base(fam))})
     cases()
 
 

@@ -128,6 +128,18 @@ pub fn warmup_below_steps(warmup: u64, steps: u64) -> Result<()> {
     }
 }
 
+/// `Ok` when `--weight-decay` and `--grad-clip` are both non-negative.
+pub fn decay_and_clip_non_negative(weight_decay: f64, grad_clip: f64) -> Result<()> {
+    if weight_decay >= 0.0 && grad_clip >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::arg(
+            "--weight-decay/--grad-clip",
+            "must be non-negative",
+        ))
+    }
+}
+
 macro_rules! via_umbrella {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {

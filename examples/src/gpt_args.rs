@@ -8,7 +8,9 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 use crate::char_lm::Arch;
-use crate::error::{positive, warmup_below_steps, within, Error, Result};
+use crate::error::{
+    decay_and_clip_non_negative, positive, warmup_below_steps, within, Error, Result,
+};
 
 /// Train a character-level GPT (or a Llama-layout decoder) from scratch on a text file and sample from it.
 ///
@@ -189,13 +191,7 @@ impl TrainGptArgs {
                 format!("must be in [0, 1), got {}", self.beta2),
             ));
         }
-        if !(self.weight_decay >= 0.0 && self.grad_clip >= 0.0) {
-            return Err(Error::arg(
-                "--weight-decay/--grad-clip",
-                "must be non-negative",
-            ));
-        }
-        Ok(())
+        decay_and_clip_non_negative(self.weight_decay, self.grad_clip)
     }
 
     /// The data file: `--data`, or the repository's Shakespeare text (found

@@ -25,8 +25,7 @@ use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_core::ExecContext;
 use fucina_nn::GptConfig;
 use fucina_optim::{
-    clip_grad_norm, save_checkpoint, AdamConfig, AdamW, Optimizer, ParamGroup, Schedule,
-    TrainerState,
+    clip_grad_norm, save_checkpoint, AdamConfig, Optimizer, Schedule, TrainerState,
 };
 use fucina_train::progress::{Progress, ProgressMode};
 use fucina_train::{
@@ -39,6 +38,7 @@ use crate::chardata::CharData;
 use crate::error::{Error, Result};
 pub use crate::gpt_args::TrainGptArgs;
 use crate::hf_export::save_hf;
+use crate::llm_step::adamw_decay_split;
 use crate::plot::{loss_curve_png, LossCurve};
 use crate::resume::resume_latest;
 use crate::sys::rss_mib;
@@ -251,17 +251,8 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
         weight_decay: args.weight_decay,
         ..AdamConfig::adamw(args.lr)
     };
-    let mut opt = AdamW::new(vec![
-        ParamGroup::new(decay, adam.clone()).with_schedule(schedule),
-        ParamGroup::new(
-            no_decay,
-            AdamConfig {
-                weight_decay: 0.0,
-                ..adam
-            },
-        )
-        .with_schedule(schedule),
-    ])?;
+    // A GPT and a Llama always have norm weights, so the no-decay group is never empty.
+    let mut opt = adamw_decay_split(decay, no_decay, adam, schedule)?;
 
     // Step s trains on batch s - 1 of one epoch of steps x batch windows at
     // random starts (start of window i: rng::at(seed, i)).

@@ -10,7 +10,9 @@ use fucina_nn::linear::lora::TargetModules;
 use fucina_nn::LoraConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{positive, warmup_below_steps, within, Error, Result};
+use crate::error::{
+    decay_and_clip_non_negative, positive, warmup_below_steps, within, Error, Result,
+};
 
 /// Fine-tune a Hugging Face decoder LLM with LoRA (PEFT format) or fully.
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
@@ -173,13 +175,7 @@ impl FinetuneArgs {
                 "needs a fresh LoRA run without dropout (torch cannot draw fucina's masks)",
             ));
         }
-        if !(self.weight_decay >= 0.0 && self.grad_clip >= 0.0) {
-            return Err(Error::arg(
-                "--weight-decay/--grad-clip",
-                "must be non-negative",
-            ));
-        }
-        Ok(())
+        decay_and_clip_non_negative(self.weight_decay, self.grad_clip)
     }
 
     /// The data file: `--data`, or the repository's *Henry V*.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use fucina_autograd::{no_grad, ScopeExt};
+use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_nn::hf::Tokenizer;
 use fucina_nn::{CausalLm, Module};
 use fucina_optim::{clip_grad_norm, AdamConfig, AdamW, Optimizer, ParamGroup, Schedule};
@@ -144,18 +144,24 @@ pub fn optimizer(
         weight_decay,
         ..AdamConfig::adamw(lr)
     };
+    adamw_decay_split(decay, no_decay, adam, schedule)
+}
+
+/// AdamW with `adam` over `decay` and, when there are any, the same without
+/// weight decay over `no_decay`, both on `schedule`.
+pub fn adamw_decay_split(
+    decay: Vec<Tensor>,
+    no_decay: Vec<Tensor>,
+    adam: AdamConfig,
+    schedule: Schedule,
+) -> Result<AdamW> {
     let mut groups = vec![ParamGroup::new(decay, adam.clone()).with_schedule(schedule)];
     if !no_decay.is_empty() {
-        groups.push(
-            ParamGroup::new(
-                no_decay,
-                AdamConfig {
-                    weight_decay: 0.0,
-                    ..adam
-                },
-            )
-            .with_schedule(schedule),
-        );
+        let plain = AdamConfig {
+            weight_decay: 0.0,
+            ..adam
+        };
+        groups.push(ParamGroup::new(no_decay, plain).with_schedule(schedule));
     }
     Ok(AdamW::new(groups)?)
 }

@@ -7,65 +7,31 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use fucina_examples::llm_args::FinetuneArgs;
 use fucina_examples::llm_finetune::{finetune_llm, FinetuneReport};
 
+mod common;
+
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fucina-ft-llm-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::tmp("ft-llm", name)
 }
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fucina-nn/tests/fixtures/hf/llama")
+    common::fixture("llama")
 }
 
 /// The first 12k characters of Henry V.
 fn small_text(dir: &Path) -> PathBuf {
-    let full = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/finetune/henry-v.txt"
-    ))
-    .unwrap();
-    let p = dir.join("small.txt");
-    std::fs::write(&p, full.chars().take(12_000).collect::<String>()).unwrap();
-    p
+    common::small_text(dir, "finetune/henry-v.txt", 12_000)
 }
 
 fn args(data: &Path, out: &Path, extra: &[&str]) -> FinetuneArgs {
-    let mut v: Vec<String> = [
-        "finetune_llm",
-        "--model",
-        fixture().to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--block-size",
-        "32",
-        "--batch-size",
-        "4",
-        "--steps",
-        "12",
-        "--warmup",
-        "2",
-        "--eval-every",
-        "4",
-        "--ckpt-every",
-        "4",
-        "--sample-len",
-        "8",
-        "--threads",
-        "1",
-        "--no-progress",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    FinetuneArgs::try_parse_from(v).unwrap()
+    common::parse_cli(
+        "finetune_llm --block-size 32 --batch-size 4 --steps 12 --warmup 2 --eval-every 4 \
+         --ckpt-every 4 --sample-len 8 --threads 1 --no-progress",
+        &[("--model", &fixture()), ("--data", data), ("--out", out)],
+        extra,
+    )
 }
 
 fn run(data: &Path, out: &Path, extra: &[&str]) -> FinetuneReport {

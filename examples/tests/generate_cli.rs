@@ -4,42 +4,23 @@
 //! with `--prompt-ids`; bad arguments exit non-zero with a message.
 //! (`cargo test` builds the examples next to the test binaries.)
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fucina_core::{DType, ExecContext};
 use fucina_nn::{CausalLm, GenerateOptions};
 
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = dir.join("examples").join("generate");
-    assert!(
-        bin.is_file(),
-        "{} not built (cargo test builds the examples)",
-        bin.display()
-    );
-    bin
-}
+mod common;
 
-fn fixture(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fucina-nn/tests/fixtures/hf")
-        .join(family)
-}
-
-fn json_line(stdout: &str) -> serde_json::Value {
-    let line = stdout.lines().last().expect("no output");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
-}
+use common::{fixture, json_line, run_generate};
 
 #[test]
 fn generate_runs_on_every_fixture() {
     let ctx = ExecContext::with_threads(1).unwrap();
     for family in ["gpt2", "llama", "qwen2", "qwen3"] {
         let dir = fixture(family);
-        let out = Command::new(binary())
-            .args([
+        let stdout = run_generate(
+            family,
+            &[
                 "--model",
                 dir.to_str().unwrap(),
                 "--prompt-ids",
@@ -48,15 +29,9 @@ fn generate_runs_on_every_fixture() {
                 "8",
                 "--threads",
                 "1",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{family}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
-        let v = json_line(&String::from_utf8(out.stdout).unwrap());
+        let v = json_line(&stdout);
         assert_eq!(v["prompt_ids"], serde_json::json!([5, 17, 42]));
         assert!(v["tokens_per_s"].as_f64().unwrap() >= 0.0);
         let lm = CausalLm::from_pretrained(&ctx, &dir, DType::F32).unwrap();
@@ -67,16 +42,15 @@ fn generate_runs_on_every_fixture() {
         let want = lm.generate(&[vec![5, 17, 42]], &opts).unwrap().tokens[0].clone();
         assert_eq!(v["generated_ids"], serde_json::json!(want), "{family}");
 
-        let out = Command::new(binary())
-            .args([
+        let stdout = run_generate(
+            family,
+            &[
                 "--model",
                 dir.to_str().unwrap(),
                 "--prompt",
                 "To be, or not",
                 "--max-new-tokens",
                 "4",
-            ])
-            .args([
                 "--temperature",
                 "0.8",
                 "--top-k",
@@ -85,15 +59,8 @@ fn generate_runs_on_every_fixture() {
                 "0.9",
                 "--seed",
                 "3",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{family}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
-        let stdout = String::from_utf8(out.stdout).unwrap();
         assert!(stdout.starts_with("To be, or not"), "{family}: {stdout}");
         json_line(&stdout);
     }
@@ -111,7 +78,10 @@ fn bad_arguments_exit_nonzero_with_a_message() {
         &["--model", d, "--prompt", "x", "--max-new-tokens", "100000"],
     ];
     for args in cases {
-        let out = Command::new(binary()).args(args).output().unwrap();
+        let out = Command::new(common::generate_binary())
+            .args(args)
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("error"), "{args:?}: {err}");

@@ -6,9 +6,7 @@
 //! logits match the trained GPT's to f32 rounding.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use clap::Parser;
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::DType;
 use fucina_examples::char_lm::CharLm;
@@ -17,64 +15,21 @@ use fucina_examples::gpt_train::{train_gpt_model, TrainGptArgs};
 use fucina_nn::hf::Tokenizer;
 use fucina_nn::{CausalLm, GenerateOptions, Module};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fucina-train-hf-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+mod common;
+
+/// A scratch directory `name` holding the first 30k characters of the
+/// shipped corpus: `(directory, text file)`.
+fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    common::scratch_with_text("train-hf", name, "shakespeare.txt", 30_000)
 }
 
-/// The first 30k characters of the shipped corpus.
-fn small_text(dir: &Path) -> PathBuf {
-    let full = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/shakespeare.txt"
-    ))
-    .unwrap();
-    let p = dir.join("small.txt");
-    std::fs::write(&p, full.chars().take(30_000).collect::<String>()).unwrap();
-    p
-}
+/// A tiny GPT (2 layers, 4 heads, 32 wide) for 12 steps.
+const TINY: &str = "train_gpt --n-layer 2 --n-head 4 --n-embd 32 --block-size 16 \
+                    --batch-size 4 --steps 12 --warmup 2 --eval-every 6 --eval-batches 2 \
+                    --sample-len 8 --threads 2";
 
 fn args(data: &Path, out: &Path, extra: &[&str]) -> TrainGptArgs {
-    let mut v: Vec<String> = [
-        "train_gpt",
-        "--n-layer",
-        "2",
-        "--n-head",
-        "4",
-        "--n-embd",
-        "32",
-        "--block-size",
-        "16",
-        "--batch-size",
-        "4",
-        "--steps",
-        "12",
-        "--warmup",
-        "2",
-        "--eval-every",
-        "6",
-        "--eval-batches",
-        "2",
-        "--sample-len",
-        "8",
-        "--threads",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(["--data".into(), data.display().to_string()]);
-    v.extend(["--out".into(), out.display().to_string()]);
-    v.extend(extra.iter().map(|s| s.to_string()));
-    TrainGptArgs::try_parse_from(v).unwrap()
-}
-
-fn generate_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    dir.join("examples").join("generate")
+    common::train_gpt_args(TINY, data, out, extra)
 }
 
 /// Logits of the first 2 × 16 validation characters, `(trained, loaded)`.
@@ -91,8 +46,7 @@ fn logits_pair(model: &CharLm, loaded: &CausalLm, data: &CharData) -> (Vec<f32>,
 
 #[test]
 fn llama_save_hf_loads_to_the_same_logits_and_round_trips_the_text() {
-    let root = tmp("llama");
-    let text_path = small_text(&root);
+    let (root, text_path) = scratch("llama");
     let hf = root.join("hf");
     let a = args(
         &text_path,
@@ -154,19 +108,21 @@ fn llama_save_hf_loads_to_the_same_logits_and_round_trips_the_text() {
     assert_eq!(tok.encode("A\u{1F600}B", true).unwrap(), data.encode("AB"));
 
     // The generate example runs on the directory, greedy ids as CausalLm::generate's.
-    let out = Command::new(generate_binary())
-        .args(["--model", hf.to_str().unwrap()])
-        .args(["--prompt", "ROMEO:", "--max-new-tokens", "6", "--greedy"])
-        .args(["--threads", "1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = common::run_generate(
+        "generate",
+        &[
+            "--model",
+            hf.to_str().unwrap(),
+            "--prompt",
+            "ROMEO:",
+            "--max-new-tokens",
+            "6",
+            "--greedy",
+            "--threads",
+            "1",
+        ],
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let line: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let line = common::json_line(&stdout);
     let prompt: Vec<i64> = data.encode("ROMEO:").iter().map(|&i| i as i64).collect();
     assert_eq!(line["prompt_ids"], serde_json::json!(prompt));
     let opts = GenerateOptions::greedy(6);
@@ -181,8 +137,7 @@ fn llama_save_hf_loads_to_the_same_logits_and_round_trips_the_text() {
 
 #[test]
 fn gpt_save_hf_writes_gpt2_with_the_same_logits() {
-    let root = tmp("gpt");
-    let text_path = small_text(&root);
+    let (root, text_path) = scratch("gpt");
     let hf = root.join("hf");
     let a = args(
         &text_path,

@@ -11,66 +11,25 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use fucina_examples::gpt_train::{train_gpt, TrainGptArgs, TrainReport};
 use fucina_examples::Error;
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fucina-train-gpt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+mod common;
+
+/// A scratch directory `name` holding the first 30k characters of the
+/// shipped corpus: `(directory, text file)`.
+fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    common::scratch_with_text("train-gpt", name, "shakespeare.txt", 30_000)
 }
 
-/// The first 30k characters of the shipped corpus.
-fn small_text(dir: &Path) -> PathBuf {
-    let full = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../data/shakespeare.txt"
-    ))
-    .unwrap();
-    let p = dir.join("small.txt");
-    std::fs::write(&p, full.chars().take(30_000).collect::<String>()).unwrap();
-    p
-}
+/// A tiny GPT (2 layers, 2 heads, 16 wide) for 12 steps, with dropout and
+/// a checkpoint every 4.
+const TINY: &str = "train_gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 \
+                    --batch-size 4 --steps 12 --warmup 2 --eval-every 4 --eval-batches 2 \
+                    --ckpt-every 4 --dropout 0.1 --sample-len 24 --threads 2";
 
 fn args(data: &Path, out: &Path, extra: &[&str]) -> TrainGptArgs {
-    let mut v: Vec<String> = [
-        "train_gpt",
-        "--n-layer",
-        "2",
-        "--n-head",
-        "2",
-        "--n-embd",
-        "16",
-        "--block-size",
-        "16",
-        "--batch-size",
-        "4",
-        "--steps",
-        "12",
-        "--warmup",
-        "2",
-        "--eval-every",
-        "4",
-        "--eval-batches",
-        "2",
-        "--ckpt-every",
-        "4",
-        "--dropout",
-        "0.1",
-        "--sample-len",
-        "24",
-        "--threads",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(["--data".into(), data.display().to_string()]);
-    v.extend(["--out".into(), out.display().to_string()]);
-    v.extend(extra.iter().map(|s| s.to_string()));
-    TrainGptArgs::try_parse_from(v).unwrap()
+    common::train_gpt_args(TINY, data, out, extra)
 }
 
 fn bits(r: &TrainReport) -> (Vec<u32>, Vec<(u64, u64)>) {
@@ -82,8 +41,7 @@ fn bits(r: &TrainReport) -> (Vec<u32>, Vec<(u64, u64)>) {
 
 #[test]
 fn resume_is_bit_exact() {
-    let root = tmp("resume");
-    let data = small_text(&root);
+    let (root, data) = scratch("resume");
 
     let full = train_gpt(&args(&data, &root.join("a"), &[]), false).unwrap();
     assert_eq!(full.losses.len(), 12);
@@ -143,8 +101,7 @@ fn step_dirs(root: &Path) -> Vec<String> {
 
 #[test]
 fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
-    let root = tmp("llama");
-    let data = small_text(&root);
+    let (root, data) = scratch("llama");
     let llama = ["--arch", "llama", "--n-kv-head", "1"];
     let full = train_gpt(&args(&data, &root.join("a"), &llama), false).unwrap();
     assert!(full.losses.iter().all(|l| l.is_finite()));
@@ -196,8 +153,7 @@ fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
 
 #[test]
 fn bad_arguments_and_data_are_clear_errors() {
-    let root = tmp("errors");
-    let data = small_text(&root);
+    let (root, data) = scratch("errors");
     let out = root.join("out");
     let e = train_gpt(&args(&data, &out, &["--n-embd", "15"]), false).unwrap_err();
     assert!(e.to_string().contains("--n-embd"), "{e}");

@@ -7,27 +7,14 @@ use std::path::PathBuf;
 
 use fucina_autograd::{GradcheckOpts, LoadOptions, SaveOptions, Tensor};
 use fucina_core::{DType, ExecContext};
-use fucina_nn::gradcheck::gradcheck_module_with;
-use fucina_nn::{
-    apply_lora, mean_pool, Activation, BertConfig, BertModel, Init, LoraConfig, Module,
-};
+use fucina_nn::gradcheck::{gradcheck_module_with, ModuleGradcheckReport};
+use fucina_nn::{apply_lora, mean_pool, BertConfig, BertModel, Init, LoraConfig, Module};
+
+#[path = "common/tiny.rs"]
+mod tiny_models;
 
 fn tiny() -> BertConfig {
-    BertConfig {
-        vocab_size: 11,
-        hidden_size: 8,
-        num_hidden_layers: 2,
-        num_attention_heads: 2,
-        intermediate_size: 12,
-        hidden_act: Activation::Gelu,
-        hidden_dropout_prob: 0.1,
-        attention_probs_dropout_prob: 0.1,
-        max_position_embeddings: 8,
-        type_vocab_size: 2,
-        layer_norm_eps: 1e-12,
-        position_embedding_type: "absolute".into(),
-        initializer_range: 0.5,
-    }
+    tiny_models::tiny_bert(2)
 }
 
 fn batch(ctx: &ExecContext) -> (Tensor, Tensor, Tensor) {
@@ -43,20 +30,26 @@ fn loss(m: &BertModel, ids: &Tensor, mask: &Tensor, types: &Tensor) -> fucina_nn
     Ok(p.add(&m.pool(&h)?)?.tanh()?.sum_all()?)
 }
 
+/// The gradcheck of every trainable parameter of `model` (in eval mode)
+/// through [`loss`] on [`batch`].
+fn gradcheck_bert(ctx: &ExecContext, model: &BertModel) -> ModuleGradcheckReport {
+    let (ids, mask, types) = batch(ctx);
+    gradcheck_module_with(
+        model,
+        &[],
+        |m, _| loss(m, &ids, &mask, &types),
+        &GradcheckOpts::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn gradcheck_whole_bert_f64() {
     let ctx = ExecContext::with_threads(1).unwrap();
     {
         let model = BertModel::new(&mut Init::new(&ctx, DType::F64, 1), &tiny(), true).unwrap();
         model.eval();
-        let (ids, mask, types) = batch(&ctx);
-        let rep = gradcheck_module_with(
-            &model,
-            &[],
-            |m, _| loss(m, &ids, &mask, &types),
-            &GradcheckOpts::default(),
-        )
-        .unwrap();
+        let rep = gradcheck_bert(&ctx, &model);
         assert_eq!(rep.tensors.len(), model.named_parameters().len());
         println!(
             "BERT gradcheck: {} elements, worst {} ({:e})",
@@ -87,14 +80,7 @@ fn gradcheck_bert_with_lora_f64() {
             }
         }
         model.eval();
-        let (ids, mask, types) = batch(&ctx);
-        let rep = gradcheck_module_with(
-            &model,
-            &[],
-            |m, _| loss(m, &ids, &mask, &types),
-            &GradcheckOpts::default(),
-        )
-        .unwrap();
+        let rep = gradcheck_bert(&ctx, &model);
         // Only the adapters train: 2 layers x (query, attention.output.dense,
         // intermediate.dense, output.dense) + pooler.dense, A and B each.
         assert_eq!(rep.tensors.len(), (2 * 4 + 1) * 2);

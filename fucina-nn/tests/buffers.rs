@@ -9,10 +9,11 @@ use std::path::Path;
 use fucina_autograd::{LoadOptions, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::DecoderConfig;
-use fucina_nn::{
-    Activation, BertConfig, BertModel, CausalLm, Gpt, GptConfig, Init, Module, StateDict,
-};
+use fucina_nn::{BertModel, CausalLm, Gpt, GptConfig, Init, Module, StateDict};
 use serde_json::json;
+
+#[path = "common/tiny.rs"]
+mod tiny_models;
 
 fn names(v: Vec<(String, Tensor)>) -> Vec<String> {
     v.into_iter().map(|(n, _)| n).collect()
@@ -67,21 +68,7 @@ fn decoder_buffers_are_listed_apart_from_parameters() {
 fn bert_position_ids_is_a_persistent_buffer() {
     let ctx = ExecContext::with_threads(1).unwrap();
     {
-        let cfg = BertConfig {
-            vocab_size: 11,
-            hidden_size: 8,
-            num_hidden_layers: 1,
-            num_attention_heads: 2,
-            intermediate_size: 12,
-            hidden_act: Activation::Gelu,
-            hidden_dropout_prob: 0.1,
-            attention_probs_dropout_prob: 0.1,
-            max_position_embeddings: 8,
-            type_vocab_size: 2,
-            layer_norm_eps: 1e-12,
-            position_embedding_type: "absolute".into(),
-            initializer_range: 0.5,
-        };
+        let cfg = tiny_models::tiny_bert(1);
         let bert = BertModel::new(&mut Init::new(&ctx, DType::F32, 1), &cfg, false).unwrap();
         let buffers = names(bert.named_buffers());
         let pos = "embeddings.position_ids".to_string();

@@ -12,12 +12,13 @@ use fucina_autograd::{checkpoint, Block, CrossEntropyOpts, Tensor};
 use fucina_core::rng::SplitMix64;
 use fucina_core::DType;
 use fucina_nn::models::bert::BertLayer;
-use fucina_nn::{
-    Activation, BertConfig, BertModel, Gpt, GptConfig, Init, Module, TransformerBlock,
-};
+use fucina_nn::{BertConfig, BertModel, Gpt, Init, Module, TransformerBlock};
 
 /// Each parameter's gradient as bits (`None`: no gradient), in name order.
 type Grads = Vec<(String, Option<Vec<u32>>)>;
+
+#[path = "common/tiny.rs"]
+mod tiny_models;
 
 fn grads(named: &[(String, Tensor)]) -> Grads {
     named
@@ -50,6 +51,38 @@ fn autograd(e: fucina_nn::Error) -> fucina_autograd::Error {
     }
 }
 
+/// `x` through each locked layer in turn (`forward` runs one), each as a
+/// [`Block`], checkpointed when `ck`.
+fn through<L: Send + 'static>(
+    layers: &[Arc<Mutex<L>>],
+    mut x: Tensor,
+    ck: bool,
+    forward: impl Fn(&L, &Tensor) -> fucina_nn::Result<Tensor> + Clone + Send + Sync + 'static,
+) -> Tensor {
+    for l in layers {
+        let (l, forward) = (l.clone(), forward.clone());
+        let block: Block = Arc::new(move |xs: &[Tensor]| {
+            let layer = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            forward(&layer, &xs[0]).map_err(autograd)
+        });
+        x = if ck {
+            checkpoint(block, &[&x]).unwrap()
+        } else {
+            block(std::slice::from_ref(&x)).unwrap()
+        };
+    }
+    x
+}
+
+/// `n` uniform draws in [-1, 1) from seed `seed`, as f32.
+fn uniform_f32(seed: u64, n: usize) -> Vec<f32> {
+    SplitMix64::new(seed)
+        .vec_uniform(n, -1.0, 1.0)
+        .iter()
+        .map(|&v| v as f32)
+        .collect()
+}
+
 /// Runs the plain and the checkpointed step, checks every gradient is there
 /// and bitwise equal, and returns them.
 fn compare(named: &[(String, Tensor)], step: impl Fn(bool)) -> Grads {
@@ -73,14 +106,7 @@ fn compare(named: &[(String, Tensor)], step: impl Fn(bool)) -> Grads {
 
 fn gpt_grads(threads: usize) -> Grads {
     let ctx = TestCtx::with_threads(threads).unwrap();
-    let cfg = GptConfig {
-        vocab_size: 13,
-        block_size: 8,
-        n_layer: 2,
-        n_head: 2,
-        n_embd: 16,
-        ..GptConfig::default()
-    };
+    let cfg = tiny_models::tiny_gpt();
     let mut gpt = Gpt::new(&mut Init::new(&ctx, DType::F32, 5), &cfg).unwrap();
     // The blocks move behind a lock: a `Block` must be `Send + Sync`, and a
     // `Linear` is not `Sync` (its LoRA merge slot is a `RefCell`).
@@ -105,19 +131,8 @@ fn gpt_grads(threads: usize) -> Grads {
     let pos = Tensor::constant(&ctx, &(0..8i64).collect::<Vec<_>>()[..], &[8]).unwrap();
     let step = |ck: bool| {
         let x = gpt.wte.forward(&idx).unwrap();
-        let mut x = x.add(&gpt.wpe.forward(&pos).unwrap()).unwrap();
-        for b in &blocks {
-            let b = b.clone();
-            let block: Block = Arc::new(move |xs: &[Tensor]| {
-                let blk = b.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                blk.forward(&xs[0], None).map_err(autograd)
-            });
-            x = if ck {
-                checkpoint(block, &[&x]).unwrap()
-            } else {
-                block(std::slice::from_ref(&x)).unwrap()
-            };
-        }
+        let x = x.add(&gpt.wpe.forward(&pos).unwrap()).unwrap();
+        let x = through(&blocks, x, ck, |b: &TransformerBlock, x| b.forward(x, None));
         let x = gpt.ln_f.forward(&x).unwrap();
         let logits = x.linear(&gpt.wte.weight, None).unwrap(); // tied head
         let loss = logits
@@ -143,19 +158,12 @@ fn gpt_blocks_with_captured_parameters_give_the_plain_gradients() {
 fn bert_grads(threads: usize) -> Grads {
     let ctx = TestCtx::with_threads(threads).unwrap();
     let cfg = BertConfig {
-        vocab_size: 11,
         hidden_size: 16,
-        num_hidden_layers: 2,
-        num_attention_heads: 2,
         intermediate_size: 24,
-        hidden_act: Activation::Gelu,
         hidden_dropout_prob: 0.0,
         attention_probs_dropout_prob: 0.0,
-        max_position_embeddings: 8,
-        type_vocab_size: 2,
-        layer_norm_eps: 1e-12,
-        position_embedding_type: "absolute".into(),
         initializer_range: 0.2,
+        ..tiny_models::tiny_bert(2)
     };
     let mut model = BertModel::new(&mut Init::new(&ctx, DType::F32, 9), &cfg, false).unwrap();
     let layers: Vec<Arc<Mutex<BertLayer>>> = std::mem::take(&mut model.encoder.layer)
@@ -164,18 +172,8 @@ fn bert_grads(threads: usize) -> Grads {
         .collect();
     drop(model);
     let (b, t, h) = (2, 5, 16);
-    let xv: Vec<f32> = SplitMix64::new(3)
-        .vec_uniform(b * t * h, -1.0, 1.0)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    let x = Tensor::variable(&ctx, &xv, &[b, t, h]).unwrap();
-    let wv: Vec<f32> = SplitMix64::new(4)
-        .vec_uniform(b * t * h, -1.0, 1.0)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    let weights = Tensor::constant(&ctx, &wv, &[b, t, h]).unwrap();
+    let x = Tensor::variable(&ctx, &uniform_f32(3, b * t * h), &[b, t, h]).unwrap();
+    let weights = Tensor::constant(&ctx, &uniform_f32(4, b * t * h), &[b, t, h]).unwrap();
     let mask = Tensor::constant(&ctx, &[1u8, 1, 1, 1, 1, 1, 1, 1, 0, 0], &[b, t]).unwrap();
     let mut named = vec![("input".to_string(), x.clone())];
     for (i, l) in layers.iter().enumerate() {
@@ -184,19 +182,10 @@ fn bert_grads(threads: usize) -> Grads {
         }
     }
     let step = |ck: bool| {
-        let mut hs = x.clone();
-        for l in &layers {
-            let (l, m) = (l.clone(), mask.clone());
-            let block: Block = Arc::new(move |xs: &[Tensor]| {
-                let layer = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                layer.forward(&xs[0], Some(&m)).map_err(autograd)
-            });
-            hs = if ck {
-                checkpoint(block, &[&hs]).unwrap()
-            } else {
-                block(std::slice::from_ref(&hs)).unwrap()
-            };
-        }
+        let m = mask.clone();
+        let hs = through(&layers, x.clone(), ck, move |l: &BertLayer, x| {
+            l.forward(x, Some(&m))
+        });
         hs.mul(&weights)
             .unwrap()
             .sum_all()

@@ -17,6 +17,7 @@ use fucina_autograd::Tensor;
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::linear::lora::{apply_lora, merge_lora, unmerge_lora, LoraConfig};
+use fucina_nn::models::decoder::names::{GPT2_BLOCK_LINEARS, LLAMA_BLOCK_LINEARS};
 use fucina_nn::{CausalLm, Init, Module};
 
 fn fixture(family: &str) -> PathBuf {
@@ -49,17 +50,9 @@ fn round_matrices_to_bf16(lm: &CausalLm) {
 /// projections), all of each block's linears.
 fn lora_config(family: &str) -> LoraConfig {
     let targets: &[&str] = if family == "gpt2" {
-        &["c_attn", "c_proj", "c_fc"]
+        &GPT2_BLOCK_LINEARS
     } else {
-        &[
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
+        &LLAMA_BLOCK_LINEARS
     };
     LoraConfig::new(4, 8.0, targets)
 }

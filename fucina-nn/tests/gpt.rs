@@ -8,15 +8,11 @@ use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::{Error, Gpt, GptConfig, Init, Module};
 
+#[path = "common/tiny.rs"]
+mod tiny_models;
+
 fn tiny() -> GptConfig {
-    GptConfig {
-        vocab_size: 13,
-        block_size: 8,
-        n_layer: 2,
-        n_head: 2,
-        n_embd: 16,
-        ..GptConfig::default()
-    }
+    tiny_models::tiny_gpt()
 }
 
 fn mean_std(v: &[f32]) -> (f64, f64) {

@@ -20,21 +20,14 @@ use fucina_autograd::io::SafetensorsFile;
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::linear::lora::{remove_lora, LoraAdapter};
+use fucina_nn::models::decoder::names::LLAMA_BLOCK_LINEARS;
 use fucina_nn::{
     apply_lora, load_adapter, save_adapter, CausalLm, Init, InitLoraWeights, Linear, LoraConfig,
     Module, TargetModules,
 };
 
 const FAMILIES: [&str; 3] = ["llama", "qwen2", "qwen3"];
-const TARGETS: [&str; 7] = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-];
+const TARGETS: [&str; 7] = LLAMA_BLOCK_LINEARS;
 
 fn fixture(fam: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -42,19 +42,39 @@ pub trait Algorithm: Clone + Debug + PartialEq + Serialize + DeserializeOwned + 
     fn validate(&self) -> Result<()>;
     /// The state buffers a parameter of this shape and dtype needs: names and storage dtypes.
     fn buffers(&self, shape: &[usize], dtype: DType) -> Vec<(&'static str, DType)>;
-    /// Updates one parameter in place. `lr_factor` is the schedule's factor for this
-    /// step, `step` the parameter's step count including this one (1 on its first
-    /// update), `param` and `grad` contiguous with the same shape and dtype, `bufs`
-    /// laid out as [`Algorithm::buffers`] says.
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()>;
+    /// Updates one parameter in place, as [`Update`] describes.
+    fn update(&self, u: Update<'_>) -> Result<()>;
+}
+
+/// What one parameter's update is handed: `lr_factor` is the schedule's
+/// factor for this step, `step` the parameter's step count including this
+/// one (1 on its first update), `param` and `grad` contiguous with the same
+/// shape and dtype, `bufs` laid out as [`Algorithm::buffers`] says.
+pub struct Update<'a> {
+    /// The context the parameter lives in.
+    pub ctx: &'a ExecContext,
+    /// The schedule's factor on the base learning rate.
+    pub lr_factor: f64,
+    /// The parameter's step count, this one included.
+    pub step: u64,
+    /// The parameter, updated in place.
+    pub param: &'a mut RawTensor,
+    /// Its gradient.
+    pub grad: &'a RawTensor,
+    /// Its state buffers.
+    pub bufs: &'a mut [Buf],
+}
+
+/// The error for a parameter whose state holds `got` buffers where
+/// `optimizer` expects `expected`.
+pub(crate) fn wrong_buffer_count(
+    optimizer: &str,
+    got: usize,
+    expected: impl std::fmt::Display,
+) -> Error {
+    Error::StateMismatch(format!(
+        "{optimizer}: {got} state buffers, expected {expected}"
+    ))
 }
 
 /// The range a hyperparameter must lie in. NaN lies in none.

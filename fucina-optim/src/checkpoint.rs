@@ -488,23 +488,23 @@ fn verify_payload(file: &Path, want: &FileDigest) -> Result<()> {
     // Through a memory map: no heap copy of a large payload.
     let data = sdio::map_file(file)?;
     let got = FileDigest::of(&data);
-    if got.bytes != want.bytes {
-        return Err(Error::BadCheckpoint {
+    let bad = |reason: String| {
+        Err(Error::BadCheckpoint {
             file: file.to_path_buf(),
-            reason: format!(
-                "{} bytes, the marker records {} (truncated or replaced)",
-                got.bytes, want.bytes
-            ),
-        });
+            reason,
+        })
+    };
+    if got.bytes != want.bytes {
+        return bad(format!(
+            "{} bytes, the marker records {} (truncated or replaced)",
+            got.bytes, want.bytes
+        ));
     }
     if got.fnv1a64 != want.fnv1a64 {
-        return Err(Error::BadCheckpoint {
-            file: file.to_path_buf(),
-            reason: format!(
-                "checksum {:016x}, the marker records {:016x} (corrupted)",
-                got.fnv1a64, want.fnv1a64
-            ),
-        });
+        return bad(format!(
+            "checksum {:016x}, the marker records {:016x} (corrupted)",
+            got.fnv1a64, want.fnv1a64
+        ));
     }
     Ok(())
 }

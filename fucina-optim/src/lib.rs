@@ -82,5 +82,5 @@ pub use clip::{clip_grad_norm, clip_grad_value, grad_norm, grads_are_finite};
 pub use error::{Error, Result};
 pub use io::write_atomic;
 pub use kernel::Buf;
-pub use optimizer::{Algorithm, Optim, Optimizer, ParamGroup, ParamState};
+pub use optimizer::{Algorithm, Optim, Optimizer, ParamGroup, ParamState, Update};
 pub use schedule::Schedule;

@@ -13,7 +13,7 @@ use std::path::Path;
 use fucina_autograd::Tensor;
 use fucina_core::{DType, RawTensor};
 
-pub use crate::algo::Algorithm;
+pub use crate::algo::{Algorithm, Update};
 use crate::error::{Error, Result};
 use crate::kernel::Buf;
 use crate::schedule::Schedule;
@@ -326,10 +326,15 @@ impl<A: Algorithm> Optim<A> {
             st.bufs = bufs;
         }
         let factor = group.schedule.factor(self.steps);
-        p.update_value(|value| {
-            group
-                .config
-                .update(&ctx, factor, st.step + 1, value, &grad, &mut st.bufs)
+        p.update_value(|param| {
+            group.config.update(Update {
+                ctx: &ctx,
+                lr_factor: factor,
+                step: st.step + 1,
+                param,
+                grad: &grad,
+                bufs: &mut st.bufs,
+            })
         })?;
         st.step += 1;
         Ok(())

@@ -107,7 +107,7 @@ fn save_step5(root: &Path, shift: f32) -> Result<Vec<Vec<u32>>> {
         ..Default::default()
     };
     save_checkpoint(root, &ps, opt.as_ref(), &st)?;
-    Ok(bits_of(&ps))
+    Ok(bits(&ps))
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn resaving_a_step_keeps_it_complete_at_every_point() {
         let (mut opt, _) = build("adamw", &ps);
         ck.load_model(&ps).unwrap();
         ck.load_optimizer(opt.as_mut()).unwrap();
-        let got = bits_of(&ps);
+        let got = bits(&ps);
         let new_complete = point == "after_stage" || point == "after_swap_out";
         if !new_complete {
             assert_eq!(
@@ -483,18 +483,6 @@ fn clip_grad_norm_returns_pre_clip_norm_and_skips_missing_grads() {
     assert!(clip_grad_norm(&all, -1.0).is_err());
 }
 
-fn bits_of(ps: &[(String, fucina_autograd::Tensor)]) -> Vec<Vec<u32>> {
-    ps.iter()
-        .map(|(_, t)| {
-            t.to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        })
-        .collect()
-}
-
 #[test]
 fn strict_model_load_rejects_an_unexpected_tensor() {
     let ctx = TestCtx::with_threads(1).unwrap();
@@ -511,7 +499,7 @@ fn strict_model_load_rejects_an_unexpected_tensor() {
         t.set_value(ctx.zeros(t.dtype(), t.shape()).unwrap())
             .unwrap();
     }
-    let before = bits_of(&ps);
+    let before = bits(&ps);
     let e = sd_err(load_model(&path, &ps).unwrap_err());
     match &e {
         StateDictError::Keys {
@@ -526,7 +514,7 @@ fn strict_model_load_rejects_an_unexpected_tensor() {
         }
         other => panic!("wrong error: {other}"),
     }
-    assert_eq!(bits_of(&ps), before, "a failed load changed the model");
+    assert_eq!(bits(&ps), before, "a failed load changed the model");
     std::fs::remove_file(&path).ok();
     drop((ps, more));
 }

@@ -11,6 +11,10 @@ use fucina_autograd::Tensor;
 use fucina_core::ExecContext;
 use fucina_optim::*;
 
+mod common;
+
+use common::tensor_bits;
+
 /// Elements per parameter: 1000 f32 is one 4096-byte pool block.
 const N: usize = 1000;
 
@@ -28,28 +32,12 @@ fn setup(ctx: &ExecContext) -> Vec<Tensor> {
 }
 
 fn bits(ts: &[Tensor]) -> Vec<Vec<u32>> {
-    ts.iter()
-        .map(|t| {
-            t.to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        })
-        .collect()
+    ts.iter().map(tensor_bits).collect()
 }
 
 fn grad_bits(ts: &[Tensor]) -> Vec<Option<Vec<u32>>> {
     ts.iter()
-        .map(|t| {
-            t.grad().map(|g| {
-                g.to_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect()
-            })
-        })
+        .map(|t| t.grad().as_ref().map(tensor_bits))
         .collect()
 }
 

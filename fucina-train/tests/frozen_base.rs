@@ -17,6 +17,7 @@ use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::DecoderConfig;
 use fucina_nn::linear::lora::{apply_lora, LoraConfig};
+use fucina_nn::models::decoder::names::LLAMA_BLOCK_LINEARS;
 use fucina_nn::{CausalLm, Init, Module};
 use fucina_optim::{AdamConfig, AdamW, Error as OptimError, Optimizer};
 
@@ -52,17 +53,13 @@ fn lora_step(storage: DType) -> StepReport {
     let report = {
         let cfg = config();
         let mut lm = CausalLm::new(&ctx, &cfg, DType::F32, 7).unwrap();
-        let targets = [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ];
         let mut init = Init::new(&ctx, DType::F32, 1);
-        apply_lora(&mut lm, &LoraConfig::new(8, 16.0, &targets), &mut init).unwrap();
+        apply_lora(
+            &mut lm,
+            &LoraConfig::new(8, 16.0, &LLAMA_BLOCK_LINEARS),
+            &mut init,
+        )
+        .unwrap();
         if storage != DType::F32 {
             assert!(lm.store_frozen_weights(storage).unwrap() > 0);
         }

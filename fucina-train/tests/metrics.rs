@@ -68,13 +68,18 @@ fn write_run(dir: &Path) -> PathBuf {
 /// histogram event.
 type Hist = (String, i64, Vec<f64>, Vec<f64>, Vec<f64>);
 
+/// A protobuf field: `(number, wire type, payload)`.
+type Field = (u64, u64, Vec<u8>);
+
 fn doubles(b: &[u8]) -> Vec<f64> {
     b.chunks(8)
         .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
 
-fn histogram(event: &[u8]) -> Option<Hist> {
+/// `(tag, step, fields)` of the summary value an event carries (`None` for
+/// an event without one, such as the file version).
+fn summary_value(event: &[u8]) -> Option<(String, i64, Vec<Field>)> {
     let fs = fields(event);
     let step = fs
         .iter()
@@ -84,6 +89,11 @@ fn histogram(event: &[u8]) -> Option<Hist> {
     let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
     let vf = fields(value);
     let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    Some((tag, step, vf))
+}
+
+fn histogram(event: &[u8]) -> Option<Hist> {
+    let (tag, step, vf) = summary_value(event)?;
     let h = fields(&vf.iter().find(|f| f.0 == 5)?.2);
     let get = |n: u64| h.iter().find(|f| f.0 == n).map(|f| doubles(&f.2)).unwrap();
     let stats = (1..=5).map(|n| get(n)[0]).collect();
@@ -126,7 +136,7 @@ fn varint(b: &[u8], i: &mut usize) -> u64 {
 }
 
 /// `(field, wire type, payload)` of each protobuf field.
-fn fields(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+fn fields(b: &[u8]) -> Vec<Field> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
@@ -158,7 +168,7 @@ fn fields(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
 }
 
 /// The event without its wall time (field 1).
-fn without_wall_time(event: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+fn without_wall_time(event: &[u8]) -> Vec<Field> {
     fields(event)
         .into_iter()
         .filter(|(f, _, _)| *f != 1)
@@ -167,15 +177,7 @@ fn without_wall_time(event: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
 
 /// `(tag, step, value)` of a scalar event.
 fn scalar(event: &[u8]) -> Option<(String, i64, f32)> {
-    let fs = fields(event);
-    let step = fs
-        .iter()
-        .find(|f| f.0 == 2)
-        .map(|f| i64::from_le_bytes(f.2[..8].try_into().unwrap()))?;
-    let summary = &fs.iter().find(|f| f.0 == 5)?.2;
-    let value = &fields(summary).into_iter().find(|f| f.0 == 1)?.2;
-    let vf = fields(value);
-    let tag = String::from_utf8(vf.iter().find(|f| f.0 == 1)?.2.clone()).unwrap();
+    let (tag, step, vf) = summary_value(event)?;
     let v = f32::from_le_bytes(vf.iter().find(|f| f.0 == 2)?.2[..4].try_into().unwrap());
     Some((tag, step, v))
 }

@@ -18,6 +18,7 @@ use fucina_autograd::{CrossEntropyOpts, Tensor};
 use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::DecoderConfig;
+use fucina_nn::models::decoder::names::LLAMA_BLOCK_LINEARS;
 use fucina_nn::{apply_lora, CausalLm, Init, LoraConfig, Module};
 use fucina_optim::AdamW;
 
@@ -70,18 +71,9 @@ impl LlamaTrain {
         model.train();
         let opt = if lora {
             model.freeze("");
-            let targets = [
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "gate_proj",
-                "up_proj",
-                "down_proj",
-            ];
             apply_lora(
                 &mut model,
-                &LoraConfig::new(8, 16.0, &targets),
+                &LoraConfig::new(8, 16.0, &LLAMA_BLOCK_LINEARS),
                 &mut Init::new(ctx, DType::F32, 1),
             )?;
             if bf16_base {

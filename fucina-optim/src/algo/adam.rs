@@ -7,11 +7,11 @@
 //! Each step rounds as ATen's CPU kernels do (`add` with alpha, `lerp` and
 //! `addcmul` fuse their last multiply-add; `addcdiv` is `p + (value·m)/d`).
 
-use fucina_core::{DType, ExecContext, Float, RawTensor};
+use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
-use crate::error::{Error, Result};
+use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
+use crate::error::Result;
 use crate::kernel::{
     dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
@@ -110,26 +110,15 @@ impl Algorithm for AdamConfig {
         ]
     }
 
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()> {
-        let [m, v] = bufs else {
-            return Err(Error::StateMismatch(format!(
-                "adam: {} state buffers, expected 2",
-                bufs.len()
-            )));
+    fn update(&self, u: Update<'_>) -> Result<()> {
+        let [m, v] = u.bufs else {
+            return Err(wrong_buffer_count("adam", u.bufs.len(), 2));
         };
-        let s = AdamScalars::new(self, self.lr * lr_factor, step);
+        let s = AdamScalars::new(self, self.lr * u.lr_factor, u.step);
         let (dm, dv) = (m.dtype(), v.dtype());
-        fucina_core::dispatch_float!(param.dtype(), "adam", T => {
+        fucina_core::dispatch_float!(u.param.dtype(), "adam", T => {
             dispatch_moment!(dm, T, M1 => dispatch_moment!(dv, T, M2 => {
-                adam_kernel::<T, M1, M2>(ctx, &s, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m, v)
+                adam_kernel::<T, M1, M2>(u.ctx, &s, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, m, v)
             }))
         })
     }

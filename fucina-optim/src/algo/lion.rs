@@ -3,11 +3,11 @@
 //! Per element: `c ← β1·m + (1 − β1)·g`; `p ← p·(1 − lr·wd)`;
 //! `p ← p − lr·sign(c)` (sign(0) = 0); `m ← β2·m + (1 − β2)·g`.
 
-use fucina_core::{DType, ExecContext, Float, RawTensor};
+use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
-use crate::error::{Error, Result};
+use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
+use crate::error::Result;
 use crate::kernel::{
     dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
 };
@@ -66,25 +66,14 @@ impl Algorithm for LionConfig {
         vec![("exp_avg", moment_dtype(dtype, self.bf16_exp_avg))]
     }
 
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        _step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()> {
-        let [m] = bufs else {
-            return Err(Error::StateMismatch(format!(
-                "lion: {} state buffers, expected 1",
-                bufs.len()
-            )));
+    fn update(&self, u: Update<'_>) -> Result<()> {
+        let [m] = u.bufs else {
+            return Err(wrong_buffer_count("lion", u.bufs.len(), 1));
         };
         let dt = m.dtype();
-        let lr = self.lr * lr_factor;
-        fucina_core::dispatch_float!(param.dtype(), "lion", T => dispatch_moment!(dt, T, M => {
-            lion_kernel::<T, M>(ctx, self, lr, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, m)
+        let lr = self.lr * u.lr_factor;
+        fucina_core::dispatch_float!(u.param.dtype(), "lion", T => dispatch_moment!(dt, T, M => {
+            lion_kernel::<T, M>(u.ctx, self, lr, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, m)
         }))
     }
 }

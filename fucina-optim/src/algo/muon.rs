@@ -9,11 +9,11 @@
 //! `B ← b·A + c·A²`; `X ← a·X + B·X` } with (a, b, c) = (3.4445, −4.7750,
 //! 2.0315); `p ← p·(1 − lr·wd)`; `p ← p − lr·√max(1, rows/cols)·X`.
 
-use fucina_core::{DType, ExecContext, Float, RawTensor};
+use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::adam::AdamConfig;
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
+use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
 use crate::error::{Error, Result};
 use crate::kernel::{
     dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
@@ -133,30 +133,19 @@ impl Algorithm for MuonConfig {
         }
     }
 
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()> {
-        if !self.is_muon(param.shape()) {
-            return self.adamw.update(ctx, lr_factor, step, param, grad, bufs);
+    fn update(&self, u: Update<'_>) -> Result<()> {
+        if !self.is_muon(u.param.shape()) {
+            return self.adamw.update(u);
         }
-        let [b] = bufs else {
-            return Err(Error::StateMismatch(format!(
-                "muon: {} state buffers, expected 1",
-                bufs.len()
-            )));
+        let [b] = u.bufs else {
+            return Err(wrong_buffer_count("muon", u.bufs.len(), 1));
         };
-        let rows = param.shape()[0];
-        let cols = param.numel() / rows;
+        let rows = u.param.shape()[0];
+        let cols = u.param.numel() / rows;
         let dt = b.dtype();
-        let lr = self.lr * lr_factor;
-        fucina_core::dispatch_float!(param.dtype(), "muon", T => dispatch_moment!(dt, T, M => {
-            muon_kernel::<T, M>(ctx, self, lr, rows, cols, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, b)
+        let lr = self.lr * u.lr_factor;
+        fucina_core::dispatch_float!(u.param.dtype(), "muon", T => dispatch_moment!(dt, T, M => {
+            muon_kernel::<T, M>(u.ctx, self, lr, rows, cols, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, b)
         }))
     }
 }

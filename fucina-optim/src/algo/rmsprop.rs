@@ -4,10 +4,10 @@
 //! `a ← lerp(a, g, 1 − α)`, `d ← √(s − a·a) + ε`, else `d ← √s + ε`; with
 //! momentum `b ← μ·b + g/d`, `p ← p − lr·b`, else `p ← p − lr·(g/d)`.
 
-use fucina_core::{DType, ExecContext, Float, RawTensor};
+use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
+use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
 use crate::error::{Error, Result};
 use crate::kernel::{
     dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
@@ -84,26 +84,15 @@ impl Algorithm for RmsPropConfig {
         v
     }
 
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        _step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()> {
+    fn update(&self, u: Update<'_>) -> Result<()> {
         let want = 1 + usize::from(self.momentum > 0.0) + usize::from(self.centered);
-        if bufs.len() != want {
-            return Err(Error::StateMismatch(format!(
-                "rmsprop: {} state buffers, expected {want}",
-                bufs.len()
-            )));
+        if u.bufs.len() != want {
+            return Err(wrong_buffer_count("rmsprop", u.bufs.len(), want));
         }
-        let dt = bufs[0].dtype();
-        let lr = self.lr * lr_factor;
-        fucina_core::dispatch_float!(param.dtype(), "rmsprop", T => dispatch_moment!(dt, T, M => {
-            rmsprop_kernel::<T, M>(ctx, self, lr, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, bufs)
+        let dt = u.bufs[0].dtype();
+        let lr = self.lr * u.lr_factor;
+        fucina_core::dispatch_float!(u.param.dtype(), "rmsprop", T => dispatch_moment!(dt, T, M => {
+            rmsprop_kernel::<T, M>(u.ctx, self, lr, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, u.bufs)
         }))
     }
 }

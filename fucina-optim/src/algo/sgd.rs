@@ -5,10 +5,10 @@
 //! (decayed) gradient, then `b ← μ·b + (1 − τ)·g`; `g ← g + μ·b` (Nesterov) or
 //! `g ← b`; finally `p ← p − lr·g`.
 
-use fucina_core::{DType, ExecContext, Float, RawTensor};
+use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams};
+use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams, Update};
 use crate::error::{Error, Result};
 use crate::kernel::{
     dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
@@ -96,29 +96,23 @@ impl Algorithm for SgdConfig {
         }
     }
 
-    fn update(
-        &self,
-        ctx: &ExecContext,
-        lr_factor: f64,
-        step: u64,
-        param: &mut RawTensor,
-        grad: &RawTensor,
-        bufs: &mut [Buf],
-    ) -> Result<()> {
-        let lr = self.lr * lr_factor;
-        match bufs {
-            [] if self.momentum == 0.0 => fucina_core::dispatch_float!(param.dtype(), "sgd", T => {
-                sgd_kernel::<T, T>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, None)
-            }),
+    fn update(&self, u: Update<'_>) -> Result<()> {
+        let lr = self.lr * u.lr_factor;
+        match u.bufs {
+            [] if self.momentum == 0.0 => {
+                fucina_core::dispatch_float!(u.param.dtype(), "sgd", T => {
+                    sgd_kernel::<T, T>(u.ctx, self, lr, u.step, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, None)
+                })
+            }
             [b] if self.momentum != 0.0 => {
                 let db = b.dtype();
-                fucina_core::dispatch_float!(param.dtype(), "sgd", T => dispatch_moment!(db, T, M => {
-                    sgd_kernel::<T, M>(ctx, self, lr, step, param.as_mut_slice::<T>()?, grad.as_slice::<T>()?, Some(b))
+                fucina_core::dispatch_float!(u.param.dtype(), "sgd", T => dispatch_moment!(db, T, M => {
+                    sgd_kernel::<T, M>(u.ctx, self, lr, u.step, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, Some(b))
                 }))
             }
             _ => Err(Error::StateMismatch(format!(
                 "sgd: {} state buffers for momentum {}",
-                bufs.len(),
+                u.bufs.len(),
                 self.momentum
             ))),
         }

@@ -275,15 +275,16 @@ pub fn train_step(
     opt.zero_grad();
 }
 
-/// The bit patterns of every parameter (for bitwise comparisons).
-pub fn bits(ps: &[(String, Tensor)]) -> Vec<Vec<u32>> {
-    ps.iter()
-        .map(|(_, t)| {
-            t.to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect()
-        })
+/// The bit patterns of an f32 tensor's elements (for bitwise comparisons).
+pub fn tensor_bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
         .collect()
+}
+
+/// The bit patterns of every parameter.
+pub fn bits(ps: &[(String, Tensor)]) -> Vec<Vec<u32>> {
+    ps.iter().map(|(_, t)| tensor_bits(t)).collect()
 }

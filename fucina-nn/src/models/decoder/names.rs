@@ -3,7 +3,8 @@
 //! exactly the keys of the family's `model.safetensors`), by the builder
 //! that loads them, and by `save_pretrained`. Also which stored tensors are
 //! GPT-2 `Conv1D` weights (`[in, out]`, transposed at load and save) and
-//! which keys of old checkpoints are buffers the decoder recomputes.
+//! which keys of old checkpoints are buffers the decoder recomputes, and
+//! the leaf names of each family's block linears (LoRA target lists).
 
 use crate::hf::ModelType;
 
@@ -95,6 +96,22 @@ pub static LLAMA: Names = Names {
     up: "up_proj",
     down: "down_proj",
 };
+
+/// GPT-2's block linears (`attn.c_attn`, `attn.c_proj`, `mlp.c_fc`,
+/// `mlp.c_proj`) by leaf name: a LoRA target list that adapts them all.
+pub const GPT2_BLOCK_LINEARS: [&str; 3] = ["c_attn", "c_proj", "c_fc"];
+
+/// The Llama-layout block linears (attention's four projections, then the
+/// gated MLP's three) by leaf name: a LoRA target list that adapts them all.
+pub const LLAMA_BLOCK_LINEARS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
 
 /// The names of a family.
 pub fn names_of(model_type: ModelType) -> &'static Names {
