@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 torch.set_num_threads(1)
 STEPS = 10
 SHAPES = {"w1": (6, 8), "b": (7,), "w2": (8, 5)}
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "fucina-optim", "tests",
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fucina-optim", "tests",
                    "goldens", "optim.safetensors")
 
 
