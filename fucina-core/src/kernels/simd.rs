@@ -17,7 +17,7 @@ mod exp;
 mod tanh;
 pub use erf::erf_in_place;
 pub use exp::{exp_f32_in_place, exp_f32_vectorised};
-pub use tanh::{tanh_f32_slice, tanh_f32_slice_variants};
+pub use tanh::{tanh_f32_slice, tanh_f32_slice_variants, TanhSliceFn};
 
 // ------------------------------------------------------------ lane sums
 

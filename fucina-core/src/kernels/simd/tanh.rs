@@ -20,10 +20,13 @@ pub fn tanh_f32_slice(x: &[f32], y: &mut [f32]) {
     tanh_loop(x, y);
 }
 
+/// One slice loop of [`tanh_f32_slice`]: `y[i] = tanh(x[i])`.
+pub type TanhSliceFn = fn(&[f32], &mut [f32]);
+
 /// Every variant of [`tanh_f32_slice`] this CPU can run, by name (`"avx512"`, `"avx2"`,
 /// `"base"`), for tests that compare each with the scalar function.
-pub fn tanh_f32_slice_variants() -> Vec<(&'static str, fn(&[f32], &mut [f32]))> {
-    let mut v: Vec<(&'static str, fn(&[f32], &mut [f32]))> = Vec::new();
+pub fn tanh_f32_slice_variants() -> Vec<(&'static str, TanhSliceFn)> {
+    let mut v: Vec<(&'static str, TanhSliceFn)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
         let level = super::simd_level();
