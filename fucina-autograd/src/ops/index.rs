@@ -63,20 +63,72 @@ impl Backward for EmbeddingBackward {
     }
 }
 
-/// index_select: gx = index_add(zeros(x), axis, idx, gy).
-struct IndexSelectBackward {
+/// The two index reads whose backward scatters the gradient back along `axis`:
+/// index_select (gx = index_add(zeros(x), axis, idx, gy)) and gather
+/// (gx = scatter_add(zeros(x), axis, idx, gy)). Each is linear in x, and its backward's
+/// adjoint is the read itself (for `create_graph`).
+#[derive(Clone, Copy)]
+enum IndexRead {
+    IndexSelect,
+    Gather,
+}
+
+impl IndexRead {
+    fn name(self) -> &'static str {
+        match self {
+            IndexRead::IndexSelect => "index_select",
+            IndexRead::Gather => "gather",
+        }
+    }
+
+    /// gx from gy: the read's transpose (a zero tensor of x's shape with gy added in).
+    fn scatter(
+        self,
+        ctx: &ExecContext,
+        shape: &[usize],
+        axis: usize,
+        idx: &RawTensor,
+        g: &RawTensor,
+    ) -> fucina_core::Result<RawTensor> {
+        match self {
+            IndexRead::IndexSelect => ctx.index_add(shape, axis, idx, g),
+            IndexRead::Gather => ctx.scatter_add(shape, axis, idx, g),
+        }
+    }
+
+    /// The read itself (the scatter's adjoint).
+    fn read(
+        self,
+        ctx: &ExecContext,
+        g: &RawTensor,
+        axis: usize,
+        idx: &RawTensor,
+    ) -> fucina_core::Result<RawTensor> {
+        match self {
+            IndexRead::IndexSelect => ctx.index_select(g, axis, idx),
+            IndexRead::Gather => ctx.gather(g, axis, idx),
+        }
+    }
+}
+
+/// Backward of an [`IndexRead`]: gx = its scatter of gy into zeros of x's shape.
+struct IndexReadBackward {
+    read: IndexRead,
     in_shape: Dims,
     axis: usize,
     idx: RawTensor,
 }
 
-impl Backward for IndexSelectBackward {
+impl Backward for IndexReadBackward {
     fn name(&self) -> &'static str {
-        "index_select"
+        self.read.name()
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![
-            Some(ctx.index_add(&self.in_shape, self.axis, &self.idx, gy)?),
+            Some(
+                self.read
+                    .scatter(ctx, &self.in_shape, self.axis, &self.idx, gy)?
+            ),
             None
         ])
     }
@@ -86,7 +138,8 @@ impl Backward for IndexSelectBackward {
         gy: &Tensor,
         _needs: &[bool],
     ) -> Result<TensorGrads> {
-        let (shape, axis, idx, idx2) = (
+        let (read, shape, axis, idx, idx2) = (
+            self.read,
             self.in_shape.clone(),
             self.axis,
             self.idx.clone(),
@@ -94,51 +147,10 @@ impl Backward for IndexSelectBackward {
         );
         Ok(smallvec::smallvec![
             Some(linear_map(
-                "index_select",
+                read.name(),
                 gy,
-                Arc::new(move |ctx, g| ctx.index_add(&shape, axis, &idx, g)),
-                Arc::new(move |ctx, g| ctx.index_select(g, axis, &idx2)),
-            )?),
-            None
-        ])
-    }
-}
-
-/// gather: gx = scatter_add(zeros(x), axis, idx, gy).
-struct GatherBackward {
-    in_shape: Dims,
-    axis: usize,
-    idx: RawTensor,
-}
-
-impl Backward for GatherBackward {
-    fn name(&self) -> &'static str {
-        "gather"
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![
-            Some(ctx.scatter_add(&self.in_shape, self.axis, &self.idx, gy)?),
-            None
-        ])
-    }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let (shape, axis, idx, idx2) = (
-            self.in_shape.clone(),
-            self.axis,
-            self.idx.clone(),
-            self.idx.clone(),
-        );
-        Ok(smallvec::smallvec![
-            Some(linear_map(
-                "gather",
-                gy,
-                Arc::new(move |ctx, g| ctx.scatter_add(&shape, axis, &idx, g)),
-                Arc::new(move |ctx, g| ctx.gather(g, axis, &idx2)),
+                Arc::new(move |ctx, g| read.scatter(ctx, &shape, axis, &idx, g)),
+                Arc::new(move |ctx, g| read.read(ctx, g, axis, &idx2)),
             )?),
             None
         ])
@@ -240,7 +252,8 @@ impl Tensor {
         let y = ctx.index_select(&self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
         Ok(record(ctx, "index_select", y, &[self, idx], |_| {
-            Box::new(IndexSelectBackward {
+            Box::new(IndexReadBackward {
+                read: IndexRead::IndexSelect,
                 in_shape,
                 axis: a,
                 idx: ir,
@@ -257,7 +270,8 @@ impl Tensor {
         let y = ctx.gather(&self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
         Ok(record(ctx, "gather", y, &[self, idx], |_| {
-            Box::new(GatherBackward {
+            Box::new(IndexReadBackward {
+                read: IndexRead::Gather,
                 in_shape,
                 axis: a,
                 idx: ir,
