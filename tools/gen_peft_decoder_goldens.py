@@ -27,12 +27,9 @@ For each of the llama, qwen2 and qwen3 fixtures (fucina-nn/tests/fixtures/hf):
 fucina-nn/tests/peft_decoders.rs loads both adapters into fucina's CausalLm
 and compares the logits (1e-5).
 
-Reproducibility: the cases seed torch's global generator (PEFT draws A from
-it), so a rerun rewrites them byte for byte. The family adapters of step 1
-were made without that seed (kept as committed: adding it would change
-them), so a rerun redraws their A and rewrites them and their logits; the
-tests pass either way, but restore them (`git checkout`) to keep the diff
-to what changed.
+Reproducibility: every adapter seeds torch's global generator before
+`get_peft_model` (PEFT draws A from it) and draws B from its own seeded
+generator, so a rerun rewrites every file byte for byte.
 
 Run:  ${PYTHON:-python3} tools/gen_peft_decoder_goldens.py
 Writes fucina-nn/tests/goldens/peft_decoders/<fam>/{peft_adapter/,logits.safetensors}
@@ -131,6 +128,7 @@ def main():
         out = OUT / fam
         (out / "peft_adapter").exists() and shutil.rmtree(out / "peft_adapter")
         out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(10 + i)  # PEFT draws A from the global generator
         model = get_peft_model(base(fam), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS))
         g = torch.Generator().manual_seed(10 + i)
         with torch.no_grad():
