@@ -1,8 +1,7 @@
 //! Shared helpers of the autograd tests: the one-thread context, custom ops
-//! built from two closures
-//! (`fn_op`), the a·sin(b) custom op with its deliberate backward faults
-//! (`a_sin_b`), bit patterns of values and gradients, uniform f32 inputs, and
-//! a tensor released by its closed scope.
+//! built from two closures (`fn_op`), the a·sin(b) custom op with its
+//! deliberate backward faults (`a_sin_b`), bit patterns of values and
+//! gradients, uniform f32 inputs, and a tensor released by its closed scope.
 #![allow(dead_code)]
 
 use std::sync::Arc;
