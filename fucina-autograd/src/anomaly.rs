@@ -16,6 +16,7 @@ use std::cell::Cell;
 use fucina_core::{DType, ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
+use crate::grad_mode::DepthGuard;
 
 thread_local! {
     static ANOMALY_DEPTH: Cell<usize> = const { Cell::new(0) };
@@ -43,20 +44,13 @@ pub fn is_anomaly_enabled() -> bool {
 /// ```
 #[must_use = "anomaly detection is on only while the guard lives"]
 pub struct AnomalyGuard {
-    _not_send: std::marker::PhantomData<*const ()>,
+    _depth: DepthGuard,
 }
 
 /// Opens an anomaly-detection region (see [`AnomalyGuard`]).
 pub fn detect_anomaly() -> AnomalyGuard {
-    ANOMALY_DEPTH.with(|d| d.set(d.get() + 1));
     AnomalyGuard {
-        _not_send: std::marker::PhantomData,
-    }
-}
-
-impl Drop for AnomalyGuard {
-    fn drop(&mut self) {
-        ANOMALY_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        _depth: DepthGuard::enter(&ANOMALY_DEPTH),
     }
 }
 

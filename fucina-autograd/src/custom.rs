@@ -11,8 +11,9 @@
 use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
+use smallvec::SmallVec;
 
-use crate::error::{Error, Result};
+use crate::error::{check_grad_fits, Error, Result};
 use crate::grad_mode::no_grad;
 use crate::tape::graph::{record, Backward, Grads, SavedTensors, TensorGrads};
 use crate::tape::tensor::Tensor;
@@ -36,23 +37,67 @@ pub trait CustomOp: Send + Sync {
     ) -> Result<Vec<Option<RawTensor>>>;
 }
 
-/// A custom backward's gradient for input `i` must have `x`'s shape and dtype.
-fn check_fits(
-    op: &'static str,
-    i: usize,
-    x: &RawTensor,
-    shape: &[usize],
-    dtype: fucina_core::DType,
-) -> Result<()> {
-    if shape != x.shape() || dtype != x.dtype() {
-        return Err(Error::GradientShapeMismatch {
-            op,
-            input: i,
-            expected: x.shape().to_vec(),
-            got: shape.to_vec(),
-        });
+/// A gradient as a custom backward returns it: a raw value ([`CustomOp`]) or
+/// a tensor ([`CustomFunction`]).
+trait UserGrad: Clone {
+    fn shape(&self) -> &[usize];
+    fn dtype(&self) -> fucina_core::DType;
+}
+
+impl UserGrad for RawTensor {
+    fn shape(&self) -> &[usize] {
+        RawTensor::shape(self)
     }
-    Ok(())
+    fn dtype(&self) -> fucina_core::DType {
+        RawTensor::dtype(self)
+    }
+}
+
+impl UserGrad for Tensor {
+    fn shape(&self) -> &[usize] {
+        Tensor::shape(self)
+    }
+    fn dtype(&self) -> fucina_core::DType {
+        Tensor::dtype(self)
+    }
+}
+
+/// Checks a custom backward's gradients against its `inputs`: one for each
+/// input flagged in `needs`, of its shape and dtype; none for the others.
+fn checked<G: UserGrad>(
+    op: &'static str,
+    inputs: &[RawTensor],
+    grads: Vec<Option<G>>,
+    needs: &[bool],
+) -> Result<SmallVec<[Option<G>; 3]>> {
+    let mut out = SmallVec::new();
+    for (i, x) in inputs.iter().enumerate() {
+        if !needs.get(i).copied().unwrap_or(false) {
+            out.push(None);
+            continue;
+        }
+        let g = grads
+            .get(i)
+            .cloned()
+            .flatten()
+            .ok_or(Error::MissingGradient { op, input: i })?;
+        check_grad_fits(op, i, (x.shape(), x.dtype()), (g.shape(), g.dtype()))?;
+        out.push(Some(g));
+    }
+    Ok(out)
+}
+
+/// The context and the values of a custom op's `inputs` (`op` names the
+/// entry point in the error for none).
+fn input_values(op: &'static str, inputs: &[&Tensor]) -> Result<(ExecContext, Vec<RawTensor>)> {
+    let first = inputs.first().ok_or_else(|| {
+        Error::Core(fucina_core::Error::InvalidArgument {
+            op,
+            msg: "no inputs".into(),
+        })
+    })?;
+    let values = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
+    Ok((first.ctx().clone(), values))
 }
 
 struct CustomBackward {
@@ -68,34 +113,13 @@ impl Backward for CustomBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let ins: Vec<&RawTensor> = self.inputs.iter().collect();
         let grads = self.op.backward(ctx, &ins, &self.output, gy, needs)?;
-        let mut out = Grads::new();
-        for (i, x) in self.inputs.iter().enumerate() {
-            let g = grads.get(i).cloned().flatten();
-            if needs.get(i).copied().unwrap_or(false) {
-                let g = g.ok_or(Error::MissingGradient {
-                    op: self.op.name(),
-                    input: i,
-                })?;
-                check_fits(self.op.name(), i, x, g.shape(), g.dtype())?;
-                out.push(Some(g));
-            } else {
-                out.push(None);
-            }
-        }
-        Ok(out)
+        checked(self.op.name(), &self.inputs, grads, needs)
     }
 }
 
 /// Applies a custom op to `inputs`, recording its backward.
 pub fn custom_op(op: Arc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
-    let first = inputs.first().ok_or_else(|| {
-        Error::Core(fucina_core::Error::InvalidArgument {
-            op: "custom_op",
-            msg: "no inputs".into(),
-        })
-    })?;
-    let ctx = first.ctx().clone();
-    let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
+    let (ctx, values) = input_values("custom_op", inputs)?;
     let refs: Vec<&RawTensor> = values.iter().collect();
     let y = op.forward(&ctx, &refs)?;
     let name = op.name();
@@ -163,30 +187,6 @@ struct FunctionBackward {
     output: RawTensor,
 }
 
-impl FunctionBackward {
-    /// Checks the user's gradients: one per flagged input, of its shape and dtype.
-    fn checked(&self, grads: Vec<Option<Tensor>>, needs: &[bool]) -> Result<TensorGrads> {
-        let mut out = TensorGrads::new();
-        for (i, x) in self.inputs.iter().enumerate() {
-            if !needs.get(i).copied().unwrap_or(false) {
-                out.push(None);
-                continue;
-            }
-            let g = grads
-                .get(i)
-                .cloned()
-                .flatten()
-                .ok_or(Error::MissingGradient {
-                    op: self.op.name(),
-                    input: i,
-                })?;
-            check_fits(self.op.name(), i, x, g.shape(), g.dtype())?;
-            out.push(Some(g));
-        }
-        Ok(out)
-    }
-}
-
 impl Backward for FunctionBackward {
     fn name(&self) -> &'static str {
         self.op.name()
@@ -198,7 +198,7 @@ impl Backward for FunctionBackward {
         let grads = self
             .op
             .backward(&ins, &constant(&self.output)?, &constant(gy)?, needs)?;
-        self.checked(grads, needs)?
+        checked(self.op.name(), &self.inputs, grads, needs)?
             .into_iter()
             .map(|g| g.map(|g| g.raw()).transpose())
             .collect()
@@ -218,20 +218,13 @@ impl Backward for FunctionBackward {
         let grads = self
             .op
             .backward(&ins, &saved.output(&self.output), gy, needs)?;
-        self.checked(grads, needs)
+        checked(self.op.name(), &self.inputs, grads, needs)
     }
 }
 
 /// Applies a [`CustomFunction`] to `inputs`, recording its backward.
 pub fn custom_function(op: Arc<dyn CustomFunction>, inputs: &[&Tensor]) -> Result<Tensor> {
-    let first = inputs.first().ok_or_else(|| {
-        Error::Core(fucina_core::Error::InvalidArgument {
-            op: "custom_function",
-            msg: "no inputs".into(),
-        })
-    })?;
-    let ctx = first.ctx().clone();
-    let values: Vec<RawTensor> = inputs.iter().map(|t| t.raw()).collect::<Result<_>>()?;
+    let (ctx, values) = input_values("custom_function", inputs)?;
     let y = {
         let _ng = no_grad();
         let consts: Vec<Tensor> = values

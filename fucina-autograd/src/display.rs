@@ -188,6 +188,27 @@ fn corners(t: &Tensor, r: &RawTensor, axis: usize) -> Option<RawTensor> {
     t.ctx().concat(&[&head, &tail], axis).ok()
 }
 
+/// The printed items of the sub-tensor at flat offset `base` along its first
+/// axis (of `n`): `item(i)` for each shown one, `i` its flat offset one axis
+/// down, and `ellipsis` between the edges when the axis is cut.
+fn shown_items(
+    n: usize,
+    summarize: bool,
+    base: usize,
+    ellipsis: &str,
+    mut item: impl FnMut(usize) -> String,
+) -> Vec<String> {
+    let (along, cut) = shown_along(n, summarize);
+    let mut items: Vec<String> = Vec::with_capacity(along.len() + 1);
+    for k in 0..along.len() {
+        if cut && k == PRINT_EDGE_ITEMS {
+            items.push(ellipsis.into());
+        }
+        items.push(item(base * along.len() + k));
+    }
+    items
+}
+
 /// The bracketed values of the sub-tensor at flat offset `base` of the
 /// shown values (`values` holds only the printed elements: along a cut
 /// axis the `2 · PRINT_EDGE_ITEMS` edges), PyTorch's
@@ -203,15 +224,7 @@ fn tensor_str(
     match shape.len() {
         0 => fmt.format(values, base),
         1 => {
-            let n = shape[0];
-            let (along, cut) = shown_along(n, summarize);
-            let mut items: Vec<String> = Vec::with_capacity(along.len() + 1);
-            for k in 0..along.len() {
-                if cut && k == PRINT_EDGE_ITEMS {
-                    items.push(" ...".into());
-                }
-                items.push(fmt.format(values, base * along.len() + k));
-            }
+            let items = shown_items(shape[0], summarize, base, " ...", |i| fmt.format(values, i));
             let per_line = (PRINT_LINE_WIDTH.saturating_sub(indent) / (fmt.width + 2)).max(1);
             let lines: Vec<String> = items.chunks(per_line).map(|c| c.join(", ")).collect();
             format!(
@@ -220,22 +233,9 @@ fn tensor_str(
             )
         }
         rank => {
-            let n = shape[0];
-            let (along, cut) = shown_along(n, summarize);
-            let mut parts: Vec<String> = Vec::with_capacity(along.len() + 1);
-            for k in 0..along.len() {
-                if cut && k == PRINT_EDGE_ITEMS {
-                    parts.push("...".into());
-                }
-                parts.push(tensor_str(
-                    values,
-                    fmt,
-                    &shape[1..],
-                    base * along.len() + k,
-                    indent + 1,
-                    summarize,
-                ));
-            }
+            let parts = shown_items(shape[0], summarize, base, "...", |i| {
+                tensor_str(values, fmt, &shape[1..], i, indent + 1, summarize)
+            });
             let sep = format!(",{}{}", "\n".repeat(rank - 1), " ".repeat(indent + 1));
             format!("[{}]", parts.join(&sep))
         }

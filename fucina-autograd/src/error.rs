@@ -224,6 +224,26 @@ pub enum Error {
 /// `Result` with autograd's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A gradient of shape and dtype `got` for input `input` of `op` must have
+/// `expected`'s (the tensor's it is the gradient of); otherwise it is
+/// [`Error::GradientShapeMismatch`].
+pub(crate) fn check_grad_fits(
+    op: &'static str,
+    input: usize,
+    expected: (&[usize], DType),
+    got: (&[usize], DType),
+) -> Result<()> {
+    if got != expected {
+        return Err(Error::GradientShapeMismatch {
+            op,
+            input,
+            expected: expected.0.to_vec(),
+            got: got.0.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 /// A key present in both the file and the model whose shape or dtype do not fit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyMismatch {

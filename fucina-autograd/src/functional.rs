@@ -26,6 +26,41 @@ fn fresh(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         .collect()
 }
 
+/// Runs `body(xs, out)` with grad mode on under [`higher_order`], `xs` fresh
+/// leaves holding the inputs' values and `out = f(xs)`: the common start of
+/// every transform.
+fn traced<F, R>(
+    f: F,
+    inputs: &[Tensor],
+    body: impl FnOnce(&[Tensor], &Tensor) -> Result<R>,
+) -> Result<R>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor>,
+{
+    let (_g, _h) = (enable_grad(), higher_order());
+    let xs = fresh(inputs)?;
+    let out = f(&xs)?;
+    body(&xs, &out)
+}
+
+/// [`traced`] for a scalar `f` (`op` names the transform in the error for
+/// another shape): `body` also gets the recorded gradient of `out`.
+fn traced_grad<F, R>(
+    op: &'static str,
+    f: F,
+    inputs: &[Tensor],
+    body: impl FnOnce(&[Tensor], &Tensor, Vec<Tensor>) -> Result<R>,
+) -> Result<R>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor>,
+{
+    traced(f, inputs, |xs, out| {
+        scalar(op, out)?;
+        let g = grads(out, xs, None, true)?;
+        body(xs, out, g)
+    })
+}
+
 /// `g` or zeros of `like`'s shape, cut from the graph.
 fn or_zeros(g: Option<Tensor>, like: &Tensor) -> Result<Tensor> {
     match g {
@@ -70,14 +105,7 @@ fn check_v(op: &'static str, v: &[Tensor], like: &[Tensor]) -> Result<()> {
         }));
     }
     for (i, (a, b)) in v.iter().zip(like).enumerate() {
-        if a.shape() != b.shape() || a.dtype() != b.dtype() {
-            return Err(Error::GradientShapeMismatch {
-                op,
-                input: i,
-                expected: b.shape().to_vec(),
-                got: a.shape().to_vec(),
-            });
-        }
+        crate::error::check_grad_fits(op, i, (b.shape(), b.dtype()), (a.shape(), a.dtype()))?;
     }
     Ok(())
 }
@@ -111,12 +139,11 @@ pub fn vjp<F>(f: F, inputs: &[Tensor], v: Option<&Tensor>) -> Result<(Tensor, Ve
 where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    let g = grads(&out, &xs, v, false)?;
-    let g = g.into_iter().map(|g| g.detach()).collect::<Result<_>>()?;
-    Ok((out.detach()?, g))
+    traced(f, inputs, |xs, out| {
+        let g = grads(out, xs, v, false)?;
+        let g = g.into_iter().map(|g| g.detach()).collect::<Result<_>>()?;
+        Ok((out.detach()?, g))
+    })
 }
 
 /// The output of `f` at `inputs` and the Jacobian-vector product J·v (`v`: one
@@ -136,21 +163,20 @@ where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
     check_v("jvp", v, inputs)?;
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    let u = out.zeros_like()?.requires_grad_(true)?;
-    if !out.requires_grad() {
-        return Ok((out.detach()?, out.zeros_like()?));
-    }
-    let jt_u = grads(&out, &xs, Some(&u), true)?;
-    let s = dot(&jt_u, v)?;
-    let jv = if s.requires_grad() {
-        grad_with(&s, &[&u], &GradOpts::default())?.remove(0)
-    } else {
-        None
-    };
-    Ok((out.detach()?, or_zeros(jv, &out)?))
+    traced(f, inputs, |xs, out| {
+        let u = out.zeros_like()?.requires_grad_(true)?;
+        if !out.requires_grad() {
+            return Ok((out.detach()?, out.zeros_like()?));
+        }
+        let jt_u = grads(out, xs, Some(&u), true)?;
+        let s = dot(&jt_u, v)?;
+        let jv = if s.requires_grad() {
+            grad_with(&s, &[&u], &GradOpts::default())?.remove(0)
+        } else {
+            None
+        };
+        Ok((out.detach()?, or_zeros(jv, out)?))
+    })
 }
 
 /// The output of scalar `f` at `inputs` and the vector-Hessian product vᵀH,
@@ -171,15 +197,12 @@ where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
     check_v("vhp", v, inputs)?;
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    scalar("vhp", &out)?;
-    let g = grads(&out, &xs, None, true)?;
-    let s = dot(&g, v)?;
-    let vh = grads(&s, &xs, None, false)?;
-    let vh = vh.into_iter().map(|t| t.detach()).collect::<Result<_>>()?;
-    Ok((out.detach()?, vh))
+    traced_grad("vhp", f, inputs, |xs, out, g| {
+        let s = dot(&g, v)?;
+        let vh = grads(&s, xs, None, false)?;
+        let vh = vh.into_iter().map(|t| t.detach()).collect::<Result<_>>()?;
+        Ok((out.detach()?, vh))
+    })
 }
 
 /// The output of scalar `f` at `inputs` and the Hessian-vector product H·v,
@@ -202,22 +225,19 @@ where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
     check_v("hvp", v, inputs)?;
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    scalar("hvp", &out)?;
-    let g = grads(&out, &xs, None, true)?;
-    // u ↦ Σ ⟨(∂g/∂x)ᵀ u⟩ is linear in dummies u; its vjp against v is H·v.
-    let us: Vec<Tensor> = xs
-        .iter()
-        .map(|x| x.zeros_like()?.requires_grad_(true))
-        .collect::<Result<_>>()?;
-    let s = dot(&g, &us)?;
-    let hu = grads(&s, &xs, None, true)?;
-    let t = dot(&hu, v)?;
-    let hv = grads(&t, &us, None, false)?;
-    let hv = hv.into_iter().map(|t| t.detach()).collect::<Result<_>>()?;
-    Ok((out.detach()?, hv))
+    traced_grad("hvp", f, inputs, |xs, out, g| {
+        // u ↦ Σ ⟨(∂g/∂x)ᵀ u⟩ is linear in dummies u; its vjp against v is H·v.
+        let us: Vec<Tensor> = xs
+            .iter()
+            .map(|x| x.zeros_like()?.requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let s = dot(&g, &us)?;
+        let hu = grads(&s, xs, None, true)?;
+        let t = dot(&hu, v)?;
+        let hv = grads(&t, &us, None, false)?;
+        let hv = hv.into_iter().map(|t| t.detach()).collect::<Result<_>>()?;
+        Ok((out.detach()?, hv))
+    })
 }
 
 /// A one-element output, or the error naming the transform.
@@ -251,13 +271,12 @@ pub fn jacobian<F>(f: F, inputs: &[Tensor]) -> Result<Vec<Tensor>>
 where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    rows_of(&out, &xs, |e| {
-        let seed = unit(&out, e)?;
-        // Recorded, so the graph stays for the next row (PyTorch's retain_graph).
-        detached(grads(&out, &xs, Some(&seed), true)?)
+    traced(f, inputs, |xs, out| {
+        rows_of(out, xs, |e| {
+            let seed = unit(out, e)?;
+            // Recorded, so the graph stays for the next row (PyTorch's retain_graph).
+            detached(grads(out, xs, Some(&seed), true)?)
+        })
     })
 }
 
@@ -276,24 +295,21 @@ pub fn hessian<F>(f: F, inputs: &[Tensor]) -> Result<Vec<Tensor>>
 where
     F: Fn(&[Tensor]) -> Result<Tensor>,
 {
-    let (_g, _h) = (enable_grad(), higher_order());
-    let xs = fresh(inputs)?;
-    let out = f(&xs)?;
-    scalar("hessian", &out)?;
-    let g = grads(&out, &xs, None, true)?;
-    let mut blocks = Vec::with_capacity(xs.len() * xs.len());
-    for gi in &g {
-        // Rows of ∂gᵢ/∂x_j for every j, then one block per j.
-        let per_j = rows_of(gi, &xs, |e| {
-            if !gi.requires_grad() {
-                return xs.iter().map(|x| x.zeros_like()).collect();
-            }
-            let seed = unit(gi, e)?;
-            detached(grads(gi, &xs, Some(&seed), true)?)
-        })?;
-        blocks.extend(per_j);
-    }
-    Ok(blocks)
+    traced_grad("hessian", f, inputs, |xs, _out, g| {
+        let mut blocks = Vec::with_capacity(xs.len() * xs.len());
+        for gi in &g {
+            // Rows of ∂gᵢ/∂x_j for every j, then one block per j.
+            let per_j = rows_of(gi, xs, |e| {
+                if !gi.requires_grad() {
+                    return xs.iter().map(|x| x.zeros_like()).collect();
+                }
+                let seed = unit(gi, e)?;
+                detached(grads(gi, xs, Some(&seed), true)?)
+            })?;
+            blocks.extend(per_j);
+        }
+        Ok(blocks)
+    })
 }
 
 /// The tensors cut from the graph.

@@ -1,7 +1,35 @@
 //! Grad mode: a thread-local no-grad depth. While a [`NoGradGuard`] lives, ops
-//! run the same forward and record nothing.
+//! run the same forward and record nothing. The depth counters of the
+//! thread-local modes (no-grad, higher-order, anomaly) share one guard,
+//! `DepthGuard`.
 
 use std::cell::Cell;
+use std::thread::LocalKey;
+
+/// Holds one level of a thread-local mode's depth: counts it up when made,
+/// down when dropped (so guards nest). Not `Send`: the depth is the
+/// creating thread's.
+pub(crate) struct DepthGuard {
+    depth: &'static LocalKey<Cell<usize>>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl DepthGuard {
+    /// Enters one level of `depth` on this thread.
+    pub(crate) fn enter(depth: &'static LocalKey<Cell<usize>>) -> Self {
+        depth.with(|d| d.set(d.get() + 1));
+        DepthGuard {
+            depth,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        self.depth.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
 
 thread_local! {
     static NO_GRAD_DEPTH: Cell<usize> = const { Cell::new(0) };
@@ -27,20 +55,13 @@ pub fn is_grad_enabled() -> bool {
 /// ```
 #[must_use = "the guard disables grad mode only while it lives"]
 pub struct NoGradGuard {
-    _not_send: std::marker::PhantomData<*const ()>,
+    _depth: DepthGuard,
 }
 
 /// Opens a no-grad region (see [`NoGradGuard`]).
 pub fn no_grad() -> NoGradGuard {
-    NO_GRAD_DEPTH.with(|d| d.set(d.get() + 1));
     NoGradGuard {
-        _not_send: std::marker::PhantomData,
-    }
-}
-
-impl Drop for NoGradGuard {
-    fn drop(&mut self) {
-        NO_GRAD_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        _depth: DepthGuard::enter(&NO_GRAD_DEPTH),
     }
 }
 
@@ -98,20 +119,13 @@ thread_local! {
 /// ```
 #[must_use = "the guard keeps inputs for a double backward only while it lives"]
 pub struct HigherOrderGuard {
-    _not_send: std::marker::PhantomData<*const ()>,
+    _depth: DepthGuard,
 }
 
 /// Opens a region recorded for higher-order gradients (see [`HigherOrderGuard`]).
 pub fn higher_order() -> HigherOrderGuard {
-    HIGHER_ORDER_DEPTH.with(|d| d.set(d.get() + 1));
     HigherOrderGuard {
-        _not_send: std::marker::PhantomData,
-    }
-}
-
-impl Drop for HigherOrderGuard {
-    fn drop(&mut self) {
-        HIGHER_ORDER_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        _depth: DepthGuard::enter(&HIGHER_ORDER_DEPTH),
     }
 }
 

@@ -2,6 +2,9 @@
 //! forward + backward grow linearly in the sequence length (no `[T, S]` block is saved),
 //! and grouped-query attention never holds k or v repeated to the query heads.
 
+mod common;
+
+use common::uniform_var;
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::Tensor;
 use fucina_core::kernels::fused::attention::AttentionOpts;
@@ -13,15 +16,7 @@ fn peak_fwd_bwd(t: usize, causal: bool) -> usize {
     let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(7);
     let shape = [1, 2, t, 32];
-    let n: usize = shape.iter().product();
-    let [q, k, v] = [0; 3].map(|_| {
-        let x: Vec<f32> = rng
-            .vec_uniform(n, -1.0, 1.0)
-            .into_iter()
-            .map(|x| x as f32)
-            .collect();
-        Tensor::variable(&ctx, &x, &shape).unwrap()
-    });
+    let [q, k, v] = [0; 3].map(|_| uniform_var(&ctx, &mut rng, &shape));
     // A [B, 1, 1, S] key-padding keep-mask: the last eighth of the keys are padding.
     let keep: Vec<u8> = (0..t).map(|j| (j < t - t / 8) as u8).collect();
     let mask =
@@ -69,15 +64,7 @@ fn grouped_query_attention_never_repeats_kv() {
     for causal in [false, true] {
         let ctx = TestCtx::with_threads(2).unwrap();
         let mut rng = SplitMix64::new(9);
-        let mut var = |shape: [usize; 4]| {
-            let n: usize = shape.iter().product();
-            let x: Vec<f32> = rng
-                .vec_uniform(n, -1.0, 1.0)
-                .into_iter()
-                .map(|x| x as f32)
-                .collect();
-            Tensor::variable(&ctx, &x, &shape).unwrap()
-        };
+        let mut var = |shape: [usize; 4]| uniform_var(&ctx, &mut rng, &shape);
         let (q, k, v) = (var([b, h, t, d]), var([b, hkv, s, d]), var([b, hkv, s, d]));
         let opts = AttentionOpts {
             causal,

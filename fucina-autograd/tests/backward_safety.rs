@@ -3,37 +3,20 @@
 //! fails partway leaves every leaf gradient bit-identical; anomaly mode names
 //! the op that produced the first NaN or infinity.
 
+mod common;
+
 use std::sync::Arc;
 
-use fucina_autograd::testing::TestCtx;
+use common::{ctx, fn_op, grad_bits as bits, released};
 use fucina_autograd::{
-    custom_op, detect_anomaly, is_anomaly_enabled, CustomOp, Error, RawTensor, Result, ScopeExt,
-    Tensor,
+    custom_op, detect_anomaly, is_anomaly_enabled, CustomOp, Error, ScopeExt, Tensor,
 };
-use fucina_core::ExecContext;
-
-fn ctx() -> TestCtx {
-    TestCtx::with_threads(1).unwrap()
-}
-
-fn bits(t: &Tensor) -> Option<Vec<u64>> {
-    t.grad().map(|g| {
-        g.to_vec::<f64>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect()
-    })
-}
 
 #[test]
 fn backward_on_a_loss_returned_out_of_its_closed_scope_is_released() {
     let ctx = ctx();
     let w = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
-    let loss = {
-        let _scope = ctx.scope();
-        w.mul(&w).unwrap().sum_all().unwrap()
-    };
+    let loss = released(&ctx, || w.mul(&w)?.sum_all());
     assert_eq!(loss.backward(), Err(Error::TensorReleased));
     assert_eq!(
         fucina_autograd::grad(&loss, &[&w], None).err(),
@@ -64,27 +47,16 @@ fn matmul_with_an_empty_inner_dimension_has_empty_gradients() {
 }
 
 /// An op whose backward fails (a user error), to make backward fail partway.
-struct FailsInBackward;
-
-impl CustomOp for FailsInBackward {
-    fn name(&self) -> &'static str {
-        "fails_in_backward"
-    }
-    fn forward(&self, ctx: &ExecContext, inputs: &[&RawTensor]) -> Result<RawTensor> {
-        Ok(ctx.copy(inputs[0])?)
-    }
-    fn backward(
-        &self,
-        _ctx: &ExecContext,
-        _inputs: &[&RawTensor],
-        _output: &RawTensor,
-        _gy: &RawTensor,
-        _needs: &[bool],
-    ) -> Result<Vec<Option<RawTensor>>> {
-        Err(Error::NotDifferentiable {
-            op: "fails_in_backward",
-        })
-    }
+fn fails_in_backward() -> Arc<dyn CustomOp> {
+    fn_op(
+        "fails_in_backward",
+        |ctx, inputs| Ok(ctx.copy(inputs[0])?),
+        |_ctx, _inputs, _output, _gy, _needs| {
+            Err(Error::NotDifferentiable {
+                op: "fails_in_backward",
+            })
+        },
+    )
 }
 
 #[test]
@@ -110,7 +82,7 @@ fn a_failed_backward_leaves_every_leaf_gradient_bit_identical() {
         let _scope = ctx.scope();
         // Recorded first, so it runs last: by then w1 (via mul) and w2 (via
         // square) have had contributions staged.
-        let bad = custom_op(Arc::new(FailsInBackward), &[&w2]).unwrap();
+        let bad = custom_op(fails_in_backward(), &[&w2]).unwrap();
         let a = w1.mul(&x).unwrap().add(&w2.square().unwrap()).unwrap();
         let loss = a.add(&bad).unwrap().sum_all().unwrap();
         assert_eq!(
@@ -126,7 +98,7 @@ fn a_failed_backward_leaves_every_leaf_gradient_bit_identical() {
     let w3 = Tensor::variable(&ctx, &[1.0f64], &[1]).unwrap();
     {
         let _scope = ctx.scope();
-        let bad = custom_op(Arc::new(FailsInBackward), &[&w3]).unwrap();
+        let bad = custom_op(fails_in_backward(), &[&w3]).unwrap();
         let loss = w3.exp().unwrap().add(&bad).unwrap().sum_all().unwrap();
         assert!(loss.backward().is_err());
     }

@@ -3,14 +3,12 @@
 //! `ValueBusy` to re-entrant use instead of panicking. Each case below
 //! panicked with "already borrowed" (or inside `ExecScope::drop`) before.
 
+mod common;
+
+use common::ctx;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, ScopeExt, Tensor};
-
-fn ctx() -> TestCtx {
-    TestCtx::with_threads(1).unwrap()
-}
 
 #[test]
 fn closing_a_scope_while_a_value_is_held_does_not_panic() {
@@ -115,10 +113,7 @@ fn a_scope_closed_inside_an_update_releases_cleanly() {
 fn set_value_and_set_grad_on_a_released_tensor_are_errors() {
     let ctx = ctx();
     let x = Tensor::variable(&ctx, &[1.0f32, 2.0], &[2]).unwrap();
-    let y = {
-        let _scope = ctx.scope();
-        x.mul_scalar(2.0).unwrap()
-    };
+    let y = common::released(&ctx, || x.mul_scalar(2.0));
     let fresh = ctx.from_slice(&[0.0f32, 0.0], &[2]).unwrap();
     assert_eq!(y.set_value(fresh.clone()), Err(Error::TensorReleased));
     assert_eq!(y.set_grad(Some(fresh.clone())), Err(Error::TensorReleased));

@@ -1,7 +1,10 @@
 //! Activation checkpointing: bitwise-equal gradients, fewer retained buffers.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{grad_bits, uniform_f32};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{checkpoint, Block, Error, ScopeExt, Tensor};
 use fucina_core::rng::SplitMix64;
@@ -17,16 +20,8 @@ fn block() -> Block {
 
 fn run(ctx: &ExecContext, use_checkpoint: bool) -> (Vec<u64>, Vec<u64>, usize) {
     let mut g = SplitMix64::new(7);
-    let xv: Vec<f32> = g
-        .vec_uniform(16 * 16, -1.0, 1.0)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    let wv: Vec<f32> = g
-        .vec_uniform(16 * 16, -0.5, 0.5)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
+    let xv = uniform_f32(&mut g, 16 * 16, -1.0, 1.0);
+    let wv = uniform_f32(&mut g, 16 * 16, -0.5, 0.5);
     let x = Tensor::variable(ctx, &xv, &[16, 16]).unwrap();
     let w = Tensor::variable(ctx, &wv, &[16, 16]).unwrap();
     let retained;
@@ -44,16 +39,7 @@ fn run(ctx: &ExecContext, use_checkpoint: bool) -> (Vec<u64>, Vec<u64>, usize) {
         retained = ctx.stats().outstanding;
         loss.backward().unwrap();
     }
-    let bits = |t: &Tensor| {
-        t.grad()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits() as u64)
-            .collect()
-    };
-    (bits(&x), bits(&w), retained)
+    (grad_bits(&x).unwrap(), grad_bits(&w).unwrap(), retained)
 }
 
 #[test]
@@ -86,30 +72,13 @@ fn nested_checkpoint_recompute_is_an_error() {
 
 /// A `[n]`-element f32 variable of uniform draws in `[-1, 1)`.
 fn var(ctx: &ExecContext, seed: u64, shape: &[usize]) -> Tensor {
-    let n = shape.iter().product();
-    let v: Vec<f32> = SplitMix64::new(seed)
-        .vec_uniform(n, -1.0, 1.0)
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    Tensor::variable(ctx, &v, shape).unwrap()
-}
-
-/// The gradient's bits, `None` when the tensor has no gradient.
-fn grad_bits(t: &Tensor) -> Option<Vec<u32>> {
-    t.grad().map(|g| {
-        g.to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect()
-    })
+    common::uniform_var(ctx, &mut SplitMix64::new(seed), shape)
 }
 
 /// Runs `f` once plainly and once with `wrap` = true, resetting the gradients of
 /// `leaves` in between, and asserts each leaf got bitwise the same gradient
 /// (or none in both runs). Returns the plain gradients.
-fn assert_same_grads(leaves: &[&Tensor], f: impl Fn(bool) -> Tensor) -> Vec<Option<Vec<u32>>> {
+fn assert_same_grads(leaves: &[&Tensor], f: impl Fn(bool) -> Tensor) -> Vec<Option<Vec<u64>>> {
     let mut runs = Vec::new();
     for ck in [false, true] {
         for l in leaves {

@@ -2,14 +2,16 @@
 //! ops that refuse it by name, leaf gradients with history, and what stays
 //! exactly as it was without it.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::fn_op;
 use fucina_autograd::ops::attention::AttentionOpts;
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{
     checkpoint, custom_function, custom_op, grad, grad_with, gradgradcheck, higher_order,
-    CustomFunction, CustomOp, Error, ExecContext, GradOpts, GradcheckOpts, RawTensor, Result,
-    Tensor,
+    CustomFunction, Error, GradOpts, GradcheckOpts, Result, Tensor,
 };
 
 fn first(v: Vec<Option<Tensor>>) -> Tensor {
@@ -123,40 +125,19 @@ fn gradients_with_respect_to_non_leaves() {
     tc.check().unwrap();
 }
 
-struct RawSquare;
-impl CustomOp for RawSquare {
-    fn name(&self) -> &'static str {
-        "raw_square"
-    }
-    fn forward(&self, ctx: &ExecContext, x: &[&RawTensor]) -> Result<RawTensor> {
-        Ok(ctx.unary(x[0], fucina_core::kernels::elementwise::UnaryOp::Square)?)
-    }
-    fn backward(
-        &self,
-        ctx: &ExecContext,
-        x: &[&RawTensor],
-        _y: &RawTensor,
-        gy: &RawTensor,
-        _needs: &[bool],
-    ) -> Result<Vec<Option<RawTensor>>> {
-        Ok(vec![Some(ctx.unary_backward(
-            x[0],
-            gy,
-            fucina_core::kernels::elementwise::UnaryOp::Square,
-        )?)])
-    }
-}
-
 #[test]
 fn ops_without_a_differentiable_backward_refuse_by_name() {
     let tc = TestCtx::new().unwrap();
     let ctx = tc.ctx();
     let x = Tensor::variable(ctx, &[0.3f64, -0.2], &[2]).unwrap();
     let cg = GradOpts::create_graph();
-    let y1 = custom_op(Arc::new(RawSquare), &[&x])
-        .unwrap()
-        .sum_all()
-        .unwrap();
+    use fucina_core::kernels::elementwise::UnaryOp::Square;
+    let raw_square = fn_op(
+        "raw_square",
+        |ctx, x| Ok(ctx.unary(x[0], Square)?),
+        |ctx, x, _y, gy, _needs| Ok(vec![Some(ctx.unary_backward(x[0], gy, Square)?)]),
+    );
+    let y1 = custom_op(raw_square, &[&x]).unwrap().sum_all().unwrap();
     assert!(matches!(
         grad_with(&y1, &[&x], &cg),
         Err(Error::NoDoubleBackward { op: "raw_square" })

@@ -1,56 +1,14 @@
 //! Custom ops and gradcheck: a correct op passes, a wrong backward fails with
 //! the input and element named.
 
-use std::sync::Arc;
+mod common;
 
+use common::{a_sin_b, fn_op, Fault};
 use fucina_autograd::testing::TestCtx;
-use fucina_autograd::{custom_op, gradcheck, CustomOp, Error, GradcheckOpts, Result, Tensor};
-use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
-use fucina_core::{ExecContext, RawTensor};
-
-/// f(a, b) = a · sin(b), elementwise. df/da = sin(b), df/db = a · cos(b).
-struct ASinB {
-    wrong: bool,
-}
-
-impl CustomOp for ASinB {
-    fn name(&self) -> &'static str {
-        "a_sin_b"
-    }
-    fn forward(&self, ctx: &ExecContext, x: &[&RawTensor]) -> Result<RawTensor> {
-        let s = ctx.unary(x[1], UnaryOp::Sin)?;
-        Ok(ctx.binary(x[0], &s, BinaryOp::Mul)?)
-    }
-    fn backward(
-        &self,
-        ctx: &ExecContext,
-        x: &[&RawTensor],
-        _y: &RawTensor,
-        gy: &RawTensor,
-        needs: &[bool],
-    ) -> Result<Vec<Option<RawTensor>>> {
-        let ga = if needs[0] {
-            Some(ctx.binary(gy, &ctx.unary(x[1], UnaryOp::Sin)?, BinaryOp::Mul)?)
-        } else {
-            None
-        };
-        let gb = if needs[1] {
-            // The deliberate bug: sin instead of cos.
-            let d = ctx.unary(
-                x[1],
-                if self.wrong {
-                    UnaryOp::Sin
-                } else {
-                    UnaryOp::Cos
-                },
-            )?;
-            Some(ctx.binary(&ctx.binary(gy, x[0], BinaryOp::Mul)?, &d, BinaryOp::Mul)?)
-        } else {
-            None
-        };
-        Ok(vec![ga, gb])
-    }
-}
+use fucina_autograd::{
+    custom_op, gradcheck, Error, GradcheckOpts, GradcheckReport, Result, Tensor,
+};
+use fucina_core::ExecContext;
 
 fn inputs(ctx: &ExecContext) -> Vec<Tensor> {
     vec![
@@ -59,17 +17,25 @@ fn inputs(ctx: &ExecContext) -> Vec<Tensor> {
     ]
 }
 
+/// The f64 gradcheck of `then(a_sin_b(x₀, x₁))` at `xs`, `fault` in its backward.
+fn check_a_sin_b(
+    xs: &[Tensor],
+    fault: Fault,
+    then: fn(Tensor) -> Result<Tensor>,
+) -> Result<GradcheckReport> {
+    let op = a_sin_b(fault);
+    gradcheck(
+        |x| then(custom_op(op.clone(), &[&x[0], &x[1]])?),
+        xs,
+        &GradcheckOpts::f64(),
+    )
+}
+
 #[test]
 fn a_correct_custom_op_passes_gradcheck() {
     let ctx = TestCtx::with_threads(1).unwrap();
     let xs = inputs(&ctx);
-    let op: Arc<dyn CustomOp> = Arc::new(ASinB { wrong: false });
-    let report = gradcheck(
-        |x| custom_op(op.clone(), &[&x[0], &x[1]])?.tanh(),
-        &xs,
-        &GradcheckOpts::f64(),
-    )
-    .unwrap();
+    let report = check_a_sin_b(&xs, Fault::None, |y| y.tanh()).unwrap();
     assert_eq!(report.checked, 12);
     assert!(report.max_abs_err < 1e-8, "{report:?}");
     // gradcheck leaves no gradient behind in training state.
@@ -81,13 +47,8 @@ fn a_correct_custom_op_passes_gradcheck() {
 fn a_wrong_custom_backward_fails_naming_input_and_index() {
     let ctx = TestCtx::with_threads(1).unwrap();
     let xs = inputs(&ctx);
-    let op: Arc<dyn CustomOp> = Arc::new(ASinB { wrong: true });
-    let err = gradcheck(
-        |x| custom_op(op.clone(), &[&x[0], &x[1]]),
-        &xs,
-        &GradcheckOpts::f64(),
-    )
-    .unwrap_err();
+    // The deliberate bug: sin instead of cos in b's gradient.
+    let err = check_a_sin_b(&xs, Fault::SinForCos, Ok).unwrap_err();
     match &err {
         Error::GradcheckFailed {
             input,
@@ -193,28 +154,17 @@ fn a_passing_report_names_the_worst_element_as_a_multi_index() {
 
 #[test]
 fn a_custom_backward_with_a_wrong_shape_is_an_error() {
-    struct BadShape;
-    impl CustomOp for BadShape {
-        fn name(&self) -> &'static str {
-            "bad_shape"
-        }
-        fn forward(&self, ctx: &ExecContext, x: &[&RawTensor]) -> Result<RawTensor> {
-            Ok(ctx.copy(x[0])?)
-        }
-        fn backward(
-            &self,
-            ctx: &ExecContext,
-            _x: &[&RawTensor],
-            _y: &RawTensor,
-            _gy: &RawTensor,
-            _n: &[bool],
-        ) -> Result<Vec<Option<RawTensor>>> {
-            Ok(vec![Some(ctx.zeros(fucina_core::DType::F64, &[7])?)])
-        }
-    }
     let ctx = TestCtx::with_threads(1).unwrap();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
-    let y = custom_op(Arc::new(BadShape), &[&x]).unwrap();
+    let y = custom_op(
+        fn_op(
+            "bad_shape",
+            |ctx, x| Ok(ctx.copy(x[0])?),
+            |ctx, _x, _y, _gy, _needs| Ok(vec![Some(ctx.zeros(fucina_core::DType::F64, &[7])?)]),
+        ),
+        &[&x],
+    )
+    .unwrap();
     assert!(matches!(
         y.sum_all().unwrap().backward(),
         Err(Error::GradientShapeMismatch { .. })

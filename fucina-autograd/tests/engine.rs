@@ -1,34 +1,31 @@
 //! The backward engine: accumulation, diamonds, re-runs, seeds, no-grad.
 
+mod common;
+
+use common::ctx;
 use fucina_autograd::testing::TestCtx;
-use fucina_autograd::{live_nodes, no_grad, CrossEntropyOpts, Error, Tensor};
+use fucina_autograd::{live_nodes, no_grad, CrossEntropyOpts, Error, Result, Tensor};
 use fucina_core::DType;
 
-fn ctx() -> TestCtx {
-    TestCtx::with_threads(1).unwrap()
+/// The gradient of `sum(f(x))` at the f64 vector `x`.
+fn grad_of_sum(ctx: &TestCtx, x: &[f64], f: impl Fn(&Tensor) -> Result<Tensor>) -> Vec<f64> {
+    let x = Tensor::variable(ctx, x, &[x.len()]).unwrap();
+    f(&x).unwrap().sum_all().unwrap().backward().unwrap();
+    x.grad().unwrap().to_vec::<f64>().unwrap()
 }
 
 #[test]
 fn a_plus_a_accumulates_both_paths() {
     let ctx = ctx();
-    let a = Tensor::variable(&ctx, &[1.0f64, -2.0, 3.0], &[3]).unwrap();
-    a.add(&a).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!(
-        a.grad().unwrap().to_vec::<f64>().unwrap(),
-        vec![2.0, 2.0, 2.0]
-    );
-    drop(a);
+    let g = grad_of_sum(&ctx, &[1.0, -2.0, 3.0], |a| a.add(a));
+    assert_eq!(g, vec![2.0, 2.0, 2.0]);
 }
 
 #[test]
 fn x_times_x_is_two_x() {
     let ctx = ctx();
-    let x = Tensor::variable(&ctx, &[1.5f64, -2.0, 0.0], &[3]).unwrap();
-    x.mul(&x).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!(
-        x.grad().unwrap().to_vec::<f64>().unwrap(),
-        vec![3.0, -4.0, 0.0]
-    );
+    let g = grad_of_sum(&ctx, &[1.5, -2.0, 0.0], |x| x.mul(x));
+    assert_eq!(g, vec![3.0, -4.0, 0.0]);
 }
 
 #[test]
@@ -68,23 +65,14 @@ fn broadcast_gradients_are_reduced_by_the_engine() {
 fn gradients_accumulate_over_two_backward_calls_until_zero_grad() {
     let ctx = ctx();
     let x = Tensor::variable(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
+    let backward_of_3x = || x.mul_scalar(3.0)?.sum_all()?.backward();
     for _ in 0..2 {
-        x.mul_scalar(3.0)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
+        backward_of_3x().unwrap();
     }
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![6.0, 6.0]);
     x.zero_grad();
     assert!(x.grad().is_none());
-    x.mul_scalar(3.0)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
-        .unwrap();
+    backward_of_3x().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0, 3.0]);
 }
 

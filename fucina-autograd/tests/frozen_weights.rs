@@ -4,26 +4,17 @@
 //! embedding lookup of a frozen bf16 table into f32 rows. Every context ends with no buffer
 //! outstanding and no graph node alive.
 
+mod common;
+
+use common::{bits, uniform_f32};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
 use fucina_core::rng::SplitMix64;
 use fucina_core::DType;
 
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
-}
-
 /// A frozen `[n, k]` weight as bf16 and as the same values in f32 (both `requires_grad` off).
 fn weights(ctx: &TestCtx, rng: &mut SplitMix64, n: usize, k: usize) -> (Tensor, Tensor) {
-    let v: Vec<f32> = rng
-        .vec_uniform(n * k, -1.0, 1.0)
-        .into_iter()
-        .map(|x| x as f32)
-        .collect();
+    let v = uniform_f32(rng, n * k, -1.0, 1.0);
     let w32 = ctx.from_slice(&v, &[n, k]).unwrap();
     let w16 = ctx.to_dtype(&w32, DType::BF16).unwrap();
     let wide = ctx.to_dtype(&w16, DType::F32).unwrap();
@@ -41,11 +32,7 @@ fn frozen_bf16_linear_and_matmul_match_the_widened_weight() {
         let ctx = TestCtx::with_threads(threads).unwrap();
         let mut rng = SplitMix64::new(3);
         let (b, t, k, n) = (2, 9, 70, 33);
-        let xv: Vec<f32> = rng
-            .vec_uniform(b * t * k, -1.0, 1.0)
-            .into_iter()
-            .map(|x| x as f32)
-            .collect();
+        let xv = uniform_f32(&mut rng, b * t * k, -1.0, 1.0);
         let (w16, w32) = weights(&ctx, &mut rng, n, k);
         let bias_v: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 2.0).collect();
         let run = |w: &Tensor| {

@@ -5,31 +5,16 @@
 //! must fail both checks, naming input 1 (b, where the fault is), and the
 //! fault-free op must pass both.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{a_sin_b, Fault};
 use fucina_autograd::gradcheck::unravel;
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{
     custom_op, gradcheck, CustomOp, Error, GradcheckOpts, GradcheckReport, Result, Tensor,
 };
-use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
-use fucina_core::{ExecContext, RawTensor};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Fault {
-    None,
-    /// db = −(true db).
-    SignFlip,
-    /// db = 1.005 · (true db).
-    Scale,
-    /// db is right except at the middle element, which is off by 0.5.
-    OneElement,
-    /// b's gradient is all zeros (a custom op may not return none for an
-    /// input that needs one: the engine refuses it, see custom.rs).
-    Zero,
-    /// The forward multiplies by a detached copy of b: one path is cut.
-    Detach,
-}
 
 const FAULTS: [Fault; 5] = [
     Fault::SignFlip,
@@ -39,59 +24,12 @@ const FAULTS: [Fault; 5] = [
     Fault::Detach,
 ];
 
-struct ASinB {
-    fault: Fault,
-}
-
-impl CustomOp for ASinB {
-    fn name(&self) -> &'static str {
-        "a_sin_b_faulty"
-    }
-    fn forward(&self, ctx: &ExecContext, x: &[&RawTensor]) -> Result<RawTensor> {
-        let s = ctx.unary(x[1], UnaryOp::Sin)?;
-        Ok(ctx.binary(x[0], &s, BinaryOp::Mul)?)
-    }
-    fn backward(
-        &self,
-        ctx: &ExecContext,
-        x: &[&RawTensor],
-        _y: &RawTensor,
-        gy: &RawTensor,
-        needs: &[bool],
-    ) -> Result<Vec<Option<RawTensor>>> {
-        let ga = if needs[0] {
-            Some(ctx.binary(gy, &ctx.unary(x[1], UnaryOp::Sin)?, BinaryOp::Mul)?)
-        } else {
-            None
-        };
-        let gb = if needs[1] {
-            let cos = ctx.unary(x[1], UnaryOp::Cos)?;
-            let g = ctx.binary(&ctx.binary(gy, x[0], BinaryOp::Mul)?, &cos, BinaryOp::Mul)?;
-            Some(match self.fault {
-                Fault::SignFlip => ctx.unary(&g, UnaryOp::MulScalar(-1.0))?,
-                Fault::Scale => ctx.unary(&g, UnaryOp::MulScalar(1.005))?,
-                Fault::Zero => ctx.zeros(g.dtype(), g.shape())?,
-                Fault::OneElement => {
-                    let mut v = g.to_vec::<f64>()?;
-                    let k = v.len() / 2;
-                    v[k] += 0.5;
-                    ctx.from_slice(&v, g.shape())?
-                }
-                _ => g,
-            })
-        } else {
-            None
-        };
-        Ok(vec![ga, gb])
-    }
-}
-
 fn values(n: usize, seed: u64) -> Vec<f64> {
     let mut g = fucina_core::rng::SplitMix64::new(seed);
     g.vec_uniform(n, -1.5, 1.5)
 }
 
-/// Runs the check on a [`ASinB`] with `fault`, inputs of `shape`.
+/// Runs the check on an `a_sin_b` with `fault`, inputs of `shape`.
 fn check(fault: Fault, shape: &[usize], opts: &GradcheckOpts) -> Result<GradcheckReport> {
     let ctx = TestCtx::with_threads(1).unwrap();
     let n: usize = shape.iter().product();
@@ -99,7 +37,7 @@ fn check(fault: Fault, shape: &[usize], opts: &GradcheckOpts) -> Result<Gradchec
         Tensor::variable(&ctx, &values(n, 1), shape)?,
         Tensor::variable(&ctx, &values(n, 2), shape)?,
     ];
-    let op: Arc<dyn CustomOp> = Arc::new(ASinB { fault });
+    let op: Arc<dyn CustomOp> = a_sin_b(fault);
     let r = gradcheck(
         |x| {
             let y = custom_op(op.clone(), &[&x[0], &x[1]])?;

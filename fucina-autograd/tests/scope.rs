@@ -1,12 +1,10 @@
 //! Exec scopes: adoption, release at close, nesting, failure mid-forward.
 
-use fucina_autograd::testing::TestCtx;
+mod common;
+
+use common::ctx;
 use fucina_autograd::{scope_depth, Error, ScopeExt, Tensor};
 use fucina_core::ExecContext;
-
-fn ctx() -> TestCtx {
-    TestCtx::with_threads(1).unwrap()
-}
 
 fn chain(ctx: &ExecContext) -> (Tensor, usize) {
     let mut x = Tensor::constant(ctx, &vec![0.5f32; 4096], &[64, 64]).unwrap();
@@ -87,10 +85,7 @@ fn nested_scope_releases_only_its_suffix() {
 fn using_a_tensor_after_its_scope_closed_is_an_error() {
     let ctx = ctx();
     let x = Tensor::constant(&ctx, &[1.0f64, 2.0], &[2]).unwrap();
-    let y = {
-        let _s = ctx.scope();
-        x.exp().unwrap()
-    };
+    let y = common::released(&ctx, || x.exp());
     assert!(matches!(y.to_vec::<f64>(), Err(Error::TensorReleased)));
     assert!(matches!(y.tanh(), Err(Error::TensorReleased)));
     assert_eq!(y.shape(), &[2]); // metadata survives

@@ -147,119 +147,117 @@ fn goldens() -> Vec<u8> {
         .expect("tests/goldens/second_order.safetensors (run tools/gen_second_order_goldens.py)")
 }
 
-#[test]
-fn hvp_of_every_op_family_matches_torch() {
+/// Runs `f` on the goldens with a fresh context, then checks the context (no
+/// buffer outstanding, no graph node alive) once `f`'s tensors are dropped.
+fn with_goldens(f: impl FnOnce(&ExecContext, &SafeTensors)) {
     let bytes = goldens();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let tc = TestCtx::new().unwrap();
-    let ctx = tc.ctx();
-    let k = Consts {
-        ids: load(ctx, &st, "const/ids").unwrap(),
-        targets: load(ctx, &st, "const/targets").unwrap(),
-        rope: [
-            load(ctx, &st, "const/rope_cos").unwrap(),
-            load(ctx, &st, "const/rope_sin").unwrap(),
-            load(ctx, &st, "const/rope_pos").unwrap(),
-        ],
-    };
-    let mut failures = Vec::new();
-    for name in FAMILIES {
-        let key = |s: &str| format!("hvp/{name}/{s}");
-        let n = (0..)
-            .take_while(|i| st.tensor(&key(&format!("in{i}"))).is_ok())
-            .count();
-        assert!(n > 0, "{name}: no golden");
-        let ins: Vec<Tensor> = (0..n)
-            .map(|i| load(ctx, &st, &key(&format!("in{i}"))).unwrap())
-            .collect();
-        let vs: Vec<Tensor> = (0..n)
-            .map(|i| load(ctx, &st, &key(&format!("v{i}"))).unwrap())
-            .collect();
-        let c = load(ctx, &st, &key("c")).unwrap();
-        let (_, hv) =
-            functional::hvp(|x| family(name, x, &k)?.mul(&c)?.sum_all(), &ins, &vs).unwrap();
-        for (i, h) in hv.iter().enumerate() {
-            let want = load(ctx, &st, &key(&format!("hvp{i}"))).unwrap();
-            let e = rel_err(h, &want);
-            if e > 1e-10 {
-                failures.push(format!("{name} input {i}: rel err {e:e}"));
+    f(tc.ctx(), &st);
+    tc.check().unwrap();
+}
+
+#[test]
+fn hvp_of_every_op_family_matches_torch() {
+    with_goldens(|ctx, st| {
+        let k = Consts {
+            ids: load(ctx, st, "const/ids").unwrap(),
+            targets: load(ctx, st, "const/targets").unwrap(),
+            rope: [
+                load(ctx, st, "const/rope_cos").unwrap(),
+                load(ctx, st, "const/rope_sin").unwrap(),
+                load(ctx, st, "const/rope_pos").unwrap(),
+            ],
+        };
+        let mut failures = Vec::new();
+        for name in FAMILIES {
+            let key = |s: &str| format!("hvp/{name}/{s}");
+            let n = (0..)
+                .take_while(|i| st.tensor(&key(&format!("in{i}"))).is_ok())
+                .count();
+            assert!(n > 0, "{name}: no golden");
+            let ins: Vec<Tensor> = (0..n)
+                .map(|i| load(ctx, st, &key(&format!("in{i}"))).unwrap())
+                .collect();
+            let vs: Vec<Tensor> = (0..n)
+                .map(|i| load(ctx, st, &key(&format!("v{i}"))).unwrap())
+                .collect();
+            let c = load(ctx, st, &key("c")).unwrap();
+            let (_, hv) =
+                functional::hvp(|x| family(name, x, &k)?.mul(&c)?.sum_all(), &ins, &vs).unwrap();
+            for (i, h) in hv.iter().enumerate() {
+                let want = load(ctx, st, &key(&format!("hvp{i}"))).unwrap();
+                let e = rel_err(h, &want);
+                if e > 1e-10 {
+                    failures.push(format!("{name} input {i}: rel err {e:e}"));
+                }
             }
         }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    drop(k);
-    tc.check().unwrap();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    });
 }
 
 #[test]
 fn mlp_hvp_matches_torch() {
-    let bytes = goldens();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let tc = TestCtx::new().unwrap();
-    let ctx = tc.ctx();
-    let x = load(ctx, &st, "mlp/x").unwrap();
-    let y = load(ctx, &st, "mlp/y").unwrap();
-    let ps: Vec<Tensor> = (0..4)
-        .map(|i| load(ctx, &st, &format!("mlp/p{i}")).unwrap())
-        .collect();
-    let vs: Vec<Tensor> = (0..4)
-        .map(|i| load(ctx, &st, &format!("mlp/v{i}")).unwrap())
-        .collect();
-    let loss = |p: &[Tensor]| {
-        let h = x.linear(&p[0], Some(&p[1]))?.tanh()?;
-        h.linear(&p[2], Some(&p[3]))?.sub(&y)?.square()?.mean_all()
-    };
-    let (_, hv) = functional::hvp(loss, &ps, &vs).unwrap();
-    let (_, vh) = functional::vhp(loss, &ps, &vs).unwrap();
-    for i in 0..4 {
-        let want = load(ctx, &st, &format!("mlp/hvp{i}")).unwrap();
-        assert!(
-            rel_err(&hv[i], &want) <= 1e-10,
-            "hvp param {i}: {:e}",
-            rel_err(&hv[i], &want)
-        );
-        // The Hessian is symmetric: vᵀH = (Hv)ᵀ.
-        assert!(
-            rel_err(&vh[i], &want) <= 1e-10,
-            "vhp param {i}: {:e}",
-            rel_err(&vh[i], &want)
-        );
-    }
-    drop((hv, vh, ps, vs, x, y));
-    tc.check().unwrap();
+    with_goldens(|ctx, st| {
+        let x = load(ctx, st, "mlp/x").unwrap();
+        let y = load(ctx, st, "mlp/y").unwrap();
+        let ps: Vec<Tensor> = (0..4)
+            .map(|i| load(ctx, st, &format!("mlp/p{i}")).unwrap())
+            .collect();
+        let vs: Vec<Tensor> = (0..4)
+            .map(|i| load(ctx, st, &format!("mlp/v{i}")).unwrap())
+            .collect();
+        let loss = |p: &[Tensor]| {
+            let h = x.linear(&p[0], Some(&p[1]))?.tanh()?;
+            h.linear(&p[2], Some(&p[3]))?.sub(&y)?.square()?.mean_all()
+        };
+        let (_, hv) = functional::hvp(loss, &ps, &vs).unwrap();
+        let (_, vh) = functional::vhp(loss, &ps, &vs).unwrap();
+        for i in 0..4 {
+            let want = load(ctx, st, &format!("mlp/hvp{i}")).unwrap();
+            assert!(
+                rel_err(&hv[i], &want) <= 1e-10,
+                "hvp param {i}: {:e}",
+                rel_err(&hv[i], &want)
+            );
+            // The Hessian is symmetric: vᵀH = (Hv)ᵀ.
+            assert!(
+                rel_err(&vh[i], &want) <= 1e-10,
+                "vhp param {i}: {:e}",
+                rel_err(&vh[i], &want)
+            );
+        }
+    });
 }
 
 #[test]
 fn jacobian_and_hessian_match_torch() {
-    let bytes = goldens();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let tc = TestCtx::new().unwrap();
-    let ctx = tc.ctx();
-    let x = load(ctx, &st, "jac/x").unwrap();
-    let j = functional::jacobian(|x| x[0].tanh()?.mul(&x[0].sum_all()?), &[x]).unwrap();
-    let want_j = load(ctx, &st, "jac/out").unwrap();
-    assert!(
-        rel_err(&j[0], &want_j) <= 1e-10,
-        "jacobian: {:e}",
-        rel_err(&j[0], &want_j)
-    );
-    let x = load(ctx, &st, "hess/x").unwrap();
-    let h = functional::hessian(
-        |x| {
-            x[0].sin()?
-                .mul(&x[0].square()?)?
-                .sum_all()?
-                .add(&x[0].sum_all()?.square()?)
-        },
-        &[x],
-    )
-    .unwrap();
-    let want = load(ctx, &st, "hess/out").unwrap();
-    assert!(
-        rel_err(&h[0], &want) <= 1e-10,
-        "hessian: {:e}",
-        rel_err(&h[0], &want)
-    );
-    drop((j, h, want, want_j));
-    tc.check().unwrap();
+    with_goldens(|ctx, st| {
+        let x = load(ctx, st, "jac/x").unwrap();
+        let j = functional::jacobian(|x| x[0].tanh()?.mul(&x[0].sum_all()?), &[x]).unwrap();
+        let want_j = load(ctx, st, "jac/out").unwrap();
+        assert!(
+            rel_err(&j[0], &want_j) <= 1e-10,
+            "jacobian: {:e}",
+            rel_err(&j[0], &want_j)
+        );
+        let x = load(ctx, st, "hess/x").unwrap();
+        let h = functional::hessian(
+            |x| {
+                x[0].sin()?
+                    .mul(&x[0].square()?)?
+                    .sum_all()?
+                    .add(&x[0].sum_all()?.square()?)
+            },
+            &[x],
+        )
+        .unwrap();
+        let want = load(ctx, st, "hess/out").unwrap();
+        assert!(
+            rel_err(&h[0], &want) <= 1e-10,
+            "hessian: {:e}",
+            rel_err(&h[0], &want)
+        );
+    });
 }

@@ -4,6 +4,8 @@
 //! the model's bits are unchanged afterwards; non-strict loads report the
 //! same lists; f16/bf16 widen into f32/f64; prefix rules rewrite keys.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use fucina_autograd::io::{
@@ -60,24 +62,7 @@ fn model(ctx: &ExecContext, seed: u64) -> Vec<(String, Tensor)> {
 /// Every tensor's bits, widened to u64.
 fn bits(ps: &[(String, Tensor)]) -> Vec<(String, Vec<u64>)> {
     ps.iter()
-        .map(|(n, t)| {
-            let v = match t.dtype() {
-                DType::F32 => t
-                    .to_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits() as u64)
-                    .collect(),
-                DType::F64 => t
-                    .to_vec::<f64>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect(),
-                d => panic!("dtype {d} not used here"),
-            };
-            (n.clone(), v)
-        })
+        .map(|(n, t)| (n.clone(), common::bits(t)))
         .collect()
 }
 

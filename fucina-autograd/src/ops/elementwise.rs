@@ -225,12 +225,16 @@ impl Tensor {
 
     /// Inverted dropout with a counter-based mask: a pure function of
     /// `(seed, element index)`, regenerated in backward and never stored.
+    ///
+    /// A linear map: gx = gy · mask / (1 − p), the same mask again, whose own
+    /// backward is the dropout again.
     pub fn dropout(&self, p: f64, seed: u64) -> Result<Tensor> {
-        let ctx = self.ctx();
-        let y = ctx.dropout(&self.value()?, p, seed)?;
-        Ok(record(ctx, "dropout", y, &[self], |_| {
-            Box::new(DropoutBackward { p, seed })
-        }))
+        crate::ops::linear_map::linear_map(
+            "dropout",
+            self,
+            std::sync::Arc::new(move |ctx, x| ctx.dropout(x, p, seed)),
+            std::sync::Arc::new(move |ctx, g| ctx.dropout_backward(g, p, seed)),
+        )
     }
 }
 
@@ -293,40 +297,6 @@ impl Backward for MaskedFillBackward {
     ) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(
             gy.masked_fill(&saved.constant(&self.mask), 0.0)?
-        )])
-    }
-}
-
-/// gx = gy · mask / (1 − p), the mask regenerated from (seed, index).
-struct DropoutBackward {
-    p: f64,
-    seed: u64,
-}
-
-impl Backward for DropoutBackward {
-    fn name(&self) -> &'static str {
-        "dropout"
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(
-            ctx.dropout_backward(gy, self.p, self.seed)?
-        )])
-    }
-    /// The same mask again: gx = dropout(gy), linear in gy.
-    fn backward_graph(
-        &self,
-        _saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let (p, seed) = (self.p, self.seed);
-        Ok(smallvec::smallvec![Some(
-            crate::ops::linear_map::linear_map(
-                "dropout",
-                gy,
-                std::sync::Arc::new(move |ctx, g| ctx.dropout_backward(g, p, seed)),
-                std::sync::Arc::new(move |ctx, g| ctx.dropout_backward(g, p, seed)),
-            )?
         )])
     }
 }

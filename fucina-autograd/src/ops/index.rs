@@ -81,6 +81,14 @@ impl IndexRead {
         }
     }
 
+    /// The index argument, as errors name it.
+    fn index_arg(self) -> &'static str {
+        match self {
+            IndexRead::IndexSelect => "index_select (index)",
+            IndexRead::Gather => "gather (index)",
+        }
+    }
+
     /// gx from gy: the read's transpose (a zero tensor of x's shape with gy added in).
     fn scatter(
         self,
@@ -245,33 +253,26 @@ impl Tensor {
 
     /// Entries of `axis` picked by a 1-D integer index.
     pub fn index_select(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
-        check_index("index_select (index)", idx)?;
-        let a = axis_of("index_select", self, axis)?;
-        let ctx = self.ctx();
-        let ir = idx.raw()?;
-        let y = ctx.index_select(&self.value()?, a, &ir)?;
-        let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, "index_select", y, &[self, idx], |_| {
-            Box::new(IndexReadBackward {
-                read: IndexRead::IndexSelect,
-                in_shape,
-                axis: a,
-                idx: ir,
-            })
-        }))
+        self.index_read(IndexRead::IndexSelect, axis, idx)
     }
 
     /// torch.gather / take_along_axis: `out[.., j, ..] = x[.., idx[.., j, ..], ..]`.
     pub fn gather(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
-        check_index("gather (index)", idx)?;
-        let a = axis_of("gather", self, axis)?;
+        self.index_read(IndexRead::Gather, axis, idx)
+    }
+
+    /// [`Tensor::index_select`] or [`Tensor::gather`]: the read, recorded
+    /// with its scatter as the backward.
+    fn index_read(&self, read: IndexRead, axis: isize, idx: &Tensor) -> Result<Tensor> {
+        check_index(read.index_arg(), idx)?;
+        let a = axis_of(read.name(), self, axis)?;
         let ctx = self.ctx();
         let ir = idx.raw()?;
-        let y = ctx.gather(&self.value()?, a, &ir)?;
+        let y = read.read(ctx, &self.value()?, a, &ir)?;
         let in_shape: Dims = smallvec::SmallVec::from_slice(self.shape());
-        Ok(record(ctx, "gather", y, &[self, idx], |_| {
+        Ok(record(ctx, read.name(), y, &[self, idx], |_| {
             Box::new(IndexReadBackward {
-                read: IndexRead::Gather,
+                read,
                 in_shape,
                 axis: a,
                 idx: ir,

@@ -223,36 +223,6 @@ impl Backward for ExtremumBackward {
     }
 }
 
-/// cumsum: gx = reverse cumulative sum of gy along the axis.
-struct CumsumBackward {
-    axis: usize,
-}
-
-impl Backward for CumsumBackward {
-    fn name(&self) -> &'static str {
-        "cumsum"
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        Ok(smallvec::smallvec![Some(
-            ctx.cumsum_reverse(gy, self.axis)?
-        )])
-    }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let axis = self.axis;
-        Ok(smallvec::smallvec![Some(linear_map(
-            "cumsum",
-            gy,
-            std::sync::Arc::new(move |ctx, g| ctx.cumsum_reverse(g, axis)),
-            std::sync::Arc::new(move |ctx, g| ctx.cumsum(g, axis)),
-        )?)])
-    }
-}
-
 /// ‖x‖₂ over axes: gx = gy · x / ‖x‖ (0 where ‖x‖ = 0, as PyTorch).
 struct NormBackward {
     x: RawTensor,
@@ -401,13 +371,17 @@ impl Tensor {
     }
 
     /// Cumulative sum along `axis`.
+    ///
+    /// A linear map: gx = the reverse cumulative sum of gy along the axis,
+    /// whose own backward is the cumsum again.
     pub fn cumsum(&self, axis: isize) -> Result<Tensor> {
         let a = crate::ops::axis_of("cumsum", self, axis)?;
-        let ctx = self.ctx();
-        let y = ctx.cumsum(&self.value()?, a)?;
-        Ok(record(ctx, "cumsum", y, &[self], |_| {
-            Box::new(CumsumBackward { axis: a })
-        }))
+        linear_map(
+            "cumsum",
+            self,
+            std::sync::Arc::new(move |ctx, x| ctx.cumsum(x, a)),
+            std::sync::Arc::new(move |ctx, g| ctx.cumsum_reverse(g, a)),
+        )
     }
 
     /// log Σ exp(x) along `axis`, computed stably.

@@ -39,8 +39,8 @@ use std::sync::Arc;
 
 use fucina_core::{ExecContext, RawTensor};
 
-use crate::error::{Error, Result};
-use crate::tape::graph::{next_seq, EdgeTarget, Node, Op, Recompute};
+use crate::error::{check_grad_fits, Error, Result};
+use crate::tape::graph::{next_seq, take_grad, EdgeTarget, Node, Op, Recompute};
 use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// Adds `g` into `slot` (first contribution is stored as is; later ones in place when possible).
@@ -112,14 +112,12 @@ fn reduce_to(
 fn seed_for(root: &Tensor, seed: Option<RawTensor>) -> Result<RawTensor> {
     match seed {
         Some(s) => {
-            if s.shape() != root.shape() || s.dtype() != root.dtype() {
-                return Err(Error::GradientShapeMismatch {
-                    op: "backward seed",
-                    input: 0,
-                    expected: root.shape().to_vec(),
-                    got: s.shape().to_vec(),
-                });
-            }
+            check_grad_fits(
+                "backward seed",
+                0,
+                (root.shape(), root.dtype()),
+                (s.shape(), s.dtype()),
+            )?;
             Ok(s)
         }
         None if root.numel() == 1 => Ok(root.ctx().ones(root.dtype(), root.shape())?),
@@ -430,13 +428,7 @@ impl Walk {
         }
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
-            let g = grads
-                .get_mut(i)
-                .and_then(|g| g.take())
-                .ok_or(Error::MissingGradient {
-                    op: node.name,
-                    input: i,
-                })?;
+            let g = take_grad(&mut grads, node.name, i)?;
             let g = reduce_to(&self.ctx, g, &edge.shape, node.name, i)?;
             if let Some(target) = self.resolve(&edge.target, splice)? {
                 self.deliver(target, g)?;

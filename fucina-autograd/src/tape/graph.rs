@@ -44,6 +44,16 @@ pub type Grads = SmallVec<[Option<RawTensor>; 3]>;
 /// `create_graph`), one slot per input.
 pub type TensorGrads = SmallVec<[Option<Tensor>; 3]>;
 
+/// Takes input `i`'s gradient out of the `grads` node `op`'s backward
+/// returned (either form); none for an input with an edge is
+/// [`crate::Error::MissingGradient`].
+pub(crate) fn take_grad<G>(grads: &mut [Option<G>], op: &'static str, i: usize) -> Result<G> {
+    grads
+        .get_mut(i)
+        .and_then(|g| g.take())
+        .ok_or(crate::Error::MissingGradient { op, input: i })
+}
+
 /// The one backward trait: given the upstream gradient and a `needs` mask
 /// (one flag per input), return the input gradients. A gradient may have the
 /// broadcast output shape; the engine reduces it to the input's shape.

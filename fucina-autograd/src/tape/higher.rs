@@ -21,10 +21,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{check_grad_fits, Error, Result};
 use crate::grad_mode::enable_grad;
 use crate::tape::engine::collect;
-use crate::tape::graph::{EdgeTarget, Node, Op, SavedTensors};
+use crate::tape::graph::{take_grad, EdgeTarget, Node, Op, SavedTensors};
 use crate::tape::tensor::{lock, Tensor, TensorInner};
 
 /// What the walk computes gradients for.
@@ -84,14 +84,12 @@ pub(crate) fn walk(
     if root.is_released() {
         return Err(Error::TensorReleased);
     }
-    if seed.shape() != root.shape() || seed.dtype() != root.dtype() {
-        return Err(Error::GradientShapeMismatch {
-            op: "backward seed",
-            input: 0,
-            expected: root.shape().to_vec(),
-            got: seed.shape().to_vec(),
-        });
-    }
+    check_grad_fits(
+        "backward seed",
+        0,
+        (root.shape(), root.dtype()),
+        (seed.shape(), seed.dtype()),
+    )?;
     let _grad_on = enable_grad();
     let capture: &[&Tensor] = match &targets {
         Targets::Capture(c) => c,
@@ -174,13 +172,7 @@ pub(crate) fn walk(
         let mut grads = grads;
         for (i, edge) in node.edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
-            let g = grads
-                .get_mut(i)
-                .and_then(|g| g.take())
-                .ok_or(Error::MissingGradient {
-                    op: node.name,
-                    input: i,
-                })?;
+            let g = take_grad(&mut grads, node.name, i)?;
             let g = reduce_to(g, &edge.shape, node.name, i)?;
             match &edge.target {
                 EdgeTarget::Node(p) => {

@@ -456,14 +456,12 @@ impl Tensor {
     /// [`Error::TensorReleased`] once the scope released the tensor.
     pub fn set_grad(&self, grad: Option<RawTensor>) -> Result<()> {
         if let Some(g) = &grad {
-            if g.shape() != self.shape() || g.dtype() != self.dtype() {
-                return Err(Error::GradientShapeMismatch {
-                    op: "set_grad",
-                    input: 0,
-                    expected: self.shape().to_vec(),
-                    got: g.shape().to_vec(),
-                });
-            }
+            crate::error::check_grad_fits(
+                "set_grad",
+                0,
+                (self.shape(), self.dtype()),
+                (g.shape(), g.dtype()),
+            )?;
         }
         if self.0.is_released() {
             return Err(Error::TensorReleased);

@@ -117,6 +117,11 @@ impl Tensor {
     }
 }
 
+/// The fucina side of an attention row: `x` = [q, k, v], the given mask and options.
+fn sdpa(x: &[Tensor], mask: Option<&Tensor>, causal: bool, scale: Option<f64>) -> Result<Tensor> {
+    Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], mask, AttentionOpts { causal, scale })
+}
+
 /// The gradcheck rows: plain, causal with a scale, a key-padding bias, and grouped-query
 /// (2 query heads per k/v head, causal; a decode step, T = 1 < S, causal) and multi-query
 /// (one k/v head) rows (the torch side's `sdpa` is the generator's reference attention; it
@@ -127,35 +132,13 @@ pub(crate) fn cases() -> Vec<OpCase> {
             "scaled_dot_product_attention",
             "lambda x: sdpa(x[0], x[1], x[2])",
             vec![f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: false,
-                        scale: None,
-                    },
-                )
-            },
+            |x| sdpa(x, None, false, None),
         ),
         row(
             "sdpa_causal",
             "lambda x: sdpa(x[0], x[1], x[2], causal=True, scale=0.7)",
             vec![f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3]), f(&[2, 2, 4, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: true,
-                        scale: Some(0.7),
-                    },
-                )
-            },
+            |x| sdpa(x, None, true, Some(0.7)),
         ),
         row(
             "sdpa_padding_mask",
@@ -172,16 +155,7 @@ pub(crate) fn cases() -> Vec<OpCase> {
                     ctx,
                     ctx.to_dtype(&ctx.from_slice(&bias, &[2, 1, 1, 5])?, x[0].dtype())?
                 );
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    Some(&m),
-                    AttentionOpts {
-                        causal: false,
-                        scale: None,
-                    },
-                )
+                sdpa(x, Some(&m), false, None)
             },
         ),
         row(
@@ -189,54 +163,21 @@ pub(crate) fn cases() -> Vec<OpCase> {
             "lambda x: sdpa(x[0], x[1].repeat_interleave(2, dim=1), \
              x[2].repeat_interleave(2, dim=1), causal=True)",
             vec![f(&[2, 4, 5, 3]), f(&[2, 2, 5, 3]), f(&[2, 2, 5, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: true,
-                        scale: None,
-                    },
-                )
-            },
+            |x| sdpa(x, None, true, None),
         ),
         row(
             "sdpa_mqa",
             "lambda x: sdpa(x[0], x[1].repeat_interleave(3, dim=1), \
              x[2].repeat_interleave(3, dim=1), scale=0.6)",
             vec![f(&[2, 3, 4, 4]), f(&[2, 1, 6, 4]), f(&[2, 1, 6, 2])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: false,
-                        scale: Some(0.6),
-                    },
-                )
-            },
+            |x| sdpa(x, None, false, Some(0.6)),
         ),
         row(
             "sdpa_gqa_decode",
             "lambda x: sdpa(x[0], x[1].repeat_interleave(2, dim=1), \
              x[2].repeat_interleave(2, dim=1), causal=True)",
             vec![f(&[1, 4, 1, 3]), f(&[1, 2, 6, 3]), f(&[1, 2, 6, 3])],
-            |x| {
-                Tensor::scaled_dot_product_attention(
-                    &x[0],
-                    &x[1],
-                    &x[2],
-                    None,
-                    AttentionOpts {
-                        causal: true,
-                        scale: None,
-                    },
-                )
-            },
+            |x| sdpa(x, None, true, None),
         ),
     ]
 }

@@ -53,10 +53,7 @@ impl Backward for LayerNormBackward {
     /// Re-derived from the decomposed forward (the bias enters linearly, so a
     /// zero stands in for its value).
     fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
-        let mut inputs = vec![saved.input(0, &self.x)];
-        if let Some(w) = &self.w {
-            inputs.push(saved.input(1, w));
-        }
+        let mut inputs = lifted_x_w(saved, &self.x, self.w.as_ref());
         if self.has_bias {
             let zeros = saved.ctx().zeros(self.x.dtype(), &[*self.x.shape().last().unwrap_or(&0)])?;
             inputs.push(saved.input(inputs.len(), &zeros));
@@ -76,6 +73,14 @@ impl Backward for LayerNormBackward {
             Ok(y)
         })
     }
+}
+
+/// x and, when the norm has one, its weight (inputs 0 and 1) lifted back onto
+/// the tape, for a `backward_graph` to re-derive from.
+fn lifted_x_w(saved: &SavedTensors<'_>, x: &RawTensor, w: Option<&RawTensor>) -> Vec<Tensor> {
+    let mut inputs = vec![saved.input(0, x)];
+    inputs.extend(w.map(|w| saved.input(1, w)));
+    inputs
 }
 
 /// y = x·r·w with r = 1/√(mean(x²) + ε):
@@ -103,10 +108,7 @@ impl Backward for RmsNormBackward {
     }
     /// Re-derived from the decomposed forward.
     fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
-        let mut inputs = vec![saved.input(0, &self.x)];
-        if let Some(w) = &self.w {
-            inputs.push(saved.input(1, w));
-        }
+        let inputs = lifted_x_w(saved, &self.x, self.w.as_ref());
         let eps = self.eps;
         rederive(&inputs, gy, needs, |x| {
             let r = x[0].square()?.mean(&[-1], true)?.add_scalar(eps)?.rsqrt()?;
