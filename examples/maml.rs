@@ -9,7 +9,7 @@
 //! Run: `cargo run --release --example maml`
 
 use fucina::prelude::*;
-use fucina_examples::second_order::{maml_step, mse};
+use fucina_examples::second_order::{maml_step, mlp_params, mse};
 
 /// A task's support and query sets (10 points each), from a seed.
 fn task(ctx: &ExecContext, seed: u64) -> Result<[Tensor; 4]> {
@@ -35,17 +35,7 @@ fn adapted_loss(ctx: &ExecContext, theta: &[Tensor]) -> Result<f64> {
 
 fn main() -> Result<()> {
     let ctx = ExecContext::with_threads(1)?;
-    let init = |shape: &[usize], scale: f64, seed| -> Result<Tensor> {
-        Ok(Tensor::randn(&ctx, DType::F64, shape, seed)?
-            .mul_scalar(scale)?
-            .requires_grad_(true)?)
-    };
-    let mut theta = vec![
-        init(&[32, 1], 1.0, 1)?,
-        init(&[32], 0.5, 2)?,
-        init(&[1, 32], 0.3, 3)?,
-        init(&[1], 0.0, 4)?,
-    ];
+    let mut theta = mlp_params(&ctx, 1, 32, [1.0, 0.5, 0.3, 0.0])?;
     println!(
         "query loss after one inner step, 20 new tasks: {:.4} (initial parameters)",
         adapted_loss(&ctx, &theta)?

@@ -9,23 +9,13 @@
 //! Run: `cargo run --release --example wgan_gp`
 
 use fucina::prelude::*;
-use fucina_examples::second_order::{wgan_gp_loss, wgan_gp_step};
+use fucina_examples::second_order::{mlp_params, wgan_gp_loss, wgan_gp_step};
 
 fn main() -> Result<()> {
     let ctx = ExecContext::with_threads(1)?;
     let f64 = DType::F64;
     let shift = Tensor::constant(&ctx, &[1.0f64, -0.5], &[2])?;
-    let init = |shape: &[usize], scale: f64, seed| -> Result<Tensor> {
-        Ok(Tensor::randn(&ctx, f64, shape, seed)?
-            .mul_scalar(scale)?
-            .requires_grad_(true)?)
-    };
-    let mut critic = vec![
-        init(&[16, 2], 0.5, 1)?,
-        init(&[16], 0.1, 2)?,
-        init(&[1, 16], 0.5, 3)?,
-        init(&[1], 0.1, 4)?,
-    ];
+    let mut critic = mlp_params(&ctx, 2, 16, [0.5, 0.1, 0.5, 0.1])?;
     for step in 0..=400u64 {
         let real = Tensor::randn(&ctx, f64, &[64, 2], 100 + step)?
             .mul_scalar(0.5)?

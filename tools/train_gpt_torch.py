@@ -68,20 +68,15 @@ def main():
     root = pathlib.Path(__file__).resolve().parent.parent
     ap = argparse.ArgumentParser(description="PyTorch twin of the train_gpt example")
     ap.add_argument("--data", type=pathlib.Path, default=root / "data" / "shakespeare.txt")
-    ap.add_argument("--val-frac", type=float, default=0.1)
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--min-lr-frac", type=float, default=0.1)
-    ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--beta2", type=float, default=0.99)
-    ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=1337)
+    # train_gpt's numeric flags with its defaults (the type is the default's).
+    defaults = {
+        "--val-frac": 0.1, "--n-layer": 4, "--n-head": 4, "--n-embd": 128,
+        "--block-size": 64, "--steps": 800, "--batch-size": 32, "--lr": 3e-3,
+        "--min-lr-frac": 0.1, "--warmup": 50, "--weight-decay": 0.1,
+        "--beta2": 0.99, "--grad-clip": 1.0, "--seed": 1337,
+    }
+    for flag, default in defaults.items():
+        ap.add_argument(flag, type=type(default), default=default)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--eval-every", type=int, default=100)
     args = ap.parse_args()

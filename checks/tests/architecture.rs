@@ -420,24 +420,37 @@ fn every_test_context_is_the_fixture() {
     );
 }
 
-/// Every file of the repository, as a path relative to its root with `/`
-/// separators (outside `target/` and hidden folders other than `.ci`).
-fn repo_files(dir: &Path, out: &mut Vec<String>) {
+/// Every file below `dir`, outside `target/` and hidden files and folders
+/// (except the hidden ones named in `kept`).
+fn files_below(dir: &Path, kept: &[&str], out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if (name.starts_with('.') && name != ".ci") || name == "target" {
+        if (name.starts_with('.') && !kept.contains(&name.as_str())) || name == "target" {
             continue;
         }
         if path.is_dir() {
-            repo_files(&path, out);
-        } else if let Ok(rel) = path.strip_prefix(root()) {
-            out.push(rel.to_string_lossy().replace('\\', "/"));
+            files_below(&path, kept, out);
+        } else {
+            out.push(path);
         }
     }
+}
+
+/// Every file of the repository, as a path relative to its root with `/`
+/// separators (outside `target/` and hidden folders other than `.ci`).
+fn repo_files(dir: &Path, out: &mut Vec<String>) {
+    let mut files = Vec::new();
+    files_below(dir, &[".ci"], &mut files);
+    out.extend(
+        files
+            .iter()
+            .filter_map(|p| p.strip_prefix(root()).ok())
+            .map(|rel| rel.to_string_lossy().replace('\\', "/")),
+    );
 }
 
 /// File names the docs mention that a run writes, not repository files.
@@ -594,21 +607,12 @@ fn the_path_check_sees_a_missing_file() {
 
 /// Every `.rs` file of the workspace (outside `target/` and hidden folders).
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name == "target" {
-            continue;
-        }
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if name.ends_with(".rs") {
-            out.push(path);
-        }
-    }
+    let mut files = Vec::new();
+    files_below(dir, &[], &mut files);
+    out.extend(files.into_iter().filter(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with(".rs"))
+    }));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use fucina_nn::hf::{DecoderConfig, ModelType};
 use fucina_nn::{Activation, CausalLm, Gpt, GptConfig, Init, Module, RopeScaling};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{heads_divide, Result};
 
 /// The model family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -106,24 +106,7 @@ impl CharLm {
 
     /// A fresh Llama-layout model with transformers' init from `seed`.
     pub fn llama(ctx: &ExecContext, shape: &LlamaShape, seed: u64) -> Result<CharLm> {
-        if shape.heads == 0 || !shape.width.is_multiple_of(shape.heads) {
-            return Err(Error::arg(
-                "--n-embd",
-                format!(
-                    "{} is not a multiple of --n-head {}",
-                    shape.width, shape.heads
-                ),
-            ));
-        }
-        if shape.kv_heads == 0 || !shape.heads.is_multiple_of(shape.kv_heads) {
-            return Err(Error::arg(
-                "--n-kv-head",
-                format!(
-                    "{} does not divide --n-head {}",
-                    shape.kv_heads, shape.heads
-                ),
-            ));
-        }
+        heads_divide(shape.width, shape.heads, Some(shape.kv_heads))?;
         let cfg = shape.config();
         Ok(CharLm::Llama(Box::new(CausalLm::new(
             ctx,

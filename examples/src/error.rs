@@ -116,6 +116,25 @@ pub fn within(
     }
 }
 
+/// `Ok` when `--n-head` divides `--n-embd` and, for a layout with key/value
+/// heads (`kv_heads`), `--n-kv-head` divides `--n-head`; else an error naming
+/// the first flag that does not fit.
+pub fn heads_divide(width: usize, heads: usize, kv_heads: Option<usize>) -> Result<()> {
+    if heads == 0 || !width.is_multiple_of(heads) {
+        return Err(Error::arg(
+            "--n-embd",
+            format!("{width} is not a multiple of --n-head {heads}"),
+        ));
+    }
+    match kv_heads {
+        Some(kv) if kv == 0 || !heads.is_multiple_of(kv) => Err(Error::arg(
+            "--n-kv-head",
+            format!("{kv} does not divide --n-head {heads}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `Ok` when the warmup ends before the last step.
 pub fn warmup_below_steps(warmup: u64, steps: u64) -> Result<()> {
     if warmup < steps {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::char_lm::Arch;
 use crate::error::{
-    decay_and_clip_non_negative, positive, warmup_below_steps, within, Error, Result,
+    decay_and_clip_non_negative, heads_divide, positive, warmup_below_steps, within, Error, Result,
 };
 
 /// Train a character-level GPT (or a Llama-layout decoder) from scratch on a text file and sample from it.
@@ -148,34 +148,16 @@ impl TrainGptArgs {
         positive("--temperature", self.temperature)?;
         positive("--eval-every", self.eval_every as f64)?;
         positive("--eval-batches", self.eval_batches as f64)?;
-        if (self.n_embd / self.n_head) * self.n_head != self.n_embd {
+        let llama = self.arch == Arch::Llama;
+        heads_divide(self.n_embd, self.n_head, llama.then_some(self.n_kv_head))?;
+        if llama && !(self.n_embd / self.n_head).is_multiple_of(2) {
             return Err(Error::arg(
                 "--n-embd",
                 format!(
-                    "{} is not a multiple of --n-head {}",
+                    "RoPE needs an even head width: {} / {} heads is odd",
                     self.n_embd, self.n_head
                 ),
             ));
-        }
-        if self.arch == Arch::Llama {
-            if self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
-                return Err(Error::arg(
-                    "--n-kv-head",
-                    format!(
-                        "{} does not divide --n-head {}",
-                        self.n_kv_head, self.n_head
-                    ),
-                ));
-            }
-            if !(self.n_embd / self.n_head).is_multiple_of(2) {
-                return Err(Error::arg(
-                    "--n-embd",
-                    format!(
-                        "RoPE needs an even head width: {} / {} heads is odd",
-                        self.n_embd, self.n_head
-                    ),
-                ));
-            }
         }
         if self.keep_last == 0 {
             return Err(Error::arg("--keep-last", "must keep at least 1 checkpoint"));

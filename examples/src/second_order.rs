@@ -1,11 +1,13 @@
 //! The second-order examples' math, shared by `examples/wgan_gp.rs`,
-//! `examples/maml.rs` and their torch-golden tests: a small tanh MLP, a
+//! `examples/maml.rs` and their torch-golden tests: a small tanh MLP and its
+//! initial parameters, a
 //! WGAN-GP critic step (the gradient penalty differentiates a gradient), and
 //! one MAML inner/outer step (the meta-gradient differentiates through an
 //! inner SGD step). Both are plain `grad_with(create_graph)` calls, as a
 //! PyTorch user writes them with `torch.autograd.grad(create_graph=True)`.
 
 use fucina::autograd::{grad_with, no_grad, GradOpts, Tensor};
+use fucina::core::{DType, ExecContext};
 use fucina::Result;
 
 /// `linear(tanh(linear(x, W1, b1)), W2, b2)` with `p = [W1, b1, W2, b2]`.
@@ -13,6 +15,28 @@ pub fn mlp(x: &Tensor, p: &[Tensor]) -> Result<Tensor> {
     Ok(x.linear(&p[0], Some(&p[1]))?
         .tanh()?
         .linear(&p[2], Some(&p[3]))?)
+}
+
+/// Fresh f64 parameters `[W1, b1, W2, b2]` of an `inputs → hidden → 1`
+/// [`mlp`], each `N(0, 1)·scale` (`scales` in that order) from seeds 1 to 4,
+/// and each a leaf that requires its gradient.
+pub fn mlp_params(
+    ctx: &ExecContext,
+    inputs: usize,
+    hidden: usize,
+    scales: [f64; 4],
+) -> Result<Vec<Tensor>> {
+    let shapes: [&[usize]; 4] = [&[hidden, inputs], &[hidden], &[1, hidden], &[1]];
+    shapes
+        .into_iter()
+        .zip(scales)
+        .zip(1u64..)
+        .map(|((shape, scale), seed)| {
+            Ok(Tensor::randn(ctx, DType::F64, shape, seed)?
+                .mul_scalar(scale)?
+                .requires_grad_(true)?)
+        })
+        .collect()
 }
 
 /// The gradients of `loss` with respect to `wrt` (zeros where it does not depend).

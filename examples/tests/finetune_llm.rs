@@ -114,11 +114,7 @@ fn jsonl_prompt_completion_trains_and_the_adapter_loads_back() {
         fucina_nn::Module::eval(&lm);
         let a = lm.forward(&ids, None).unwrap().to_vec::<f32>().unwrap();
         let b = merged.forward(&ids, None).unwrap().to_vec::<f32>().unwrap();
-        let worst = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max);
+        let worst = common::max_abs_diff(&a, &b);
         assert!(worst < 1e-4, "merged vs adapter logits differ by {worst}");
     }
     assert_eq!(ctx.stats().outstanding, 0);
@@ -135,35 +131,37 @@ fn bad_input_is_a_clear_error() {
             .unwrap_err()
             .to_string()
     };
-    let e = err(&["--target-modules", "nope"]);
-    assert!(
-        e.contains("no linear layer matches") && e.contains("q_proj"),
-        "{e}"
-    );
-    let e = err(&["--lora-r", "0"]);
-    assert!(e.contains("--lora-r") && e.contains("positive"), "{e}");
-    let e = err(&["--block-size", "65"]);
-    assert!(e.contains("exceeds the model's context of 64"), "{e}");
-    let e = err(&["--model", dir.to_str().unwrap()]);
-    assert!(e.contains("has no config.json"), "{e}");
-    let e = err(&["--resume"]);
-    assert!(e.contains("no complete checkpoint"), "{e}");
-    let e = err(&["--full", "--export-twin", "x"]);
-    assert!(e.contains("--export-twin"), "{e}");
     let bad = dir.join("bad.jsonl");
     std::fs::write(
         &bad,
         "{\"prompt\": \"A:\\n\", \"completion\": \"b\"}\n{\"prompt\": \"C:\\n\"}\n",
     )
     .unwrap();
-    let e = err(&["--data", bad.to_str().unwrap()]);
-    assert!(
-        e.contains("bad.jsonl") && e.contains("line 2: field `completion` is missing"),
-        "{e}"
-    );
-    let e = err(&["--data", dir.join("absent.txt").to_str().unwrap()]);
-    assert!(e.contains("absent.txt"), "{e}");
-    let e = err(&["--batch-size", "1000"]);
-    assert!(e.contains("make no batch of 1000"), "{e}");
+    let absent = dir.join("absent.txt");
+    // Each run's extra flags and what its error must name.
+    let cases: [(&[&str], &[&str]); 9] = [
+        (
+            &["--target-modules", "nope"],
+            &["no linear layer matches", "q_proj"],
+        ),
+        (&["--lora-r", "0"], &["--lora-r", "positive"]),
+        (
+            &["--block-size", "65"],
+            &["exceeds the model's context of 64"],
+        ),
+        (&["--model", dir.to_str().unwrap()], &["has no config.json"]),
+        (&["--resume"], &["no complete checkpoint"]),
+        (&["--full", "--export-twin", "x"], &["--export-twin"]),
+        (
+            &["--data", bad.to_str().unwrap()],
+            &["bad.jsonl", "line 2: field `completion` is missing"],
+        ),
+        (&["--data", absent.to_str().unwrap()], &["absent.txt"]),
+        (&["--batch-size", "1000"], &["make no batch of 1000"]),
+    ];
+    for (extra, names) in cases {
+        let e = err(extra);
+        assert!(names.iter().all(|n| e.contains(n)), "{e}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

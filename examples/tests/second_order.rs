@@ -31,72 +31,73 @@ fn rel_err(got: &Tensor, want: &Tensor) -> f64 {
         .fold(0.0, |m, (a, b)| m.max((a - b).abs() / scale))
 }
 
-#[test]
-fn wgan_gp_critic_after_five_steps_matches_torch() {
+/// Runs `test` on the goldens in a fresh context, then checks that nothing
+/// it made is left in the pool or the graph.
+fn with_goldens(test: impl FnOnce(&ExecContext, &SafeTensors)) {
     let bytes = std::fs::read(GOLDENS).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let tc = TestCtx::new().unwrap();
-    let ctx = tc.ctx();
-    let (real, fake, eps) = (
-        load(ctx, &st, "wgan/real"),
-        load(ctx, &st, "wgan/fake"),
-        load(ctx, &st, "wgan/eps"),
-    );
-    let mut critic: Vec<Tensor> = (0..4)
+    test(tc.ctx(), &st);
+    tc.check().unwrap();
+}
+
+/// The four MLP parameters `{prefix}/p0..p3` as leaves that require their gradient.
+fn params(ctx: &ExecContext, st: &SafeTensors, prefix: &str) -> Vec<Tensor> {
+    (0..4)
         .map(|i| {
-            load(ctx, &st, &format!("wgan/p{i}"))
+            load(ctx, st, &format!("{prefix}/p{i}"))
                 .requires_grad_(true)
                 .unwrap()
         })
-        .collect();
-    for step in 0..5 {
-        let e = eps.select(0, step).unwrap();
-        critic = wgan_gp_step(&critic, &real, &fake, &e, 10.0, 0.05)
-            .unwrap()
-            .0;
-    }
-    for (i, p) in critic.iter().enumerate() {
-        let want = load(ctx, &st, &format!("wgan/final{i}"));
-        let e = rel_err(p, &want);
-        assert!(e <= 1e-6, "critic parameter {i}: rel err {e:e}");
-    }
-    drop((critic, real, fake, eps));
-    tc.check().unwrap();
+        .collect()
+}
+
+#[test]
+fn wgan_gp_critic_after_five_steps_matches_torch() {
+    with_goldens(|ctx, st| {
+        let (real, fake, eps) = (
+            load(ctx, st, "wgan/real"),
+            load(ctx, st, "wgan/fake"),
+            load(ctx, st, "wgan/eps"),
+        );
+        let mut critic = params(ctx, st, "wgan");
+        for step in 0..5 {
+            let e = eps.select(0, step).unwrap();
+            critic = wgan_gp_step(&critic, &real, &fake, &e, 10.0, 0.05)
+                .unwrap()
+                .0;
+        }
+        for (i, p) in critic.iter().enumerate() {
+            let want = load(ctx, st, &format!("wgan/final{i}"));
+            let e = rel_err(p, &want);
+            assert!(e <= 1e-6, "critic parameter {i}: rel err {e:e}");
+        }
+    });
 }
 
 #[test]
 fn maml_meta_gradient_matches_torch() {
-    let bytes = std::fs::read(GOLDENS).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let tc = TestCtx::new().unwrap();
-    let ctx = tc.ctx();
-    let d: Vec<Tensor> = ["xs", "ys", "xq", "yq"]
-        .iter()
-        .map(|k| load(ctx, &st, &format!("maml/{k}")))
-        .collect();
-    let theta: Vec<Tensor> = (0..4)
-        .map(|i| {
-            load(ctx, &st, &format!("maml/p{i}"))
-                .requires_grad_(true)
-                .unwrap()
-        })
-        .collect();
-    let step = maml_step(&theta, (&d[0], &d[1]), (&d[2], &d[3]), 0.1).unwrap();
-    for i in 0..4 {
-        let e = rel_err(
-            &step.meta_gradient[i],
-            &load(ctx, &st, &format!("maml/meta{i}")),
-        );
-        assert!(e <= 1e-8, "meta-gradient {i}: rel err {e:e}");
-        let e = rel_err(
-            &step.adapted[i],
-            &load(ctx, &st, &format!("maml/adapted{i}")),
-        );
-        assert!(e <= 1e-8, "adapted parameter {i}: rel err {e:e}");
-    }
-    let want = load(ctx, &st, "maml/outer_loss").item().unwrap();
-    assert!((step.outer_loss - want).abs() <= 1e-8 * want.abs());
-    // First order only (the inner gradient detached) differs: the test sees the second order.
-    drop((step, theta, d));
-    tc.check().unwrap();
+    with_goldens(|ctx, st| {
+        let d: Vec<Tensor> = ["xs", "ys", "xq", "yq"]
+            .iter()
+            .map(|k| load(ctx, st, &format!("maml/{k}")))
+            .collect();
+        let theta = params(ctx, st, "maml");
+        let step = maml_step(&theta, (&d[0], &d[1]), (&d[2], &d[3]), 0.1).unwrap();
+        for i in 0..4 {
+            let e = rel_err(
+                &step.meta_gradient[i],
+                &load(ctx, st, &format!("maml/meta{i}")),
+            );
+            assert!(e <= 1e-8, "meta-gradient {i}: rel err {e:e}");
+            let e = rel_err(
+                &step.adapted[i],
+                &load(ctx, st, &format!("maml/adapted{i}")),
+            );
+            assert!(e <= 1e-8, "adapted parameter {i}: rel err {e:e}");
+        }
+        let want = load(ctx, st, "maml/outer_loss").item().unwrap();
+        assert!((step.outer_loss - want).abs() <= 1e-8 * want.abs());
+        // First order only (the inner gradient detached) differs: the test sees the second order.
+    });
 }

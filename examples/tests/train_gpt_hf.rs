@@ -44,22 +44,20 @@ fn logits_pair(model: &CharLm, loaded: &CausalLm, data: &CharData) -> (Vec<f32>,
     (a, b)
 }
 
+/// A scratch run `name` of [`TINY`] with `extra` that saves its model to
+/// `root/hf` (`--save-hf`): `(root, text file, hf directory, arguments)`.
+fn save_hf_run(name: &str, extra: &[&str]) -> (PathBuf, PathBuf, PathBuf, TrainGptArgs) {
+    let (root, text_path) = scratch(name);
+    let hf = root.join("hf");
+    let mut flags = vec!["--save-hf", hf.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    let a = args(&text_path, &root.join("run"), &flags);
+    (root, text_path, hf, a)
+}
+
 #[test]
 fn llama_save_hf_loads_to_the_same_logits_and_round_trips_the_text() {
-    let (root, text_path) = scratch("llama");
-    let hf = root.join("hf");
-    let a = args(
-        &text_path,
-        &root.join("run"),
-        &[
-            "--arch",
-            "llama",
-            "--n-kv-head",
-            "2",
-            "--save-hf",
-            hf.to_str().unwrap(),
-        ],
-    );
+    let (root, text_path, hf, a) = save_hf_run("llama", &["--arch", "llama", "--n-kv-head", "2"]);
     let (report, model) = train_gpt_model(&a, false).unwrap();
     assert!(report.final_val.is_some_and(f64::is_finite));
     let CharLm::Llama(lm) = &model else {
@@ -137,13 +135,7 @@ fn llama_save_hf_loads_to_the_same_logits_and_round_trips_the_text() {
 
 #[test]
 fn gpt_save_hf_writes_gpt2_with_the_same_logits() {
-    let (root, text_path) = scratch("gpt");
-    let hf = root.join("hf");
-    let a = args(
-        &text_path,
-        &root.join("run"),
-        &["--save-hf", hf.to_str().unwrap()],
-    );
+    let (root, text_path, hf, a) = save_hf_run("gpt", &[]);
     let (_, model) = train_gpt_model(&a, false).unwrap();
     let CharLm::Gpt(g) = &model else {
         panic!("the default arch is the GPT")
@@ -153,11 +145,7 @@ fn gpt_save_hf_writes_gpt2_with_the_same_logits() {
     assert_eq!(loaded.config.model_type.as_str(), "gpt2");
     assert_eq!(loaded.num_parameters(), g.num_parameters());
     let (trained, reread) = logits_pair(&model, &loaded, &data);
-    let worst = trained
-        .iter()
-        .zip(&reread)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max);
+    let worst = common::max_abs_diff(&trained, &reread);
     assert!(worst < 1e-4, "GPT-2 logits differ by {worst}");
     let tok = Tokenizer::from_file(&hf.join("tokenizer.json")).unwrap();
     assert_eq!(tok.encode("To be", true).unwrap(), data.encode("To be"));

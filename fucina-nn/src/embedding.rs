@@ -38,12 +38,10 @@ impl Embedding {
         dim: usize,
         dist: Dist,
     ) -> Result<Embedding> {
-        if num_embeddings == 0 || dim == 0 {
-            return Err(Error::config(
-                "Embedding",
-                format!("num_embeddings ({num_embeddings}) and dim ({dim}) must be positive"),
-            ));
-        }
+        Error::require_positive(
+            "Embedding",
+            &[("num_embeddings", num_embeddings), ("dim", dim)],
+        )?;
         Ok(Embedding {
             weight: init.param(&[num_embeddings, dim], dist)?,
         })

@@ -83,6 +83,22 @@ impl Error {
         }
     }
 
+    /// `Ok` when every named size is positive, else an
+    /// [`Error::InvalidConfig`] of `module` listing them all:
+    /// `"a (1), b (0) and c (4) must be positive"`.
+    pub fn require_positive(module: &'static str, sizes: &[(&str, usize)]) -> Result<()> {
+        if sizes.iter().all(|&(_, v)| v > 0) {
+            return Ok(());
+        }
+        let listed: Vec<String> = sizes.iter().map(|(n, v)| format!("{n} ({v})")).collect();
+        let names = match listed.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        Err(Error::config(module, format!("{names} must be positive")))
+    }
+
     /// An [`Error::BadInput`].
     pub fn input(module: &'static str, msg: impl Into<String>, shape: &[usize]) -> Error {
         Error::BadInput {

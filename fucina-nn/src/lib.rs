@@ -50,6 +50,7 @@ pub mod module;
 pub mod norm;
 pub mod rope;
 pub mod sequential;
+mod setters;
 pub mod state;
 pub mod transformer;
 

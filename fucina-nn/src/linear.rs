@@ -62,12 +62,10 @@ impl Linear {
         weight: Dist,
         bias_dist: Dist,
     ) -> Result<Linear> {
-        if in_features == 0 || out_features == 0 {
-            return Err(Error::config(
-                "Linear",
-                format!("in_features ({in_features}) and out_features ({out_features}) must be positive"),
-            ));
-        }
+        Error::require_positive(
+            "Linear",
+            &[("in_features", in_features), ("out_features", out_features)],
+        )?;
         let w = init.param(&[out_features, in_features], weight)?;
         let b = if bias {
             Some(init.param(&[out_features], bias_dist)?)

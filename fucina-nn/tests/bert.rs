@@ -13,6 +13,9 @@ use fucina_nn::{apply_lora, mean_pool, BertConfig, BertModel, Init, LoraConfig, 
 #[path = "common/tiny.rs"]
 mod tiny_models;
 
+#[path = "common/lora.rs"]
+mod lora_common;
+
 fn tiny() -> BertConfig {
     tiny_models::tiny_bert(2)
 }
@@ -71,14 +74,7 @@ fn gradcheck_bert_with_lora_f64() {
             &mut init,
         )
         .unwrap();
-        for (n, t) in model.named_parameters() {
-            if n.contains("lora_B") {
-                let v: Vec<f64> = (0..t.numel())
-                    .map(|i| (i as f64 * 0.7).cos() * 0.3)
-                    .collect();
-                t.set_value(ctx.from_slice(&v, t.shape()).unwrap()).unwrap();
-            }
-        }
+        lora_common::set_lora_b(&model, |i| (i as f64 * 0.7).cos() * 0.3);
         model.eval();
         let rep = gradcheck_bert(&ctx, &model);
         // Only the adapters train: 2 layers x (query, attention.output.dense,

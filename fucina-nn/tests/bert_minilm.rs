@@ -9,6 +9,9 @@
 #[path = "common/minilm.rs"]
 mod minilm_common;
 
+mod common;
+
+use common::max_abs_diff;
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::{mean_pool, BertModel};
@@ -34,15 +37,9 @@ fn flat<T: Copy>(rows: &[Vec<T>]) -> Vec<T> {
     rows.iter().flatten().copied().collect()
 }
 
-fn max_abs(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-fn run(dtype: DType) -> Option<(Vec<f64>, Vec<f64>)> {
+/// The golden with this model's mean-pooled output and pooler output in
+/// `dtype`; `None` when the weights are absent.
+fn run(dtype: DType) -> Option<(Golden, Vec<f64>, Vec<f64>)> {
     let dir = minilm_common::minilm_dir("bert_minilm")?;
     let g = golden();
     let ctx = ExecContext::with_threads(2).unwrap();
@@ -62,28 +59,26 @@ fn run(dtype: DType) -> Option<(Vec<f64>, Vec<f64>)> {
         (pooled.to_vec_f64().unwrap(), pooler.to_vec_f64().unwrap())
     };
     assert_eq!(ctx.stats().outstanding, 0);
-    Some(out)
+    Some((g, out.0, out.1))
 }
 
 #[test]
 fn minilm_f32_matches_torch_within_1e_4() {
-    let Some((pooled, _)) = run(DType::F32) else {
+    let Some((g, pooled, _)) = run(DType::F32) else {
         return;
     };
-    let g = golden();
-    let err = max_abs(&pooled, &g.mean_pooled_f32);
+    let err = max_abs_diff(&pooled, &g.mean_pooled_f32);
     println!("f32 mean-pooled max abs err vs torch f32: {err:e}");
     assert!(err <= 1e-4, "f32 max abs err {err:e}");
 }
 
 #[test]
 fn minilm_f64_matches_torch_within_1e_10() {
-    let Some((pooled, pooler)) = run(DType::F64) else {
+    let Some((g, pooled, pooler)) = run(DType::F64) else {
         return;
     };
-    let g = golden();
-    let err = max_abs(&pooled, &g.mean_pooled_f64);
-    let perr = max_abs(&pooler, &g.pooler_f64);
+    let err = max_abs_diff(&pooled, &g.mean_pooled_f64);
+    let perr = max_abs_diff(&pooler, &g.pooler_f64);
     println!("f64 mean-pooled max abs err {err:e}, pooler {perr:e}");
     assert!(err <= 1e-10, "f64 max abs err {err:e}");
     assert!(perr <= 1e-10, "f64 pooler max abs err {perr:e}");

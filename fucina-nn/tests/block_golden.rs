@@ -54,21 +54,18 @@ fn check(key: &str, norm_first: bool) {
             y.backward_with(&ctx.from_slice(&gy, &shape).unwrap())
                 .unwrap();
         }
-        let gx = x.grad().unwrap().to_vec_f64().unwrap();
-        assert_close(
-            &format!("{key} grad x"),
-            &gx,
-            &f64s(&st, &format!("{key}/grad/x")).0,
-            1e-10,
-        );
-        for (name, p) in blk.named_parameters() {
-            let g = p.grad().unwrap().to_vec_f64().unwrap();
+        // A gradient against the golden's `{key}/grad/{name}` within 1e-10.
+        let grad_close = |name: &str, t: &Tensor| {
             assert_close(
                 &format!("{key} grad {name}"),
-                &g,
+                &t.grad().unwrap().to_vec_f64().unwrap(),
                 &f64s(&st, &format!("{key}/grad/{name}")).0,
                 1e-10,
             );
+        };
+        grad_close("x", &x);
+        for (name, p) in blk.named_parameters() {
+            grad_close(&name, &p);
         }
     }
     assert_eq!(ctx.stats().outstanding, 0);

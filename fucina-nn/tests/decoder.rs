@@ -4,6 +4,9 @@
 //! (single file and sharded), checkpoint names, and every bad input of the
 //! decoder issue as a structured error naming the file and the field or key.
 
+mod common;
+
+use common::max_abs_diff;
 use std::path::{Path, PathBuf};
 
 use fucina_autograd::io::{save_state_dict, SaveOptions};
@@ -35,6 +38,14 @@ fn qwen3() -> Value {
 fn gpt2() -> Value {
     json!({"model_type": "gpt2", "vocab_size": 11, "n_embd": 8, "n_layer": 2, "n_head": 2,
         "n_positions": 12, "initializer_range": 0.5, "embd_pdrop": 0.0, "resid_pdrop": 0.0})
+}
+
+/// A fresh llama (seed 5) saved to `tmp(name)`: the model and the directory.
+fn saved_llama(ctx: &ExecContext, name: &str) -> (CausalLm, PathBuf) {
+    let lm = CausalLm::new(ctx, &cfg(llama()), DType::F32, 5).unwrap();
+    let dir = tmp(name);
+    lm.save_pretrained(&dir).unwrap();
+    (lm, dir)
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -150,9 +161,7 @@ fn err_of(dir: &Path, ctx: &ExecContext) -> String {
 #[test]
 fn sharded_checkpoints_load_and_fail_cleanly() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    let lm = CausalLm::new(&ctx, &cfg(llama()), DType::F32, 5).unwrap();
-    let dir = tmp("sharded");
-    lm.save_pretrained(&dir).unwrap();
+    let (lm, dir) = saved_llama(&ctx, "sharded");
     shard(&dir, &ctx);
     let back = CausalLm::from_pretrained(&ctx, &dir, DType::F32).unwrap();
     assert_eq!(logits_of(&back), logits_of(&lm));
@@ -205,9 +214,7 @@ fn map_set(ip: &Path, key: &str, file: &str) {
 #[test]
 fn wrong_shape_and_unused_tensor_name_the_key() {
     let ctx = ExecContext::with_threads(1).unwrap();
-    let lm = CausalLm::new(&ctx, &cfg(llama()), DType::F32, 5).unwrap();
-    let dir = tmp("shape");
-    lm.save_pretrained(&dir).unwrap();
+    let (lm, dir) = saved_llama(&ctx, "shape");
     // A config whose MLP is wider than the file's.
     let mut c: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
@@ -245,60 +252,73 @@ fn config_err(v: Value) -> String {
 
 #[test]
 fn bad_configs_name_the_file_and_field() {
-    let mut c = llama();
-    c["model_type"] = json!("falcon");
-    let e = config_err(c);
-    assert!(
-        e.contains("/m/config.json") && e.contains("`model_type` `falcon`"),
-        "{e}"
+    // A base config, the keys set (`None`: removed), and what the error must name.
+    type Case = (
+        Value,
+        Vec<(&'static str, Option<Value>)>,
+        &'static [&'static str],
     );
-
-    let mut c = llama();
-    c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 2.0});
-    let e = config_err(c);
-    assert!(e.contains("rope_scaling") && e.contains("yarn"), "{e}");
-
-    let mut c = llama();
-    c["hidden_size"] = json!(10);
-    let e = config_err(c);
-    assert!(
-        e.contains("hidden_size") && e.contains("num_attention_heads"),
-        "{e}"
-    );
-
-    let mut c = gpt2();
-    c["n_embd"] = json!(9);
-    let e = config_err(c);
-    assert!(e.contains("n_embd") && e.contains("n_head"), "{e}");
-
-    let mut c = llama();
-    c["num_key_value_heads"] = json!(3);
-    let e = config_err(c);
-    assert!(
-        e.contains("num_key_value_heads") && e.contains("does not divide"),
-        "{e}"
-    );
-
-    let mut c = llama();
-    c["vocab_size"] = json!(1u64 << 40);
-    let e = config_err(c);
-    assert!(e.contains("vocab_size"), "{e}");
-
-    let mut c = llama();
-    c["num_hidden_layers"] = json!(1 << 20);
-    c["hidden_size"] = json!(1 << 16);
-    let e = config_err(c);
-    assert!(e.contains("parameters"), "{e}");
-
-    let mut c = llama();
-    c["sliding_window"] = json!(4096);
-    let e = config_err(c);
-    assert!(e.contains("sliding_window"), "{e}");
-
-    let mut c = llama();
-    c.as_object_mut().unwrap().remove("vocab_size");
-    let e = config_err(c);
-    assert!(e.contains("vocab_size"), "{e}");
+    let cases: Vec<Case> = vec![
+        (
+            llama(),
+            vec![("model_type", Some(json!("falcon")))],
+            &["/m/config.json", "`model_type` `falcon`"],
+        ),
+        (
+            llama(),
+            vec![(
+                "rope_scaling",
+                Some(json!({"rope_type": "yarn", "factor": 2.0})),
+            )],
+            &["rope_scaling", "yarn"],
+        ),
+        (
+            llama(),
+            vec![("hidden_size", Some(json!(10)))],
+            &["hidden_size", "num_attention_heads"],
+        ),
+        (
+            gpt2(),
+            vec![("n_embd", Some(json!(9)))],
+            &["n_embd", "n_head"],
+        ),
+        (
+            llama(),
+            vec![("num_key_value_heads", Some(json!(3)))],
+            &["num_key_value_heads", "does not divide"],
+        ),
+        (
+            llama(),
+            vec![("vocab_size", Some(json!(1u64 << 40)))],
+            &["vocab_size"],
+        ),
+        (
+            llama(),
+            vec![
+                ("num_hidden_layers", Some(json!(1 << 20))),
+                ("hidden_size", Some(json!(1 << 16))),
+            ],
+            &["parameters"],
+        ),
+        (
+            llama(),
+            vec![("sliding_window", Some(json!(4096)))],
+            &["sliding_window"],
+        ),
+        (llama(), vec![("vocab_size", None)], &["vocab_size"]),
+    ];
+    for (mut c, edits, names) in cases {
+        for (key, value) in edits {
+            match value {
+                Some(v) => c[key] = v,
+                None => {
+                    c.as_object_mut().unwrap().remove(key);
+                }
+            }
+        }
+        let e = config_err(c);
+        assert!(names.iter().all(|n| e.contains(n)), "{e}");
+    }
 }
 
 #[test]
@@ -400,11 +420,7 @@ fn saved_models_load_in_transformers() {
         assert_eq!(got.len(), want.len(), "{name}");
         // Relative to the largest logit, as every golden comparison here.
         let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
+        let worst = max_abs_diff(&got, &want);
         assert!(
             worst <= 1e-6 * scale,
             "{name}: transformers' logits differ by {worst:e} (largest {scale})"

@@ -6,14 +6,12 @@
 
 use fucina_nn::Error;
 
-#[macro_use]
 #[path = "../../tests/common/error_route.rs"]
 mod route;
 
 #[test]
 fn a_core_shape_error_has_one_shape_in_nn() {
-    let core_of = core_of!(Error);
-    let (_ctx, expected) = route::core_and_autograd_routes::<Error>(core_of);
+    let (_ctx, core_of, expected) = route::routes!(Error);
     // The conversion itself never keeps autograd's wrapper.
     let wrapped = fucina_autograd::Error::Core(expected.clone());
     route::assert_one_shape(

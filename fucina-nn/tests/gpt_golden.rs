@@ -9,7 +9,7 @@ use fucina_nn::{Gpt, GptConfig, Init, Module};
 use safetensors::SafeTensors;
 
 mod common;
-use common::{assert_close, f64s, i64s};
+use common::{assert_close, count_with_prefix, f64s, i64s};
 
 const GOLDEN: &[u8] = include_bytes!("goldens/gpt.safetensors");
 
@@ -36,14 +36,9 @@ fn check(dtype: DType, tag: &str, rtol: f64) {
             t.set_value(ctx.to_dtype(&raw, dtype).unwrap()).unwrap();
             loaded.push(name.to_string());
         });
-        let golden_params = st
-            .names()
-            .into_iter()
-            .filter(|n| n.starts_with(&format!("{tag}/param/")))
-            .count();
         assert_eq!(
             loaded.len(),
-            golden_params,
+            count_with_prefix(&st, &format!("{tag}/param/")),
             "every golden parameter is a model parameter"
         );
         let (idx, shape) = i64s(&st, "idx");

@@ -9,21 +9,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::{assert_close, f64s, i64s};
+use common::fixtures::fixture;
+use common::{assert_close, count_with_prefix, f64s, i64s};
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::models::decoder::names::is_conv1d;
 use fucina_nn::{CausalLm, GenerateOptions, Module};
 use safetensors::SafeTensors;
 use serde_json::Value;
-
-fn fixture(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/hf")
-        .join(family)
-}
 
 /// Logits within 1e-5 (f32) / 1e-10 (f64), loss and gradients within
 /// 1e-5 / 1e-9, relative to the reference's largest magnitude.
@@ -93,13 +86,9 @@ fn check_against_goldens(family: &str, dtype: DType) {
         );
         checked += 1;
     }
-    let golden_grads = st
-        .names()
-        .into_iter()
-        .filter(|n| n.starts_with(&format!("{d}/grad/")))
-        .count();
     assert_eq!(
-        checked, golden_grads,
+        checked,
+        count_with_prefix(&st, &format!("{d}/grad/")),
         "{family}: every transformers gradient is checked"
     );
     drop((params, named, loss, logits, input));

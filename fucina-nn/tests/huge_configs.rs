@@ -6,6 +6,9 @@
 //! one case named by `FUCINA_HUGE_CASE`) so the peak RSS it reads from
 //! `/proc/self/status` (`VmHWM`) is its own.
 
+mod common;
+
+use common::peak_kb;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -74,12 +77,6 @@ fn copy_dir(from: &Path, to: &Path) {
         let e = e.unwrap();
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
-}
-
-fn peak_kb() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// The child: loads one family with one field set to 2⁴⁰; prints the peak.

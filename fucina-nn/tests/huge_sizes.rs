@@ -5,6 +5,9 @@
 //! broadcast tensor (it reads only what it prints). One test, so the process's peak RSS (`VmHWM`) is this
 //! test's own.
 
+mod common;
+
+use common::peak_kb;
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::{apply_lora, Init, Linear, LoraConfig};
@@ -14,12 +17,6 @@ const HUGE: usize = 1 << 40;
 #[derive(fucina_nn::Module)]
 struct Proj {
     proj: Linear,
-}
-
-fn peak_kb() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 #[test]

@@ -5,14 +5,21 @@
 //! adapter parameters get gradients, fucina's saved adapter has PEFT's key
 //! names and config fields, and a failed load changes nothing.
 
+mod common;
+
+use common::{f32_bits, max_abs_diff};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{no_grad, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::linear::lora::{merge_lora, unmerge_lora, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 use fucina_nn::{apply_lora, load_adapter, save_adapter, BertModel, Init, LoraConfig, Module};
 use serde::Deserialize;
+
+#[path = "common/lora.rs"]
+mod lora_common;
 
 fn goldens() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/peft")
@@ -48,74 +55,62 @@ fn forward(model: &BertModel, e: &Expected) -> Vec<f64> {
     h.to_vec_f64().unwrap()
 }
 
-fn max_abs(a: &[f64], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 fn weight_bits(model: &BertModel) -> Vec<Vec<u32>> {
     model
         .named_parameters()
         .iter()
         .filter(|(n, _)| !n.contains("lora_"))
-        .map(|(_, t)| {
-            t.to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        })
+        .map(|(_, t)| f32_bits(t))
         .collect()
+}
+
+/// Runs `test` on a fresh base model (with its adapter-free output and an
+/// `Init` seeded `seed`) in a `TestCtx`, which checks when it drops that no
+/// buffer is left outstanding.
+fn with_base(seed: u64, test: impl FnOnce(&ExecContext, &Expected, BertModel, Vec<f64>, Init)) {
+    let ctx = TestCtx::with_threads(1).unwrap();
+    let e = expected();
+    let model = base(&ctx);
+    let plain = forward(&model, &e);
+    let init = Init::new(&ctx, DType::F32, seed);
+    test(&ctx, &e, model, plain, init);
 }
 
 #[test]
 fn peft_adapter_loads_and_matches_peft_within_1e_5() {
-    let ctx = ExecContext::with_threads(1).unwrap();
-    let e = expected();
-    {
-        let mut model = base(&ctx);
-        let plain = forward(&model, &e);
-        let mut init = Init::new(&ctx, DType::F32, 3);
+    with_base(3, |_, e, mut model, plain, mut init| {
         let cfg = load_adapter(&mut model, &goldens().join("adapter"), &mut init).unwrap();
         assert_eq!((cfg.r, cfg.lora_alpha, cfg.scale()), (4, 8.0, 2.0));
         model.eval();
-        let got = forward(&model, &e);
-        let err = max_abs(&got, &e.last_hidden_state);
+        let got = forward(&model, e);
+        let err = max_abs_diff(&got, &e.last_hidden_state);
         println!("LoRA vs peft max abs err {err:e}");
         assert!(err <= 1e-5, "max abs err {err:e}");
         // The adapter matters: the output moved well beyond the tolerance.
-        assert!(max_abs(&plain, &e.last_hidden_state) > 1e-2);
+        assert!(max_abs_diff(&plain, &e.last_hidden_state) > 1e-2);
         // Merged: the same output within 1e-6; unmerged: base weights bit-exact.
         let before = weight_bits(&model);
         merge_lora(&mut model).unwrap();
         assert_ne!(weight_bits(&model), before);
-        let merged = forward(&model, &e);
-        let merr = max_abs(&merged, &got);
+        let merged = forward(&model, e);
+        let merr = max_abs_diff(&merged, &got);
         assert!(merr <= 1e-6, "merged vs adapter {merr:e}");
         unmerge_lora(&mut model).unwrap();
         assert_eq!(weight_bits(&model), before);
-        assert_eq!(forward(&model, &e), got);
-    }
-    assert_eq!(ctx.stats().outstanding, 0);
+        assert_eq!(forward(&model, e), got);
+    });
 }
 
 #[test]
 fn fresh_adapter_has_zero_delta_and_only_adapters_get_gradients() {
-    let ctx = ExecContext::with_threads(1).unwrap();
-    let e = expected();
-    {
-        let mut model = base(&ctx);
-        let plain = forward(&model, &e);
-        let mut init = Init::new(&ctx, DType::F32, 5);
+    with_base(5, |ctx, e, mut model, plain, mut init| {
         let cfg = LoraConfig::new(2, 4.0, &["query", "value"]).with_dropout(0.1);
         let paths = apply_lora(&mut model, &cfg, &mut init).unwrap();
         assert_eq!(paths.len(), 4);
         assert_eq!(paths[0], "encoder.layer.0.attention.self.query");
         model.eval();
         assert_eq!(
-            forward(&model, &e),
+            forward(&model, e),
             plain,
             "B = 0: the initial delta is exactly zero"
         );
@@ -130,7 +125,7 @@ fn fresh_adapter_has_zero_delta_and_only_adapters_get_gradients() {
             .iter()
             .all(|n| n.contains(".lora_A.") || n.contains(".lora_B.")));
         model.train();
-        let ids = Tensor::constant(&ctx, &[2i64, 17, 33, 5], &[1, 4]).unwrap();
+        let ids = Tensor::constant(ctx, &[2i64, 17, 33, 5], &[1, 4]).unwrap();
         let loss = model
             .forward(&ids, None, None)
             .unwrap()
@@ -144,8 +139,7 @@ fn fresh_adapter_has_zero_delta_and_only_adapters_get_gradients() {
             let adapter = n.contains("lora_");
             assert_eq!(t.grad().is_some(), adapter, "{n}");
         }
-    }
-    assert_eq!(ctx.stats().outstanding, 0);
+    });
 }
 
 fn json_keys(path: &Path) -> BTreeSet<String> {
@@ -156,7 +150,7 @@ fn json_keys(path: &Path) -> BTreeSet<String> {
 
 #[test]
 fn saved_adapter_has_peft_key_names_and_config_fields_and_round_trips() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let e = expected();
     let out = std::env::temp_dir().join(format!("fucina-lora-save-{}", std::process::id()));
     {
@@ -166,14 +160,7 @@ fn saved_adapter_has_peft_key_names_and_config_fields_and_round_trips() {
             LoraConfig::new(4, 8.0, &["value", "query", "intermediate.dense"]).with_dropout(0.1);
         apply_lora(&mut model, &cfg, &mut init).unwrap();
         // Make B non-zero so the round trip is observable.
-        for (n, t) in model.named_parameters() {
-            if n.contains("lora_B") {
-                let v: Vec<f32> = (0..t.numel())
-                    .map(|i| (i as f32 * 0.37).sin() * 0.1)
-                    .collect();
-                t.set_value(ctx.from_slice(&v, t.shape()).unwrap()).unwrap();
-            }
-        }
+        lora_common::set_lora_b(&model, |i| (i as f32 * 0.37).sin() * 0.1);
         model.eval();
         let want = forward(&model, &e);
         save_adapter(&model, &cfg, &out).unwrap();
@@ -208,21 +195,15 @@ fn saved_adapter_has_peft_key_names_and_config_fields_and_round_trips() {
         assert_eq!(forward(&fresh, &e), want);
     }
     std::fs::remove_dir_all(&out).ok();
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]
 fn failed_adapter_load_changes_nothing() {
-    let ctx = ExecContext::with_threads(1).unwrap();
-    let e = expected();
     let dir = std::env::temp_dir().join(format!("fucina-lora-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = goldens().join("adapter");
-    {
-        let mut model = base(&ctx);
-        let plain = forward(&model, &e);
+    with_base(3, |ctx, e, mut model, plain, mut init| {
         let n_params = model.named_parameters().len();
-        let mut init = Init::new(&ctx, DType::F32, 3);
         // An adapter file missing one tensor: strict error naming it.
         let peft = fucina_autograd::SafetensorsFile::open(&src.join(ADAPTER_WEIGHTS)).unwrap();
         let keep: Vec<(String, Tensor)> = peft
@@ -231,7 +212,7 @@ fn failed_adapter_load_changes_nothing() {
             .map(|n| {
                 (
                     n.to_string(),
-                    Tensor::from_raw(&ctx, peft.read(&ctx, n).unwrap(), false).unwrap(),
+                    Tensor::from_raw(ctx, peft.read(ctx, n).unwrap(), false).unwrap(),
                 )
             })
             .collect();
@@ -257,25 +238,17 @@ fn failed_adapter_load_changes_nothing() {
             .named_parameters()
             .iter()
             .all(|(_, t)| t.requires_grad()));
-        assert_eq!(forward(&model, &e), plain);
+        assert_eq!(forward(&model, e), plain);
         // A config fucina does not implement names the file and field.
-        let text = std::fs::read_to_string(src.join(ADAPTER_CONFIG)).unwrap();
-        std::fs::write(
-            dir.join(ADAPTER_CONFIG),
-            text.replace("\"use_dora\": false", "\"use_dora\": true"),
-        )
-        .unwrap();
-        let err = load_adapter(&mut model, &dir, &mut init)
-            .unwrap_err()
-            .to_string();
+        let edit = ("\"use_dora\": false", "\"use_dora\": true");
+        let err = lora_common::edited_config_error(&mut model, &mut init, &src, &dir, edit);
         assert!(
             err.contains(ADAPTER_CONFIG) && err.contains("use_dora"),
             "{err}"
         );
         assert_eq!(model.named_parameters().len(), n_params);
-    }
+    });
     std::fs::remove_dir_all(&dir).ok();
-    assert_eq!(ctx.stats().outstanding, 0);
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! flatten, skip, tuple structs), dedup of tied tensors, modes, freezing by
 //! pattern, groups, zero_grad, the mutable visit, and deterministic init.
 
+mod common;
+
+use common::f32_bits;
 use fucina_autograd::{ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
 use fucina_nn::module::matches;
@@ -205,18 +208,7 @@ fn same_seed_same_weights_any_thread_count() {
     let c1 = ExecContext::with_threads(1).unwrap();
     let c2 = ExecContext::with_threads(2).unwrap();
     {
-        let bits = |m: &Outer| -> Vec<Vec<u32>> {
-            m.parameters()
-                .iter()
-                .map(|p| {
-                    p.to_vec::<f32>()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect()
-                })
-                .collect()
-        };
+        let bits = |m: &Outer| -> Vec<Vec<u32>> { m.parameters().iter().map(f32_bits).collect() };
         let (a, b, c) = (build(&c1, 5), build(&c2, 5), build(&c1, 6));
         assert_eq!(bits(&a), bits(&b));
         assert_ne!(bits(&a), bits(&c));

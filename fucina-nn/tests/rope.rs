@@ -25,6 +25,23 @@ fn floats(v: &Value) -> Vec<f64> {
         .collect()
 }
 
+/// A golden array of integers, nested rows flattened in order.
+fn ints(v: &Value) -> Vec<i64> {
+    match v {
+        Value::Array(a) => a.iter().flat_map(ints).collect(),
+        x => vec![x.as_i64().unwrap()],
+    }
+}
+
+/// An f32 tensor's values, widened to f64.
+fn widened(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
 fn assert_rel(got: &[f64], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
@@ -47,15 +64,7 @@ fn rotate_hf(ctx: &ExecContext, rope: &Rope, v: &[f64], shape: &[usize], pos: &T
     let data: Vec<f32> = v.iter().map(|&x| x as f32).collect();
     let x = Tensor::constant(ctx, &data, shape).unwrap();
     let y = rope.apply(&x.permute(&[0, 2, 1, 3]).unwrap(), pos).unwrap();
-    y.permute(&[0, 2, 1, 3])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
+    widened(&y.permute(&[0, 2, 1, 3]).unwrap().contiguous().unwrap())
 }
 
 #[test]
@@ -65,18 +74,11 @@ fn matches_transformers() {
     let d = g["head_dim"].as_u64().unwrap() as usize;
     let theta = g["theta"].as_f64().unwrap();
     let p = g["max_positions"].as_u64().unwrap() as usize;
-    let shape: Vec<usize> = g["qk_shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
+    let shape: Vec<usize> = ints(&g["qk_shape"])
+        .into_iter()
+        .map(|x| x as usize)
         .collect();
-    let posv: Vec<i64> = g["positions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()))
-        .collect();
+    let posv = ints(&g["positions"]);
     let pos = Tensor::constant(&ctx, &posv, &[shape[0], shape[2]]).unwrap();
     let (q, k) = (floats(&g["q"]), floats(&g["k"]));
     let cases = g["cases"].as_object().unwrap();
@@ -108,20 +110,7 @@ fn matches_transformers() {
         let rope = Rope::new(&ctx, DType::F32, d, p, theta, &scaling).unwrap();
         assert_eq!((rope.head_dim(), rope.max_positions()), (d, p));
         assert_eq!(rope.cos.shape(), &[p, d / 2]);
-        let cos: Vec<f64> = rope
-            .cos
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let sin: Vec<f64> = rope
-            .sin
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let (cos, sin) = (widened(&rope.cos), widened(&rope.sin));
         assert_abs(&cos, &floats(&case["cos"]), 1e-6, &format!("{name} cos"));
         assert_abs(&sin, &floats(&case["sin"]), 1e-6, &format!("{name} sin"));
 

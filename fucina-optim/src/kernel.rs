@@ -78,45 +78,28 @@ pub(crate) trait Moment<T>: Element {
     fn store(v: T) -> Self;
 }
 
-impl Moment<f32> for f32 {
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f32) -> f32 {
-        v
-    }
+/// `impl Moment<T> for S`, one `S => T: load, store;` row each: the
+/// widening of a stored value and the rounding of a computed one.
+macro_rules! moments {
+    ($($s:ty => $t:ty: $load:expr, $store:expr;)*) => {$(
+        impl Moment<$t> for $s {
+            #[inline(always)]
+            fn load(self) -> $t {
+                $load(self)
+            }
+            #[inline(always)]
+            fn store(v: $t) -> $s {
+                $store(v)
+            }
+        }
+    )*};
 }
-impl Moment<f64> for f64 {
-    #[inline(always)]
-    fn load(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f64) -> f64 {
-        v
-    }
-}
-impl Moment<f32> for bf16 {
-    #[inline(always)]
-    fn load(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn store(v: f32) -> bf16 {
-        bf16::from_f32(v)
-    }
-}
-impl Moment<f64> for bf16 {
-    #[inline(always)]
-    fn load(self) -> f64 {
-        self.to_f64()
-    }
-    #[inline(always)]
-    fn store(v: f64) -> bf16 {
-        bf16::from_f64(v)
-    }
+
+moments! {
+    f32 => f32: std::convert::identity, std::convert::identity;
+    f64 => f64: std::convert::identity, std::convert::identity;
+    bf16 => f32: bf16::to_f32, bf16::from_f32;
+    bf16 => f64: bf16::to_f64, bf16::from_f64;
 }
 
 /// One optimizer state buffer (a moment), stored as f32, f64 or bf16.

@@ -33,6 +33,19 @@ fn sd_err(e: Error) -> StateDictError {
 
 const CHILD_ENV: &str = "FUCINA_OPTIM_CRASH_CHILD_ROOT";
 
+/// `r` is the `StateMismatch` of a state file that does not fit.
+fn assert_state_mismatch(r: Result<()>) {
+    assert!(matches!(r, Err(Error::StateMismatch(_))), "{r:?}");
+}
+
+/// Runs `test` on a fresh temporary directory named after `tag`, then
+/// removes it.
+fn with_root(tag: &str, test: impl FnOnce(PathBuf)) {
+    let root = tmp_root(tag);
+    test(root.clone());
+    std::fs::remove_dir_all(&root).ok();
+}
+
 fn tmp_root(tag: &str) -> PathBuf {
     let root = std::env::temp_dir().join(format!("fucina-optim-{tag}-{}", std::process::id()));
     std::fs::remove_dir_all(&root).ok();
@@ -59,37 +72,37 @@ fn train_and_save(root: &Path, steps: usize) -> Result<PathBuf> {
 
 #[test]
 fn injected_failure_between_files_keeps_previous_checkpoint() {
-    let root = tmp_root("inject");
-    train_and_save(&root, 3).unwrap();
-    for point in ["before_model", "after_model", "after_optimizer"] {
-        inject_fault(Some((point, FaultAction::Fail)));
-        let err = train_and_save(&root, 5).unwrap_err();
+    with_root("inject", |root| {
+        train_and_save(&root, 3).unwrap();
+        for point in ["before_model", "after_model", "after_optimizer"] {
+            inject_fault(Some((point, FaultAction::Fail)));
+            let err = train_and_save(&root, 5).unwrap_err();
+            inject_fault(None);
+            assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
+            let ck = load_latest(&root).unwrap().expect("previous checkpoint");
+            assert_eq!(ck.state.step, 3, "after a failure at {point}");
+            assert_eq!(ck.state.data_position, 3 * 64);
+            assert_eq!(ck.state.seeds["data"], 42);
+        }
+        // Overwriting a complete checkpoint: the old one stays complete until
+        // the new one is (`resaving_a_step_keeps_it_complete_at_every_point`).
+        train_and_save(&root, 5).unwrap();
+        assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
+        inject_fault(Some(("after_model", FaultAction::Fail)));
+        assert!(train_and_save(&root, 5).is_err());
         inject_fault(None);
-        assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
-        let ck = load_latest(&root).unwrap().expect("previous checkpoint");
-        assert_eq!(ck.state.step, 3, "after a failure at {point}");
-        assert_eq!(ck.state.data_position, 3 * 64);
-        assert_eq!(ck.state.seeds["data"], 42);
-    }
-    // Overwriting a complete checkpoint: the old one stays complete until
-    // the new one is (`resaving_a_step_keeps_it_complete_at_every_point`).
-    train_and_save(&root, 5).unwrap();
-    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
-    inject_fault(Some(("after_model", FaultAction::Fail)));
-    assert!(train_and_save(&root, 5).is_err());
-    inject_fault(None);
-    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
-    // A successful save then restores it; loading works end to end.
-    train_and_save(&root, 5).unwrap();
-    let ck = load_latest(&root).unwrap().unwrap();
-    assert_eq!(ck.state.step, 5);
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let ps = params(&ctx);
-    let (mut opt, _) = build("adamw", &ps);
-    ck.load_model(&ps).unwrap();
-    ck.load_optimizer(opt.as_mut()).unwrap();
-    assert_eq!(opt.step_count(), 5);
-    std::fs::remove_dir_all(&root).ok();
+        assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 5);
+        // A successful save then restores it; loading works end to end.
+        train_and_save(&root, 5).unwrap();
+        let ck = load_latest(&root).unwrap().unwrap();
+        assert_eq!(ck.state.step, 5);
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = params(&ctx);
+        let (mut opt, _) = build("adamw", &ps);
+        ck.load_model(&ps).unwrap();
+        ck.load_optimizer(opt.as_mut()).unwrap();
+        assert_eq!(opt.step_count(), 5);
+    });
 }
 
 /// Saves step 5 with the parameters moved by `shift` and returns their bits.
@@ -112,123 +125,123 @@ fn save_step5(root: &Path, shift: f32) -> Result<Vec<Vec<u32>>> {
 
 #[test]
 fn resaving_a_step_keeps_it_complete_at_every_point() {
-    let root = tmp_root("resave");
-    train_and_save(&root, 3).unwrap();
-    let mut current = save_step5(&root, 1.0).unwrap();
-    let mut current_pos = 1;
-    let points = [
-        "before_model",
-        "after_model",
-        "after_optimizer",
-        "after_stage",
-        "after_swap_out",
-    ];
-    for (k, point) in points.into_iter().enumerate() {
-        let shift = 2.0 + k as f32;
-        inject_fault(Some((point, FaultAction::Fail)));
-        let err = save_step5(&root, shift).unwrap_err();
-        inject_fault(None);
-        assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
-        // Step 5 is still there, complete, and either the old save or (once
-        // the new one was complete) the new one; it loads end to end.
-        let found = find_latest(&root).unwrap();
-        let ck = found.checkpoint.expect("a checkpoint");
-        assert_eq!(
-            ck.state.step, 5,
-            "after a failure at {point}: {:?}",
-            found.skipped
-        );
-        let ctx = TestCtx::with_threads(1).unwrap();
-        let ps = params(&ctx);
-        let (mut opt, _) = build("adamw", &ps);
-        ck.load_model(&ps).unwrap();
-        ck.load_optimizer(opt.as_mut()).unwrap();
-        let got = bits(&ps);
-        let new_complete = point == "after_stage" || point == "after_swap_out";
-        if !new_complete {
+    with_root("resave", |root| {
+        train_and_save(&root, 3).unwrap();
+        let mut current = save_step5(&root, 1.0).unwrap();
+        let mut current_pos = 1;
+        let points = [
+            "before_model",
+            "after_model",
+            "after_optimizer",
+            "after_stage",
+            "after_swap_out",
+        ];
+        for (k, point) in points.into_iter().enumerate() {
+            let shift = 2.0 + k as f32;
+            inject_fault(Some((point, FaultAction::Fail)));
+            let err = save_step5(&root, shift).unwrap_err();
+            inject_fault(None);
+            assert!(matches!(err, Error::Injected(p) if p == point), "{err}");
+            // Step 5 is still there, complete, and either the old save or (once
+            // the new one was complete) the new one; it loads end to end.
+            let found = find_latest(&root).unwrap();
+            let ck = found.checkpoint.expect("a checkpoint");
             assert_eq!(
-                got, current,
-                "after a failure at {point}: not the old checkpoint"
+                ck.state.step, 5,
+                "after a failure at {point}: {:?}",
+                found.skipped
             );
-            assert_eq!(ck.state.data_position, current_pos);
-        }
-        if point == "after_swap_out" {
-            // Mid-swap: the new one, found from its staging name.
-            assert_ne!(got, current);
+            let ctx = TestCtx::with_threads(1).unwrap();
+            let ps = params(&ctx);
+            let (mut opt, _) = build("adamw", &ps);
+            ck.load_model(&ps).unwrap();
+            ck.load_optimizer(opt.as_mut()).unwrap();
+            let got = bits(&ps);
+            let new_complete = point == "after_stage" || point == "after_swap_out";
+            if !new_complete {
+                assert_eq!(
+                    got, current,
+                    "after a failure at {point}: not the old checkpoint"
+                );
+                assert_eq!(ck.state.data_position, current_pos);
+            }
+            if point == "after_swap_out" {
+                // Mid-swap: the new one, found from its staging name.
+                assert_ne!(got, current);
+                assert_eq!(ck.state.data_position, shift as u64);
+            }
+            drop((ps, opt));
+            // A successful re-save afterwards is the new checkpoint, in place.
+            let shift = 20.0 + k as f32;
+            current = save_step5(&root, shift).unwrap();
+            current_pos = shift as u64;
+            let ck = load_latest(&root).unwrap().unwrap();
+            assert_eq!(ck.dir, root.join("step-000005"));
             assert_eq!(ck.state.data_position, shift as u64);
         }
-        drop((ps, opt));
-        // A successful re-save afterwards is the new checkpoint, in place.
-        let shift = 20.0 + k as f32;
-        current = save_step5(&root, shift).unwrap();
-        current_pos = shift as u64;
-        let ck = load_latest(&root).unwrap().unwrap();
-        assert_eq!(ck.dir, root.join("step-000005"));
-        assert_eq!(ck.state.data_position, shift as u64);
-    }
-    std::fs::remove_dir_all(&root).ok();
+    });
 }
 
 #[test]
 fn leftovers_of_interrupted_resaves_are_removed_once_their_step_is_complete() {
-    let root = tmp_root("stale");
-    train_and_save(&root, 3).unwrap();
-    save_step5(&root, 1.0).unwrap();
-    // A re-save of step 5 that failed in this process mid-swap leaves the
-    // old copy and the staged one beside the new directory's absence.
-    inject_fault(Some(("after_swap_out", FaultAction::Fail)));
-    save_step5(&root, 2.0).unwrap_err();
-    inject_fault(None);
-    let names = |root: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(root)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
+    with_root("stale", |root| {
+        train_and_save(&root, 3).unwrap();
+        save_step5(&root, 1.0).unwrap();
+        // A re-save of step 5 that failed in this process mid-swap leaves the
+        // old copy and the staged one beside the new directory's absence.
+        inject_fault(Some(("after_swap_out", FaultAction::Fail)));
+        save_step5(&root, 2.0).unwrap_err();
+        inject_fault(None);
+        let names = |root: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let me = std::process::id();
+        assert_eq!(names(&root).len(), 3, "{:?}", names(&root));
+        // Leftovers of a dead process (pid above Linux's pid_max) for step 3,
+        // and for a step 9 whose directory is missing (find_latest may need them).
+        let dead = 999_999_999u32;
+        for n in [
+            format!("step-000003.tmp-{dead}-0"),
+            format!("step-000003.old-{dead}-1"),
+            format!("step-000009.tmp-{dead}-2"),
+        ] {
+            std::fs::create_dir(root.join(n)).unwrap();
+        }
+        // Step 5 is missing (mid-swap): nothing of step 5 or 9 may go yet.
+        let gone = remove_stale_saves(&root).unwrap();
+        let mut gone: Vec<String> = gone
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
             .collect();
-        v.sort();
-        v
-    };
-    let me = std::process::id();
-    assert_eq!(names(&root).len(), 3, "{:?}", names(&root));
-    // Leftovers of a dead process (pid above Linux's pid_max) for step 3,
-    // and for a step 9 whose directory is missing (find_latest may need them).
-    let dead = 999_999_999u32;
-    for n in [
-        format!("step-000003.tmp-{dead}-0"),
-        format!("step-000003.old-{dead}-1"),
-        format!("step-000009.tmp-{dead}-2"),
-    ] {
-        std::fs::create_dir(root.join(n)).unwrap();
-    }
-    // Step 5 is missing (mid-swap): nothing of step 5 or 9 may go yet.
-    let gone = remove_stale_saves(&root).unwrap();
-    let mut gone: Vec<String> = gone
-        .iter()
-        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
-        .collect();
-    gone.sort();
-    if cfg!(target_os = "linux") {
-        assert_eq!(
-            gone,
-            [
-                format!("step-000003.old-{dead}-1"),
-                format!("step-000003.tmp-{dead}-0")
-            ]
-        );
-    }
-    assert!(names(&root)
-        .iter()
-        .any(|n| n.starts_with(&format!("step-000005.old-{me}-"))));
-    // A successful re-save completes step 5 and tidies its own leftovers.
-    save_step5(&root, 3.0).unwrap();
-    let left = names(&root);
-    let want = [
-        "step-000003".to_string(),
-        "step-000005".to_string(),
-        format!("step-000009.tmp-{dead}-2"),
-    ];
-    assert_eq!(left, want, "{left:?}");
-    assert_eq!(load_latest(&root).unwrap().unwrap().state.data_position, 3);
-    std::fs::remove_dir_all(&root).ok();
+        gone.sort();
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                gone,
+                [
+                    format!("step-000003.old-{dead}-1"),
+                    format!("step-000003.tmp-{dead}-0")
+                ]
+            );
+        }
+        assert!(names(&root)
+            .iter()
+            .any(|n| n.starts_with(&format!("step-000005.old-{me}-"))));
+        // A successful re-save completes step 5 and tidies its own leftovers.
+        save_step5(&root, 3.0).unwrap();
+        let left = names(&root);
+        let want = [
+            "step-000003".to_string(),
+            "step-000005".to_string(),
+            format!("step-000009.tmp-{dead}-2"),
+        ];
+        assert_eq!(left, want, "{left:?}");
+        assert_eq!(load_latest(&root).unwrap().unwrap().state.data_position, 3);
+    });
 }
 
 /// In the child: save step 3 completely, then hang in the middle of saving step 6.
@@ -249,55 +262,55 @@ fn crash_child_entry() {
 
 #[test]
 fn killed_mid_save_keeps_previous_checkpoint() {
-    let root = tmp_root("kill");
-    std::fs::create_dir_all(&root).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "crash_child_entry",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, &root)
-        .spawn()
-        .unwrap();
-    let ready = root.join("ready_file");
-    // No wall-clock limit: the child either reaches the hang point or exits
-    // (a failure), and both end this loop.
-    while !ready.exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("child exited before reaching the save: {st}");
+    with_root("kill", |root| {
+        std::fs::create_dir_all(&root).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut child = std::process::Command::new(exe)
+            .args([
+                "crash_child_entry",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_ENV, &root)
+            .spawn()
+            .unwrap();
+        let ready = root.join("ready_file");
+        // No wall-clock limit: the child either reaches the hang point or exits
+        // (a failure), and both end this loop.
+        while !ready.exists() {
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!("child exited before reaching the save: {st}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // The step-6 directory exists with its model file but no marker.
-    let partial = root.join("step-000006");
-    assert!(partial.join("model.safetensors").exists());
-    assert!(!partial.join("trainer_state.json").exists());
-    let ck = load_latest(&root).unwrap().expect("previous checkpoint");
-    assert_eq!(ck.state.step, 3);
-    assert_eq!(ck.dir, root.join("step-000003"));
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let ps = params(&ctx);
-    let (mut opt, _) = build("adamw", &ps);
-    ck.load_model(&ps).unwrap();
-    ck.load_optimizer(opt.as_mut()).unwrap();
-    std::fs::remove_dir_all(&root).ok();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The step-6 directory exists with its model file but no marker.
+        let partial = root.join("step-000006");
+        assert!(partial.join("model.safetensors").exists());
+        assert!(!partial.join("trainer_state.json").exists());
+        let ck = load_latest(&root).unwrap().expect("previous checkpoint");
+        assert_eq!(ck.state.step, 3);
+        assert_eq!(ck.dir, root.join("step-000003"));
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = params(&ctx);
+        let (mut opt, _) = build("adamw", &ps);
+        ck.load_model(&ps).unwrap();
+        ck.load_optimizer(opt.as_mut()).unwrap();
+    });
 }
 
 #[test]
 fn load_latest_without_checkpoints_is_none() {
-    let root = tmp_root("empty");
-    assert!(load_latest(&root).unwrap().is_none());
-    std::fs::create_dir_all(root.join("step-000001")).unwrap();
-    std::fs::create_dir_all(root.join("not-a-step")).unwrap();
-    assert!(load_latest(&root).unwrap().is_none());
-    std::fs::remove_dir_all(&root).ok();
+    with_root("empty", |root| {
+        assert!(load_latest(&root).unwrap().is_none());
+        std::fs::create_dir_all(root.join("step-000001")).unwrap();
+        std::fs::create_dir_all(root.join("not-a-step")).unwrap();
+        assert!(load_latest(&root).unwrap().is_none());
+    });
 }
 
 #[test]
@@ -334,16 +347,10 @@ fn bad_files_are_structured_errors() {
         );
     }
     // A model file is not an optimizer file.
-    assert!(matches!(
-        opt.load_state_bytes(&model),
-        Err(Error::StateMismatch(_))
-    ));
+    assert_state_mismatch(opt.load_state_bytes(&model));
     // Wrong optimizer.
     let (mut sgd, _) = build("sgd_momentum", &ps);
-    assert!(matches!(
-        sgd.load_state_bytes(&good),
-        Err(Error::StateMismatch(_))
-    ));
+    assert_state_mismatch(sgd.load_state_bytes(&good));
     // Wrong dtypes / names / shapes in the model: one error listing the keys.
     let ps64 = params_of(&ctx, fucina_core::DType::F64);
     let e = sd_err(load_model_bytes(&model, &ps64).unwrap_err());
@@ -369,15 +376,9 @@ fn bad_files_are_structured_errors() {
     // Optimizer over different parameters.
     let few = vec![ps[0].clone()];
     let (mut opt_few, _) = build("adamw", &few);
-    assert!(matches!(
-        opt_few.load_state_bytes(&good),
-        Err(Error::StateMismatch(_))
-    ));
+    assert_state_mismatch(opt_few.load_state_bytes(&good));
     let (mut opt64, _) = build("adamw", &ps64);
-    assert!(matches!(
-        opt64.load_state_bytes(&good),
-        Err(Error::StateMismatch(_))
-    ));
+    assert_state_mismatch(opt64.load_state_bytes(&good));
     // A failed load changed nothing: the optimizer still has its own state and keeps working.
     let before = opt.state_bytes().unwrap();
     assert!(opt.load_state_bytes(&good[..good.len() / 2]).is_err());
@@ -521,101 +522,101 @@ fn strict_model_load_rejects_an_unexpected_tensor() {
 
 #[test]
 fn malformed_marker_is_an_error_naming_it_and_load_latest_skips_it() {
-    let root = tmp_root("badmarker");
-    train_and_save(&root, 3).unwrap();
-    train_and_save(&root, 5).unwrap();
-    let marker = root.join("step-000005").join("trainer_state.json");
-    std::fs::write(&marker, b"{\"step\": 5, \"seeds\": ").unwrap();
-    match load_checkpoint(&root.join("step-000005")) {
-        Err(Error::BadCheckpoint { file, reason }) => {
-            assert_eq!(file, marker);
-            assert!(reason.contains("does not parse"), "{reason}");
+    with_root("badmarker", |root| {
+        train_and_save(&root, 3).unwrap();
+        train_and_save(&root, 5).unwrap();
+        let marker = root.join("step-000005").join("trainer_state.json");
+        std::fs::write(&marker, b"{\"step\": 5, \"seeds\": ").unwrap();
+        match load_checkpoint(&root.join("step-000005")) {
+            Err(Error::BadCheckpoint { file, reason }) => {
+                assert_eq!(file, marker);
+                assert!(reason.contains("does not parse"), "{reason}");
+            }
+            other => panic!("expected a marker error, got {other:?}"),
         }
-        other => panic!("expected a marker error, got {other:?}"),
-    }
-    let found = find_latest(&root).unwrap();
-    assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
-    assert_eq!(found.skipped.len(), 1);
-    assert_eq!(found.skipped[0].dir, root.join("step-000005"));
-    assert!(found.skipped[0]
-        .reason
-        .to_string()
-        .contains("trainer_state.json"));
-    assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 3);
-    std::fs::remove_dir_all(&root).ok();
+        let found = find_latest(&root).unwrap();
+        assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
+        assert_eq!(found.skipped.len(), 1);
+        assert_eq!(found.skipped[0].dir, root.join("step-000005"));
+        assert!(found.skipped[0]
+            .reason
+            .to_string()
+            .contains("trainer_state.json"));
+        assert_eq!(load_latest(&root).unwrap().unwrap().state.step, 3);
+    });
 }
 
 #[test]
 fn load_latest_verifies_the_payload_and_falls_back() {
-    let root = tmp_root("verify");
-    train_and_save(&root, 3).unwrap();
-    train_and_save(&root, 5).unwrap();
-    train_and_save(&root, 7).unwrap();
-    // step 7: model truncated (size differs); step 5: one bit flipped in the
-    // optimizer file (size equal, checksum differs).
-    let model7 = root.join("step-000007").join("model.safetensors");
-    let bytes = std::fs::read(&model7).unwrap();
-    std::fs::write(&model7, &bytes[..bytes.len() - 10]).unwrap();
-    let opt5 = root.join("step-000005").join("optimizer.safetensors");
-    let mut bytes = std::fs::read(&opt5).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x10;
-    std::fs::write(&opt5, &bytes).unwrap();
-    let found = find_latest(&root).unwrap();
-    assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
-    let reasons: Vec<_> = found.skipped.iter().map(|s| &s.reason).collect();
-    assert!(
-        matches!(reasons[0], Error::BadCheckpoint { file, reason } if *file == model7 && reason.contains("bytes")),
-        "{}",
-        reasons[0]
-    );
-    assert!(
-        matches!(reasons[1], Error::BadCheckpoint { file, reason } if *file == opt5 && reason.contains("checksum")),
-        "{}",
-        reasons[1]
-    );
-    // The fallback loads end to end.
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let ps = params(&ctx);
-    let (mut opt, _) = build("adamw", &ps);
-    let ck = found.checkpoint.unwrap();
-    ck.load_model(&ps).unwrap();
-    ck.load_optimizer(opt.as_mut()).unwrap();
-    assert_eq!(opt.step_count(), 3);
-    std::fs::remove_dir_all(&root).ok();
+    with_root("verify", |root| {
+        train_and_save(&root, 3).unwrap();
+        train_and_save(&root, 5).unwrap();
+        train_and_save(&root, 7).unwrap();
+        // step 7: model truncated (size differs); step 5: one bit flipped in the
+        // optimizer file (size equal, checksum differs).
+        let model7 = root.join("step-000007").join("model.safetensors");
+        let bytes = std::fs::read(&model7).unwrap();
+        std::fs::write(&model7, &bytes[..bytes.len() - 10]).unwrap();
+        let opt5 = root.join("step-000005").join("optimizer.safetensors");
+        let mut bytes = std::fs::read(&opt5).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x10;
+        std::fs::write(&opt5, &bytes).unwrap();
+        let found = find_latest(&root).unwrap();
+        assert_eq!(found.checkpoint.as_ref().unwrap().state.step, 3);
+        let reasons: Vec<_> = found.skipped.iter().map(|s| &s.reason).collect();
+        assert!(
+            matches!(reasons[0], Error::BadCheckpoint { file, reason } if *file == model7 && reason.contains("bytes")),
+            "{}",
+            reasons[0]
+        );
+        assert!(
+            matches!(reasons[1], Error::BadCheckpoint { file, reason } if *file == opt5 && reason.contains("checksum")),
+            "{}",
+            reasons[1]
+        );
+        // The fallback loads end to end.
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = params(&ctx);
+        let (mut opt, _) = build("adamw", &ps);
+        let ck = found.checkpoint.unwrap();
+        ck.load_model(&ps).unwrap();
+        ck.load_optimizer(opt.as_mut()).unwrap();
+        assert_eq!(opt.step_count(), 3);
+    });
 }
 
 #[test]
 fn stray_files_named_like_steps_are_skipped() {
-    let root = tmp_root("stray");
-    train_and_save(&root, 3).unwrap();
-    std::fs::write(root.join("step-000009"), b"not a directory").unwrap();
-    std::fs::create_dir_all(root.join("step-000008")).unwrap(); // incomplete
-    let found = find_latest(&root).unwrap();
-    assert_eq!(found.checkpoint.unwrap().state.step, 3);
-    assert_eq!(found.skipped.len(), 1);
-    assert!(
-        matches!(&found.skipped[0].reason, Error::IncompleteCheckpoint { dir } if dir.ends_with("step-000008"))
-    );
-    std::fs::remove_dir_all(&root).ok();
+    with_root("stray", |root| {
+        train_and_save(&root, 3).unwrap();
+        std::fs::write(root.join("step-000009"), b"not a directory").unwrap();
+        std::fs::create_dir_all(root.join("step-000008")).unwrap(); // incomplete
+        let found = find_latest(&root).unwrap();
+        assert_eq!(found.checkpoint.unwrap().state.step, 3);
+        assert_eq!(found.skipped.len(), 1);
+        assert!(
+            matches!(&found.skipped[0].reason, Error::IncompleteCheckpoint { dir } if dir.ends_with("step-000008"))
+        );
+    });
 }
 
 #[test]
 fn optimizer_file_errors_name_the_file() {
-    let root = tmp_root("optfile");
-    std::fs::create_dir_all(&root).unwrap();
-    let ctx = TestCtx::with_threads(1).unwrap();
-    let ps = params(&ctx);
-    let (mut opt, _) = build("adamw", &ps);
-    let path = root.join("optimizer.safetensors");
-    save_model(&path, &ps).unwrap(); // a model file, not an optimizer file
-    let e = opt.load(&path).unwrap_err();
-    assert!(
-        matches!(&e, Error::InFile { file, .. } if *file == path),
-        "{e}"
-    );
-    assert!(e.to_string().contains("optimizer.safetensors"), "{e}");
-    std::fs::remove_dir_all(&root).ok();
+    with_root("optfile", |root| {
+        std::fs::create_dir_all(&root).unwrap();
+        let ctx = TestCtx::with_threads(1).unwrap();
+        let ps = params(&ctx);
+        let (mut opt, _) = build("adamw", &ps);
+        let path = root.join("optimizer.safetensors");
+        save_model(&path, &ps).unwrap(); // a model file, not an optimizer file
+        let e = opt.load(&path).unwrap_err();
+        assert!(
+            matches!(&e, Error::InFile { file, .. } if *file == path),
+            "{e}"
+        );
+        assert!(e.to_string().contains("optimizer.safetensors"), "{e}");
+    });
 }
 
 #[test]

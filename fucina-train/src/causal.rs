@@ -85,6 +85,22 @@ impl CausalExample {
         self.input_ids.truncate(max_len);
         self.labels.truncate(max_len);
     }
+
+    /// `Ok` when the labels and the ids have one length, else an error of
+    /// `op` naming this example's index `i` in its batch.
+    fn check_lengths(&self, op: &'static str, i: usize) -> Result<()> {
+        if self.labels.len() == self.input_ids.len() {
+            return Ok(());
+        }
+        Err(Error::config(
+            op,
+            format!(
+                "example {i} has {} tokens but {} labels",
+                self.input_ids.len(),
+                self.labels.len()
+            ),
+        ))
+    }
 }
 
 /// Concatenates `examples` (with `separator`, e.g. the EOS token, learnt,
@@ -102,16 +118,7 @@ pub fn pack(
     }
     let (mut ids, mut labels) = (Vec::new(), Vec::new());
     for (i, ex) in examples.into_iter().enumerate() {
-        if ex.labels.len() != ex.input_ids.len() {
-            return Err(Error::config(
-                "pack",
-                format!(
-                    "example {i} has {} tokens but {} labels",
-                    ex.input_ids.len(),
-                    ex.labels.len()
-                ),
-            ));
-        }
+        ex.check_lengths("pack", i)?;
         if let (Some(sep), true) = (separator, i > 0) {
             ids.push(sep);
             labels.push(sep);
@@ -190,19 +197,8 @@ pub fn collate_causal(
     batch: &[CausalExample],
     pad_id: i64,
 ) -> Result<CausalBatch> {
-    if let Some((i, ex)) = batch
-        .iter()
-        .enumerate()
-        .find(|(_, e)| e.labels.len() != e.input_ids.len())
-    {
-        return Err(Error::config(
-            "collate_causal",
-            format!(
-                "example {i} has {} tokens but {} labels",
-                ex.input_ids.len(),
-                ex.labels.len()
-            ),
-        ));
+    for (i, ex) in batch.iter().enumerate() {
+        ex.check_lengths("collate_causal", i)?;
     }
     let ids: Vec<Vec<i64>> = batch.iter().map(|e| e.input_ids.clone()).collect();
     let labels: Vec<Vec<i64>> = batch.iter().map(|e| e.labels.clone()).collect();

@@ -338,30 +338,17 @@ impl LoaderOptions {
             shard: (0, 1),
         }
     }
-    /// Shuffle each epoch (on by default).
-    pub fn shuffle(mut self, on: bool) -> Self {
-        self.shuffle = on;
-        self
-    }
-    /// The shuffle's seed.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-    /// Drop a last batch shorter than `batch_size`.
-    pub fn drop_last(mut self, on: bool) -> Self {
-        self.drop_last = on;
-        self
-    }
-    /// Batches built ahead per worker (0: built on the caller's thread).
-    pub fn prefetch(mut self, depth: usize) -> Self {
-        self.prefetch = depth;
-        self
-    }
-    /// Worker threads when prefetching (at least 1).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n;
-        self
+    fucina_nn::setters! {
+        /// Shuffle each epoch (on by default).
+        shuffle(on: bool) => shuffle,
+        /// The shuffle's seed.
+        seed(seed: u64) => seed,
+        /// Drop a last batch shorter than `batch_size`.
+        drop_last(on: bool) => drop_last,
+        /// Batches built ahead per worker (0: built on the caller's thread).
+        prefetch(depth: usize) => prefetch,
+        /// Worker threads when prefetching (at least 1).
+        workers(n: usize) => workers,
     }
     /// Rank `rank` of `world` takes positions `rank, rank + world, …` of the
     /// epoch order (fucina-distributed's `DistributedSampler` shard).

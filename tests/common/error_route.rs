@@ -88,3 +88,35 @@ where
     assert_one_shape("autograd op", e, core_of, &expected);
     (ctx, expected)
 }
+
+/// The route through a lower crate's error `L`: an autograd op's error
+/// converted into `L`, then into the crate's `E`.
+pub fn assert_through<L, E>(
+    route: &str,
+    ctx: &TestCtx,
+    core_of: fn(&E) -> Option<&fucina_core::Error>,
+    expected: &fucina_core::Error,
+) where
+    L: From<fucina_autograd::Error>,
+    E: From<L> + Display + Debug,
+{
+    let lower = L::from(through_autograd(ctx).unwrap_err());
+    assert_one_shape(route, E::from(lower), core_of, expected);
+}
+
+/// `routes!(Error)`: [`core_and_autograd_routes`] for the crate's `Error`,
+/// returning `(ctx, core_of, expected)` for the crate's own routes;
+/// `routes!(Error, via "fucina-nn" => fucina_nn::Error, ..)` also checks
+/// the route through each lower crate's error ([`assert_through`]).
+#[allow(unused_macros)] // a crate's test uses `core_of!` alone
+macro_rules! routes {
+    ($E:ident $(, via $($name:literal => $L:ty),+)?) => {{
+        let core_of = $crate::route::core_of!($E);
+        let (ctx, expected) = $crate::route::core_and_autograd_routes::<$E>(core_of);
+        $($($crate::route::assert_through::<$L, $E>($name, &ctx, core_of, &expected);)+)?
+        (ctx, core_of, expected)
+    }};
+}
+
+#[allow(unused_imports)] // a crate's test uses one or both by path
+pub(crate) use {core_of, routes};

@@ -1,7 +1,13 @@
 //! What the example tests share: a fresh scratch directory, a short slice
 //! of a shipped corpus, a decoder fixture, a CLI parsed from fixed and extra
-//! arguments, and a run of the built `generate` example.
+//! arguments, a run of the built `generate` example, and the largest
+//! difference between two sets of logits.
 #![allow(dead_code)] // each test binary uses its own part
+
+#[path = "../../../tests/common/diff.rs"]
+mod diff;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use diff::max_abs_diff;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -140,6 +140,16 @@ fn top_p_keep(p: &[f64], top_p: f64) -> Vec<bool> {
 mod tests {
     use super::*;
 
+    /// `Sampling::Sample` with these temperature, top-k, top-p and seed.
+    fn sample(temperature: f64, top_k: usize, top_p: f64, seed: u64) -> Sampling {
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        }
+    }
+
     #[test]
     fn greedy_takes_the_first_maximum() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
@@ -148,21 +158,11 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy_and_seeds_repeat() {
-        let s = Sampling::Sample {
-            temperature: 0.7,
-            top_k: 1,
-            top_p: 1.0,
-            seed: 3,
-        };
+        let s = sample(0.7, 1, 1.0, 3);
         for d in 0..20 {
             assert_eq!(s.pick(&[0.1, 0.5, 0.2], d), 1);
         }
-        let s = Sampling::Sample {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 9,
-        };
+        let s = sample(1.0, 0, 1.0, 9);
         let a: Vec<usize> = (0..50).map(|d| s.pick(&[0.0, 0.0, 0.0, 0.0], d)).collect();
         let b: Vec<usize> = (0..50).map(|d| s.pick(&[0.0, 0.0, 0.0, 0.0], d)).collect();
         assert_eq!(a, b);
@@ -178,12 +178,7 @@ mod tests {
         let p = softmax(&[3.0, 2.0, 1.0, 0.0]);
         assert_eq!(top_p_keep(&p, 0.7), [true, true, false, false]);
         assert_eq!(top_p_keep(&p, 0.01), [true, false, false, false]);
-        let s = Sampling::Sample {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.7,
-            seed: 1,
-        };
+        let s = sample(1.0, 0, 0.7, 1);
         for d in 0..100 {
             assert!(s.pick(&[3.0, 2.0, 1.0, 0.0], d) < 2);
         }
@@ -191,19 +186,9 @@ mod tests {
 
     #[test]
     fn bad_settings_are_errors() {
-        let s = Sampling::Sample {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 1,
-        };
+        let s = sample(0.0, 0, 1.0, 1);
         assert!(s.validate().is_err());
-        let s = Sampling::Sample {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.5,
-            seed: 1,
-        };
+        let s = sample(1.0, 0, 1.5, 1);
         assert!(s.validate().is_err());
     }
 }

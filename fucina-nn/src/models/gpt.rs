@@ -86,12 +86,14 @@ impl GptConfig {
 
     fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::config("GptConfig", msg));
-        if self.vocab_size == 0 || self.block_size == 0 || self.n_layer == 0 {
-            return bad(format!(
-                "vocab_size ({}), block_size ({}) and n_layer ({}) must be positive",
-                self.vocab_size, self.block_size, self.n_layer
-            ));
-        }
+        Error::require_positive(
+            "GptConfig",
+            &[
+                ("vocab_size", self.vocab_size),
+                ("block_size", self.block_size),
+                ("n_layer", self.n_layer),
+            ],
+        )?;
         if self.n_head == 0 || self.n_embd == 0 || !self.n_embd.is_multiple_of(self.n_head) {
             return bad(format!(
                 "n_embd ({}) must be a positive multiple of n_head ({})",

@@ -1,6 +1,15 @@
-//! Shared helpers of the golden tests: reading safetensors goldens as f64
-//! or i64, and a comparison relative to the reference's largest magnitude.
+//! Shared helpers of the fucina-nn tests: reading safetensors goldens as
+//! f64 or i64 and counting them by prefix, a comparison relative to the
+//! reference's largest magnitude, the largest absolute difference, f32 bits,
+//! the process's peak memory, and (`fixtures`) the decoder fixtures.
 #![allow(dead_code)]
+
+#[path = "../../../tests/common/diff.rs"]
+mod diff;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use diff::max_abs_diff;
+
+pub mod fixtures;
 
 use safetensors::{Dtype, SafeTensors};
 
@@ -32,6 +41,30 @@ pub fn i64s(st: &SafeTensors, name: &str) -> (Vec<i64>, Vec<usize>) {
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
         .collect();
     (v, t.shape().to_vec())
+}
+
+/// How many golden tensors are named `prefix…`.
+pub fn count_with_prefix(st: &SafeTensors, prefix: &str) -> usize {
+    st.names()
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .count()
+}
+
+/// A tensor's f32 values as bits (for bitwise comparisons).
+pub fn f32_bits(t: &fucina_autograd::Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect()
+}
+
+/// This process's peak resident memory (`VmHWM`), in kB.
+pub fn peak_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 pub fn assert_close(name: &str, got: &[f64], want: &[f64], rtol: f64) {

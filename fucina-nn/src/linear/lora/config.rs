@@ -202,22 +202,13 @@ impl LoraConfig {
         }
     }
 
-    /// Sets the adapter dropout.
-    pub fn with_dropout(mut self, p: f64) -> LoraConfig {
-        self.lora_dropout = p;
-        self
-    }
-
-    /// Sets `use_rslora` (scale `alpha / √r`).
-    pub fn with_rslora(mut self, on: bool) -> LoraConfig {
-        self.use_rslora = on;
-        self
-    }
-
-    /// Sets `init_lora_weights`.
-    pub fn with_init(mut self, init: InitLoraWeights) -> LoraConfig {
-        self.init_lora_weights = init;
-        self
+    crate::setters! {
+        /// Sets the adapter dropout.
+        with_dropout(p: f64) => lora_dropout,
+        /// Sets `use_rslora` (scale `alpha / √r`).
+        with_rslora(on: bool) => use_rslora,
+        /// Sets `init_lora_weights`.
+        with_init(init: InitLoraWeights) => init_lora_weights,
     }
 
     /// Sets `modules_to_save`.
