@@ -168,18 +168,24 @@ struct ExtremumBackward {
     idx_keepdim: Option<RawTensor>,
 }
 
+impl ExtremumBackward {
+    /// The saved argmax/argmin indices (keepdim shape).
+    fn idx(&self) -> Result<&RawTensor> {
+        self.idx_keepdim
+            .as_ref()
+            .ok_or(crate::Error::MissingGradient {
+                op: "max/min",
+                input: 0,
+            })
+    }
+}
+
 impl Backward for ExtremumBackward {
     fn name(&self) -> &'static str {
         "max/min"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        let idx = self
-            .idx_keepdim
-            .as_ref()
-            .ok_or(crate::Error::MissingGradient {
-                op: "max/min",
-                input: 0,
-            })?;
+        let idx = self.idx()?;
         let g = ctx.reshape(gy, idx.shape())?;
         Ok(smallvec::smallvec![Some(ctx.scatter_add(
             &self.in_shape,
@@ -189,13 +195,7 @@ impl Backward for ExtremumBackward {
         )?)])
     }
     fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
-        let idx = self
-            .idx_keepdim
-            .clone()
-            .ok_or(crate::Error::MissingGradient {
-                op: "max/min",
-                input: 0,
-            })?;
+        let idx = self.idx()?.clone();
         let g = gy.reshape(idx.shape())?;
         let (in_shape, axis) = (self.in_shape.clone(), self.axis);
         let idx2 = idx.clone();
