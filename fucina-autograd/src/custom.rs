@@ -203,12 +203,8 @@ impl Backward for FunctionBackward {
             .map(|g| g.map(|g| g.raw()).transpose())
             .collect()
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let needs = saved.needs_input_grad();
         let ins: Vec<Tensor> = self
             .inputs
             .iter()

@@ -31,16 +31,11 @@ impl Backward for ConcatBackward {
         }
         Ok(out)
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let mut out = TensorGrads::new();
         let mut start = 0;
         for (i, &len) in self.lens.iter().enumerate() {
-            out.push(if needs[i] {
+            out.push(if saved.needs(i) {
                 Some(gy.narrow(self.axis as isize, start, len)?)
             } else {
                 None
@@ -68,12 +63,7 @@ impl Backward for PadBackward {
         }
         Ok(smallvec::smallvec![Some(g)])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let mut g = gy.clone();
         for (a, &(before, after)) in self.pads.iter().enumerate() {
             let len = g.shape()[a] - before - after;

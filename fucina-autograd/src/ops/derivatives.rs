@@ -40,12 +40,7 @@ impl Backward for DerivativeNode {
         let g = gd.mul(&second_derivative(self.op, &x)?)?;
         Ok(smallvec::smallvec![Some(g.raw()?)])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gd: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gd: &Tensor) -> Result<TensorGrads> {
         let x = saved.input(0, &self.x);
         Ok(smallvec::smallvec![Some(
             gd.mul(&second_derivative(self.op, &x)?)?

@@ -30,12 +30,7 @@ impl Backward for UnaryBackward {
             ctx.unary_backward(saved, gy, self.op)?
         )])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let s = match (self.op.saved(), &self.saved) {
             (Saved::Input, Some(x)) => Some(saved.input(0, x)),
             (Saved::Output, Some(y)) => Some(saved.output(y)),
@@ -70,12 +65,7 @@ impl Backward for DerivativeBackward {
     }
     /// The node kept f'(x), not x, so f''(x) is out of reach: an error naming
     /// the fix (under `higher_order()` the forward records `UnaryBackward`).
-    fn backward_graph(
-        &self,
-        _saved: &SavedTensors<'_>,
-        _gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _saved: &SavedTensors<'_>, _gy: &Tensor) -> Result<TensorGrads> {
         Err(Error::ForwardNotHigherOrder { op: self.op.name() })
     }
 }
@@ -107,12 +97,7 @@ impl Backward for BinaryBackward {
         let (ga, gb) = ctx.binary_backward(a, b, out, gy, self.op, [needs[0], needs[1]])?;
         Ok(smallvec::smallvec![ga, gb])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let a = self.a.as_ref().map(|a| saved.input(0, a));
         let b = self.b.as_ref().map(|b| saved.input(1, b));
         let out = self.out.as_ref().map(|o| saved.output(o));
@@ -122,7 +107,7 @@ impl Backward for BinaryBackward {
             b.as_ref(),
             out.as_ref(),
             gy,
-            [needs[0], needs[1]],
+            [saved.needs(0), saved.needs(1)],
         )?;
         Ok(smallvec::smallvec![ga, gb])
     }
@@ -261,14 +246,10 @@ impl Backward for WhereBackward {
         };
         Ok(smallvec::smallvec![ga, gb])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let cond = saved.constant(&self.cond);
         let zero = Tensor::scalar(gy.ctx(), gy.dtype(), 0.0)?;
+        let needs = saved.needs_input_grad();
         let ga = needs[0].then(|| gy.where_cond(&cond, &zero)).transpose()?;
         let gb = needs[1].then(|| zero.where_cond(&cond, gy)).transpose()?;
         Ok(smallvec::smallvec![ga, gb])
@@ -289,12 +270,7 @@ impl Backward for MaskedFillBackward {
             ctx.masked_fill(gy, &self.mask, 0.0)?
         )])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(
             gy.masked_fill(&saved.constant(&self.mask), 0.0)?
         )])

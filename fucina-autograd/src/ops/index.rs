@@ -41,13 +41,8 @@ impl Backward for EmbeddingBackward {
         };
         Ok(smallvec::smallvec![gw, None])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
-        if !needs[0] {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        if !saved.needs(0) {
             return Ok(smallvec::smallvec![None, None]);
         }
         let (vocab, ids, ids2) = (self.vocab, self.ids.clone(), self.ids.clone());
@@ -140,12 +135,7 @@ impl Backward for IndexReadBackward {
             None
         ])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let (read, shape, axis, idx, idx2) = (
             self.read,
             self.in_shape.clone(),
@@ -184,14 +174,9 @@ impl Backward for ScatterAddBackward {
         };
         Ok(smallvec::smallvec![gx, None, gs])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let gx = needs[0].then(|| gy.clone());
-        let gs = if needs[2] {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let gx = saved.needs(0).then(|| gy.clone());
+        let gs = if saved.needs(2) {
             Some(gy.gather(self.axis as isize, &saved.constant(&self.idx))?)
         } else {
             None

@@ -33,12 +33,7 @@ impl Backward for LinearMapBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some((self.adjoint)(ctx, gy)?)])
     }
-    fn backward_graph(
-        &self,
-        _saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(linear_map(
             self.name,
             gy,

@@ -45,17 +45,12 @@ impl Backward for MatmulBackward {
         };
         Ok(smallvec::smallvec![ga, gb])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let ga = match (&self.b, needs[0]) {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let ga = match (&self.b, saved.needs(0)) {
             (Some(b), true) => Some(gy.matmul(&saved.input(1, b).transpose(-2, -1)?)?),
             _ => None,
         };
-        let gb = match (&self.a, needs[1]) {
+        let gb = match (&self.a, saved.needs(1)) {
             (Some(a), true) => Some(saved.input(0, a).transpose(-2, -1)?.matmul(gy)?),
             _ => None,
         };
@@ -98,12 +93,8 @@ impl Backward for LinearBackward {
         }
         Ok(smallvec::smallvec![gx, gw, gb])
     }
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let needs = saved.needs_input_grad();
         let (n, k) = (self.n, self.k);
         let rows = gy.numel() / n.max(1);
         let gx = match (&self.w, needs[0]) {

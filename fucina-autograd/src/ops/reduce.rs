@@ -46,12 +46,7 @@ impl Backward for SumBackward {
         // A stride-0 view: no copy; consumers read it through strides.
         Ok(smallvec::smallvec![Some(g.broadcast_to(&self.in_shape)?)])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let kd = keepdim_shape(&self.in_shape, &self.axes);
         let g = gy.reshape(&kd[..])?;
         // A mean over zero elements has an empty gradient: no 1/0 scale is
@@ -88,12 +83,7 @@ impl Backward for LogsumexpBackward {
         )?)])
     }
     /// lse is recomputed from the lifted x, so its own dependence on x is recorded.
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let x = saved.input(0, &self.x);
         let axis = reduced_axis(x.shape(), self.lse_keepdim.shape());
         let p = x.sub(&x.logsumexp(axis as isize, true)?)?.exp()?;
@@ -178,18 +168,24 @@ struct ExtremumBackward {
     idx_keepdim: Option<RawTensor>,
 }
 
+impl ExtremumBackward {
+    /// The saved argmax/argmin indices (keepdim shape).
+    fn idx(&self) -> Result<&RawTensor> {
+        self.idx_keepdim
+            .as_ref()
+            .ok_or(crate::Error::MissingGradient {
+                op: "max/min",
+                input: 0,
+            })
+    }
+}
+
 impl Backward for ExtremumBackward {
     fn name(&self) -> &'static str {
         "max/min"
     }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
-        let idx = self
-            .idx_keepdim
-            .as_ref()
-            .ok_or(crate::Error::MissingGradient {
-                op: "max/min",
-                input: 0,
-            })?;
+        let idx = self.idx()?;
         let g = ctx.reshape(gy, idx.shape())?;
         Ok(smallvec::smallvec![Some(ctx.scatter_add(
             &self.in_shape,
@@ -198,19 +194,8 @@ impl Backward for ExtremumBackward {
             &g
         )?)])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let idx = self
-            .idx_keepdim
-            .clone()
-            .ok_or(crate::Error::MissingGradient {
-                op: "max/min",
-                input: 0,
-            })?;
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let idx = self.idx()?.clone();
         let g = gy.reshape(idx.shape())?;
         let (in_shape, axis) = (self.in_shape.clone(), self.axis);
         let idx2 = idx.clone();
@@ -247,12 +232,7 @@ impl Backward for NormBackward {
     }
     /// ‖x‖ is recomputed from the lifted x (over the axes the keepdim shape
     /// shows reduced), so its own dependence on x is recorded.
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         use fucina_core::kernels::elementwise::CmpOp;
         let x = saved.input(0, &self.x);
         let kd = self.y_keepdim.shape();

@@ -23,12 +23,7 @@ impl Backward for ReshapeBackward {
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(ctx.reshape(gy, &self.in_shape)?)])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(gy.reshape(&self.in_shape[..])?)])
     }
 }
@@ -45,12 +40,7 @@ impl Backward for PermuteBackward {
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(gy.permute(&self.inverse)?)])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let inv: Vec<isize> = self.inverse.iter().map(|&a| a as isize).collect();
         Ok(smallvec::smallvec![Some(gy.permute(&inv)?)])
     }
@@ -66,12 +56,7 @@ impl Backward for BroadcastBackward {
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(gy.clone())])
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         Ok(smallvec::smallvec![Some(gy.clone())])
     }
 }
@@ -96,12 +81,7 @@ impl Backward for NarrowBackward {
     fn narrow_window(&self) -> Option<(usize, usize)> {
         Some((self.axis, self.start))
     }
-    fn backward_graph(
-        &self,
-        _s: &SavedTensors<'_>,
-        gy: &Tensor,
-        _needs: &[bool],
-    ) -> Result<TensorGrads> {
+    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let mut pads = vec![(0usize, 0usize); self.in_shape.len()];
         let len = gy.shape()[self.axis];
         pads[self.axis] = (self.start, self.in_shape[self.axis] - self.start - len);

@@ -55,7 +55,8 @@ pub(crate) fn take_grad<G>(grads: &mut [Option<G>], op: &'static str, i: usize) 
 }
 
 /// The one backward trait: given the upstream gradient and a `needs` mask
-/// (one flag per input), return the input gradients. A gradient may have the
+/// (one flag per input: [`Backward::backward`]'s parameter,
+/// [`SavedTensors::needs`] in [`Backward::backward_graph`]), return the input gradients. A gradient may have the
 /// broadcast output shape; the engine reduces it to the input's shape.
 /// Return `None` for inputs whose flag is false. `Send + Sync` because the
 /// node travels with its tensors between threads.
@@ -75,16 +76,12 @@ pub trait Backward: Send + Sync {
     /// The same input gradients built from differentiable [`Tensor`] ops, so
     /// that they are recorded and can be differentiated again (a backward with
     /// `create_graph`). `saved` turns the values this node saved back into
-    /// tensors carrying their history ([`SavedTensors::input`], [`SavedTensors::output`]);
-    /// `gy` carries its own. The default is [`crate::Error::NoDoubleBackward`]
-    /// naming the op: never a silently first-order result.
-    fn backward_graph(
-        &self,
-        saved: &SavedTensors<'_>,
-        gy: &Tensor,
-        needs: &[bool],
-    ) -> Result<TensorGrads> {
-        let _ = (saved, gy, needs);
+    /// tensors carrying their history ([`SavedTensors::input`], [`SavedTensors::output`])
+    /// and says which inputs want a gradient ([`SavedTensors::needs`], PyTorch's
+    /// `ctx.needs_input_grad`); `gy` carries its own history. The default is
+    /// [`crate::Error::NoDoubleBackward`] naming the op: never a silently first-order result.
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let _ = (saved, gy);
         Err(crate::error::Error::NoDoubleBackward { op: self.name() })
     }
 }
@@ -93,16 +90,29 @@ pub trait Backward: Send + Sync {
 /// (PyTorch's `SavedVariable` unpacking): a saved input value becomes a tensor
 /// whose history is that input's (its producer node, or the leaf itself), so a
 /// gradient built from it flows on to the input's own inputs; the saved output
-/// becomes a tensor whose history is this node.
+/// becomes a tensor whose history is this node. It also carries the node's
+/// `needs` mask (PyTorch's `ctx.needs_input_grad`): one flag per input, true
+/// where the input wants a gradient; return `None` for the others.
 pub struct SavedTensors<'a> {
     pub(crate) node: &'a Arc<Node>,
     pub(crate) ctx: &'a ExecContext,
+    pub(crate) needs: &'a [bool],
 }
 
 impl SavedTensors<'_> {
     /// The context the backward runs in.
     pub fn ctx(&self) -> &ExecContext {
         self.ctx
+    }
+
+    /// Whether input `i` wants a gradient. Panics when `i` is not an input index.
+    pub fn needs(&self, i: usize) -> bool {
+        self.needs[i]
+    }
+
+    /// The whole mask: one flag per input, true where the input wants a gradient.
+    pub fn needs_input_grad(&self) -> &[bool] {
+        self.needs
     }
 
     /// Input `i`'s saved `value` as a tensor with the input's history: the

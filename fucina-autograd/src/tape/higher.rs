@@ -163,8 +163,12 @@ pub(crate) fn walk(
             None => return Err(Error::BackwardAlreadyRun { op: node.name }),
             Some(Op::Recompute(_)) => return Err(Error::NoDoubleBackward { op: "checkpoint" }),
             Some(Op::Formula(bw)) => {
-                let saved = SavedTensors { node, ctx: &ctx };
-                bw.backward_graph(&saved, &gy, &needs)?
+                let saved = SavedTensors {
+                    node,
+                    ctx: &ctx,
+                    needs: &needs,
+                };
+                bw.backward_graph(&saved, &gy)?
             }
         };
         drop(put_back); // the node keeps its backward: the walk consumes nothing

@@ -35,7 +35,7 @@ impl Backward for CrossEntropyBackward {
     }
     /// Re-derived from the decomposed loss: per row −Σ_c q_c·log_softmax(x)_c
     /// with q = (1−ε)·onehot + ε/C (0 on ignored rows), then the reduction.
-    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let x = saved.input(0, &self.logits);
         let c = *self.logits.shape().last().unwrap_or(&1);
         let t: Vec<i64> = Tensor::new_internal(saved.ctx(), self.targets.clone(), false, None)
@@ -63,7 +63,7 @@ impl Backward for CrossEntropyBackward {
         let q = saved.ctx().to_dtype(&saved.ctx().from_slice(&q, &[t.len(), c])?, self.logits.dtype())?;
         let q = saved.constant(&q);
         let (reduction, out_shape) = (self.opts.reduction, self.targets.shape().to_vec());
-        let mut grads = rederive(&[x], gy, &needs[..1], |x| {
+        let mut grads = rederive(&[x], gy, &saved.needs_input_grad()[..1], |x| {
             let lp = x[0].reshape([t.len(), c])?.log_softmax(-1)?;
             let per_row = lp.mul(&q)?.sum(&[-1], false)?.neg()?;
             match reduction {

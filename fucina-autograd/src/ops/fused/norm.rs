@@ -52,14 +52,14 @@ impl Backward for LayerNormBackward {
     }
     /// Re-derived from the decomposed forward (the bias enters linearly, so a
     /// zero stands in for its value).
-    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let mut inputs = lifted_x_w(saved, &self.x, self.w.as_ref());
         if self.has_bias {
             let zeros = saved.ctx().zeros(self.x.dtype(), &[*self.x.shape().last().unwrap_or(&0)])?;
             inputs.push(saved.input(inputs.len(), &zeros));
         }
         let (has_w, eps) = (self.w.is_some(), self.eps);
-        rederive(&inputs, gy, needs, |x| {
+        rederive(&inputs, gy, saved.needs_input_grad(), |x| {
             let mu = x[0].mean(&[-1], true)?;
             let xc = x[0].sub(&mu)?;
             let var = xc.square()?.mean(&[-1], true)?;
@@ -107,10 +107,10 @@ impl Backward for RmsNormBackward {
         Ok(out)
     }
     /// Re-derived from the decomposed forward.
-    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let inputs = lifted_x_w(saved, &self.x, self.w.as_ref());
         let eps = self.eps;
-        rederive(&inputs, gy, needs, |x| {
+        rederive(&inputs, gy, saved.needs_input_grad(), |x| {
             let r = x[0].square()?.mean(&[-1], true)?.add_scalar(eps)?.rsqrt()?;
             let y = x[0].mul(&r)?;
             match x.get(1) {

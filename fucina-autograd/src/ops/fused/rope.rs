@@ -34,8 +34,8 @@ impl Backward for RopeBackward {
         Ok(smallvec::smallvec![Some(gx)])
     }
     /// gx = R(θ)ᵀ·gy, linear: recorded with R(θ) (the forward) as its adjoint.
-    fn backward_graph(&self, _s: &SavedTensors<'_>, gy: &Tensor, needs: &[bool]) -> Result<TensorGrads> {
-        if !needs[0] {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        if !saved.needs(0) {
             return Ok(smallvec::smallvec![None]);
         }
         let (c, s, p) = (self.cos.clone(), self.sin.clone(), self.positions.clone());

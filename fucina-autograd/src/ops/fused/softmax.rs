@@ -41,7 +41,7 @@ impl Backward for SoftmaxBackward {
         Ok(smallvec::smallvec![Some(g)])
     }
     /// The same formulas over the lifted output y (its history is this node).
-    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor, _needs: &[bool]) -> Result<TensorGrads> {
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
         let y = saved.output(&self.y);
         let axis = self.axis as isize;
         let g = if self.log {
