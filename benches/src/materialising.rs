@@ -11,7 +11,7 @@
 //! count. Fully masked rows give zero probabilities, not NaN. No grouped-query attention:
 //! k and v must have q's head count.
 
-use fucina_core::kernels::fused::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::{prepare_mask, AttentionOpts};
 use fucina_core::{dispatch_float, DType, Element, Error, ExecContext, Float, RawTensor, Result};
 
 /// A contiguous rank-4 operand `[B, H, L, C]`: row `r` of head `(b, h)` is the `C`
@@ -64,7 +64,8 @@ impl<T: Float> Mask<'_, T> {
 }
 
 /// `mask` (a U8 keep-mask or an f32/f64 bias, broadcastable to `full`) as a contiguous
-/// `[B, H, T, S]` keep-mask or a bias of `dtype`.
+/// `[B, H, T, S]` keep-mask or a bias of `dtype`: the library's validation and conversion
+/// ([`prepare_mask`]), then expanded.
 fn expand_mask(
     ctx: &ExecContext,
     op: &'static str,
@@ -72,20 +73,9 @@ fn expand_mask(
     dtype: DType,
     full: [usize; 4],
 ) -> Result<Option<RawTensor>> {
-    let Some(m) = mask else {
-        return Ok(None);
-    };
-    let m = match m.dtype() {
-        DType::U8 => m.clone_view(),
-        DType::F32 | DType::F64 => ctx.to_dtype(m, dtype)?,
-        dt => return Err(Error::UnsupportedDType { op, dtype: dt }),
-    };
-    let wide = m.broadcast_to(&full).map_err(|_| Error::Broadcast {
-        op,
-        lhs: m.shape().to_vec(),
-        rhs: full.to_vec(),
-    })?;
-    Ok(Some(ctx.contiguous(&wide)?))
+    prepare_mask(ctx, op, mask, dtype, full)?
+        .map(|m| ctx.contiguous(&m))
+        .transpose()
 }
 
 /// `(B, H, T, S, D, Dv)` of q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]` of one

@@ -7,18 +7,24 @@ use fucina_core::kernels::elementwise::BinaryOp;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Float};
 
+#[macro_use]
 mod common;
 use common::ew::{all_binary, assert_bits, assert_close, broadcast_pairs, data, f64s};
 use common::{make, Layout, SIZES};
 
+/// The range `op`'s operands are drawn from: pow's base stays positive.
+fn domain(op: BinaryOp) -> (f64, f64) {
+    if op == BinaryOp::Pow {
+        (0.2, 2.5)
+    } else {
+        (-3.0, 3.0)
+    }
+}
+
 fn binary_vs_reference<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         for &n in &SIZES {
             for (sa, sb) in broadcast_pairs(n) {
                 for (la, lb) in [
@@ -65,24 +71,12 @@ fn binary_vs_reference<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn binary_matches_reference_f32() {
-    binary_vs_reference::<f32>();
-}
-
-#[test]
-fn binary_matches_reference_f64() {
-    binary_vs_reference::<f64>();
-}
+f32_f64_tests!(binary_vs_reference => binary_matches_reference_f32, binary_matches_reference_f64);
 
 fn binary_backward_vs_reference<T: Float>(rtol: f64) {
     let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         for &n in &[1usize, 16, 33, 257] {
             for (sa, sb) in broadcast_pairs(n) {
                 let da = data(sa.iter().product(), 7 + n as u64, lo, hi);
@@ -130,25 +124,13 @@ fn binary_backward_vs_reference<T: Float>(rtol: f64) {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn binary_backward_matches_reference_f32() {
-    binary_backward_vs_reference::<f32>(2e-5);
-}
-
-#[test]
-fn binary_backward_matches_reference_f64() {
-    binary_backward_vs_reference::<f64>(1e-12);
-}
+f32_f64_tests!(binary_backward_vs_reference(2e-5; 1e-12) => binary_backward_matches_reference_f32, binary_backward_matches_reference_f64);
 
 #[test]
 fn binary_reference_partials_match_finite_differences() {
     let h = 1e-6;
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         let av = data(100, 11, lo, hi);
         let bv = data(100, 12, lo, hi);
         for (&a, &b) in av.iter().zip(&bv) {

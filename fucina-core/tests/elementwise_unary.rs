@@ -8,6 +8,7 @@ use fucina_core::kernels::elementwise::{Domain, Saved, UnaryOp};
 use fucina_core::testing::TestCtx;
 use fucina_core::{Error, Float};
 
+#[macro_use]
 mod common;
 use common::ew::{assert_bits, assert_close, data, f64s};
 use common::{make, Layout, LAYOUTS, SIZES};
@@ -91,15 +92,7 @@ fn unary_vs_reference<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_matches_reference_f32() {
-    unary_vs_reference::<f32>();
-}
-
-#[test]
-fn unary_matches_reference_f64() {
-    unary_vs_reference::<f64>();
-}
+f32_f64_tests!(unary_vs_reference => unary_matches_reference_f32, unary_matches_reference_f64);
 
 /// The kernel's unary_backward (through x or y as `op.saved()` says) equals gy·f'(x).
 fn unary_backward_vs_reference<T: Float>(rtol: f64) {
@@ -139,15 +132,7 @@ fn unary_backward_vs_reference<T: Float>(rtol: f64) {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_backward_matches_reference_f32() {
-    unary_backward_vs_reference::<f32>(2e-5);
-}
-
-#[test]
-fn unary_backward_matches_reference_f64() {
-    unary_backward_vs_reference::<f64>(1e-12);
-}
+f32_f64_tests!(unary_backward_vs_reference(2e-5; 1e-12) => unary_backward_matches_reference_f32, unary_backward_matches_reference_f64);
 
 /// `unary_with_derivative` gives `unary`'s output bit for bit, and `gy·d` is bit for bit
 /// `unary_backward`'s gradient (autograd relies on both for the ops that keep their
@@ -188,15 +173,7 @@ fn with_derivative_is_bitwise<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_with_derivative_is_bitwise_f32() {
-    with_derivative_is_bitwise::<f32>();
-}
-
-#[test]
-fn unary_with_derivative_is_bitwise_f64() {
-    with_derivative_is_bitwise::<f64>();
-}
+f32_f64_tests!(with_derivative_is_bitwise => unary_with_derivative_is_bitwise_f32, unary_with_derivative_is_bitwise_f64);
 
 /// The reference derivative is the derivative: central differences in f64, away from kinks.
 #[test]

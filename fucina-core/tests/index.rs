@@ -7,7 +7,7 @@ use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 #[macro_use]
 mod common;
-use common::{assert_bits_eq, bits, one_and_two_threads, rand_t, sizes};
+use common::{assert_bits_eq, assert_threads_bits_eq, bits, one_and_two_threads, rand_t, sizes};
 use fucina_core::testing::TestCtx;
 
 fn rand_ids(rng: &mut SplitMix64, n: usize, bound: usize) -> Vec<i64> {
@@ -132,12 +132,10 @@ fn index_add_case<T: Float>() {
                 let src = transposed::<T>(&c1, &mut rng, &sshape, 1, 2);
                 let want =
                     reference::index_add(&shape, axis, &ids, &src.to_vec::<T>().unwrap()).unwrap();
-                let y1 = c1.index_add(&shape, axis, &idx, &src).unwrap();
-                let y2 = c2.index_add(&shape, axis, &idx, &src).unwrap();
-                assert_eq!(y1.shape(), shape.as_slice());
                 // Same summation order as the reference: bitwise equal.
-                assert_bits_eq::<T>(&y1, &want);
-                assert_bits_eq::<T>(&y2, &want);
+                assert_threads_bits_eq::<T>(&c1, &c2, &shape, &want, |c| {
+                    c.index_add(&shape, axis, &idx, &src).unwrap()
+                });
             }
         }
     }
@@ -166,11 +164,9 @@ fn embedding_backward_case<T: Float>() {
             let idx = c1.from_slice(&ids, &[2, 33]).unwrap();
             let g = rand_t::<T>(&c1, &mut rng, &[2, 33, d]);
             let want = reference::index_add(&[v, d], 0, &ids, &g.to_vec::<T>().unwrap()).unwrap();
-            let y1 = c1.embedding_backward(v, &idx, &g).unwrap();
-            let y2 = c2.embedding_backward(v, &idx, &g).unwrap();
-            assert_eq!(y1.shape(), &[v, d]);
-            assert_bits_eq::<T>(&y1, &want);
-            assert_bits_eq::<T>(&y2, &want);
+            assert_threads_bits_eq::<T>(&c1, &c2, &[v, d], &want, |c| {
+                c.embedding_backward(v, &idx, &g).unwrap()
+            });
             // Non-contiguous grad (batch axes transposed) and transposed ids.
             let gt = transposed::<T>(&c1, &mut rng, &[33, 2, d], 0, 1);
             let idt = idx.transpose(0, 1).unwrap();
@@ -231,11 +227,9 @@ fn gather_scatter_case<T: Float>() {
             let want =
                 reference::scatter_add(&shape, axis, &ids, &ishape, &src.to_vec::<T>().unwrap())
                     .unwrap();
-            let y1 = c1.scatter_add(&shape, axis, &idx, &src_big).unwrap();
-            let y2 = c2.scatter_add(&shape, axis, &idx, &src_big).unwrap();
-            assert_eq!(y1.shape(), shape.as_slice());
-            assert_bits_eq::<T>(&y1, &want);
-            assert_bits_eq::<T>(&y2, &want);
+            assert_threads_bits_eq::<T>(&c1, &c2, &shape, &want, |c| {
+                c.scatter_add(&shape, axis, &idx, &src_big).unwrap()
+            });
         }
     }
 }
