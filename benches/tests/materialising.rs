@@ -15,7 +15,7 @@ use fucina_benches::materialising;
 use fucina_core::{Error, Float};
 
 fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
-    each_problem::<T>(cases, seed, |c1, c2, n, case, p| {
+    each_problem::<T>(cases, seed, |_, c2, n, case, p| {
         let (q, k, v, mask, opts) = (&p.q, &p.k, &p.v, p.mask.as_ref(), p.opts);
         let what = format!("case {n} {case:?}");
         if case.dims.hkv != case.dims.h {

@@ -29,6 +29,18 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U32,
+        DType::U8,
+    ];
+
     /// Size of one element in bytes.
     pub const fn size_of(self) -> usize {
         match self {

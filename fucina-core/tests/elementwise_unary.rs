@@ -10,7 +10,9 @@ use fucina_core::{Error, Float};
 
 #[macro_use]
 mod common;
-use common::ew::{assert_bits, assert_close, data, f64s};
+use common::ew::{
+    assert_bits, assert_close, assert_fd_close, assert_grad_close, central_diff, data,
+};
 use common::{make, Layout, LAYOUTS, SIZES};
 
 /// Every op of the table (with its gradcheck parameters), plus other parameters.
@@ -118,14 +120,7 @@ fn unary_backward_vs_reference<T: Float>(rtol: f64) {
                     .zip(&gs)
                     .map(|(&x, &g)| g.to_f64() * r::unary_df(op, x).to_f64())
                     .collect();
-                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                assert_close(
-                    &f64s::<T>(&gx),
-                    &want,
-                    rtol,
-                    rtol * scale,
-                    &format!("{op:?} bwd {lay:?}"),
-                );
+                assert_grad_close::<T>(&gx, &want, rtol, &format!("{op:?} bwd {lay:?}"));
             }
         }
     }
@@ -190,12 +185,8 @@ fn unary_reference_df_matches_finite_differences() {
             if kinks.iter().any(|k| (x - k).abs() < 1e-3) {
                 continue;
             }
-            let fd = (r::unary_scalar(op, x + h) - r::unary_scalar(op, x - h)) / (2.0 * h);
-            let df = r::unary_df(op, x);
-            assert!(
-                (fd - df).abs() <= 1e-6 * (1.0 + df.abs()),
-                "{op:?} at {x}: fd {fd} vs df {df}"
-            );
+            let fd = central_diff(|x| r::unary_scalar(op, x), x, h);
+            assert_fd_close(fd, r::unary_df(op, x), 1e-6, &format!("{op:?} at {x}"));
         }
     }
 }

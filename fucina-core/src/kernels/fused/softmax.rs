@@ -118,6 +118,24 @@ fn axis_last_contiguous(ctx: &ExecContext, t: &RawTensor, axis: usize) -> Result
     }
 }
 
+/// [`map_rows`] along the last axis of `a` `[.., rows, cols]` under the causal mask: `f(a_row,
+/// b_row, out_row)` on each row's unmasked prefix (`b_row` empty without `b`), `fill` on the
+/// masked rest of the output row.
+fn map_causal_rows<T: RowFloat>(
+    ctx: &ExecContext,
+    a: &RawTensor,
+    b: Option<&RawTensor>,
+    (rows, cols): (usize, usize),
+    fill: T,
+    f: impl Fn(&[T], &[T], &mut [T]) + Send + Sync,
+) -> Result<RawTensor> {
+    map_rows::<T>(ctx, a, b, a.rank() - 1, |r, x, g, y| {
+        let n = causal_allowed(r % rows, rows, cols);
+        f(&x[..n], &g[..n.min(g.len())], &mut y[..n]);
+        y[n..].fill(fill);
+    })
+}
+
 /// Maps every row along `axis` of `a` (and the matching row of `b`, if any)
 /// through `f(row_index, a_row, b_row, out_row)`; the output has `a`'s shape.
 fn map_rows<T: RowFloat>(
@@ -299,14 +317,9 @@ impl ExecContext {
     /// `(.., i, j)` with `j > i + (cols − rows)` is masked (probability 0).
     /// A fully masked row (only when rows > cols) is all zeros, not NaN.
     pub fn softmax_causal(&self, x: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("softmax_causal", x)?;
-        let axis = x.rank() - 1;
+        let rc = causal_rows("softmax_causal", x)?;
         crate::dispatch_float!(x.dtype(), "softmax_causal", T => {
-            map_rows::<T>(self, x, None, axis, |r, x, _, y| {
-                let a = causal_allowed(r % rows, rows, cols);
-                softmax_row(&x[..a], &mut y[..a]);
-                y[a..].fill(T::ZERO);
-            })
+            map_causal_rows::<T>(self, x, None, rc, T::ZERO, |x, _, y| softmax_row(x, y))
         })
     }
 
@@ -315,14 +328,9 @@ impl ExecContext {
     /// Use [`ExecContext::log_softmax_causal_backward`] for its gradient, which
     /// sends nothing to masked positions.
     pub fn log_softmax_causal(&self, x: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("log_softmax_causal", x)?;
-        let axis = x.rank() - 1;
+        let rc = causal_rows("log_softmax_causal", x)?;
         crate::dispatch_float!(x.dtype(), "log_softmax_causal", T => {
-            map_rows::<T>(self, x, None, axis, |r, x, _, y| {
-                let a = causal_allowed(r % rows, rows, cols);
-                log_softmax_row(&x[..a], &mut y[..a]);
-                y[a..].fill(T::NEG_INFINITY);
-            })
+            map_causal_rows::<T>(self, x, None, rc, T::NEG_INFINITY, |x, _, y| log_softmax_row(x, y))
         })
     }
 
@@ -331,14 +339,11 @@ impl ExecContext {
     /// (masked inputs do not reach the output). [`ExecContext::softmax_backward`]
     /// on the output of `softmax_causal` is already exact (y = 0 there).
     pub fn log_softmax_causal_backward(&self, y: &RawTensor, gy: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("log_softmax_causal_backward", y)?;
+        let rc = causal_rows("log_softmax_causal_backward", y)?;
         check_pair("log_softmax_causal_backward", y, gy)?;
-        let axis = y.rank() - 1;
         crate::dispatch_float!(y.dtype(), "log_softmax_causal_backward", T => {
-            map_rows::<T>(self, y, Some(gy), axis, |r, y, gy, gx| {
-                let a = causal_allowed(r % rows, rows, cols);
-                log_softmax_backward_row(&y[..a], &gy[..a], &mut gx[..a]);
-                gx[a..].fill(T::ZERO);
+            map_causal_rows::<T>(self, y, Some(gy), rc, T::ZERO, |y, gy, gx| {
+                log_softmax_backward_row(y, gy, gx)
             })
         })
     }
