@@ -19,10 +19,10 @@ fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
         let (q, k, v, mask, opts) = (&p.q, &p.k, &p.v, p.mask.as_ref(), p.opts);
         let what = format!("case {n} {case:?}");
         if case.dims.hkv != case.dims.h {
-            let err = materialising::attention(&c2, q, k, v, mask, opts);
+            let err = materialising::attention(c2, q, k, v, mask, opts);
             assert!(matches!(err, Err(Error::InvalidArgument { .. })), "{what}");
         } else if n % 4 == 0 {
-            let (mo, mp) = materialising::attention(&c2, q, k, v, mask, opts).unwrap();
+            let (mo, mp) = materialising::attention(c2, q, k, v, mask, opts).unwrap();
             close(
                 &mo.to_vec::<T>().unwrap(),
                 &p.want_o,
@@ -35,8 +35,8 @@ fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
                 tol,
                 &format!("mat probs {what}"),
             );
-            let mg = materialising::attention_backward(&c2, q, k, v, &mp, &p.g, opts, [true; 3])
-                .unwrap();
+            let mg =
+                materialising::attention_backward(c2, q, k, v, &mp, &p.g, opts, [true; 3]).unwrap();
             for (name, got, want) in [
                 ("mat gq", mg.0, &p.want_g[0]),
                 ("mat gk", mg.1, &p.want_g[1]),

@@ -3,7 +3,7 @@
 //! pool, an unchecked fast kernel behind it, and a plain scalar reference
 //! implementation that is its spec (`reference` submodules). Fused ops (a
 //! kernel with its own backward kernel: norms, softmax, cross-entropy,
-//! attention) live in [`fused`], one file per op family. [`with_scratch`] lends a
+//! attention) live in [`fused`], one file per op family. `with_scratch` lends a
 //! kernel its thread-local tile scratch.
 
 pub mod concat;
