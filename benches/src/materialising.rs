@@ -11,7 +11,7 @@
 //! count. Fully masked rows give zero probabilities, not NaN. No grouped-query attention:
 //! k and v must have q's head count.
 
-use fucina_core::kernels::fused::attention::AttentionOpts;
+use fucina_core::kernels::fused::attention::{prepare_mask, AttentionOpts};
 use fucina_core::{dispatch_float, DType, Element, Error, ExecContext, Float, RawTensor, Result};
 
 /// A contiguous rank-4 operand `[B, H, L, C]`: row `r` of head `(b, h)` is the `C`
@@ -42,6 +42,31 @@ impl<'a, T: Element> Heads<'a, T> {
     }
 }
 
+/// The contiguous q `[B, H, T, D]`, k `[B, H, S, D]` and v `[B, H, S, Dv]` of one problem,
+/// with its sizes `(B, H, T, S, D, Dv)` (as [`dims`] returns them).
+#[derive(Clone, Copy)]
+struct Qkv<'a, T> {
+    q: Heads<'a, T>,
+    k: Heads<'a, T>,
+    v: Heads<'a, T>,
+    dims: (usize, usize, usize, usize, usize, usize),
+}
+
+impl<'a, T: Element> Qkv<'a, T> {
+    /// `q`, `k` and `v` must be contiguous, of the sizes `dims`.
+    fn new(
+        [q, k, v]: [&'a RawTensor; 3],
+        dims: (usize, usize, usize, usize, usize, usize),
+    ) -> Result<Qkv<'a, T>> {
+        Ok(Qkv {
+            q: Heads::new(q)?,
+            k: Heads::new(k)?,
+            v: Heads::new(v)?,
+            dims,
+        })
+    }
+}
+
 /// The mask, expanded to a contiguous `[B, H, T, S]`: row `(b, h, i)` is at
 /// `((b·H + h)·T + i)·S`.
 enum Mask<'a, T> {
@@ -64,7 +89,8 @@ impl<T: Float> Mask<'_, T> {
 }
 
 /// `mask` (a U8 keep-mask or an f32/f64 bias, broadcastable to `full`) as a contiguous
-/// `[B, H, T, S]` keep-mask or a bias of `dtype`.
+/// `[B, H, T, S]` keep-mask or a bias of `dtype`: the library's validation and conversion
+/// ([`prepare_mask`]), then expanded.
 fn expand_mask(
     ctx: &ExecContext,
     op: &'static str,
@@ -72,20 +98,9 @@ fn expand_mask(
     dtype: DType,
     full: [usize; 4],
 ) -> Result<Option<RawTensor>> {
-    let Some(m) = mask else {
-        return Ok(None);
-    };
-    let m = match m.dtype() {
-        DType::U8 => m.clone_view(),
-        DType::F32 | DType::F64 => ctx.to_dtype(m, dtype)?,
-        dt => return Err(Error::UnsupportedDType { op, dtype: dt }),
-    };
-    let wide = m.broadcast_to(&full).map_err(|_| Error::Broadcast {
-        op,
-        lhs: m.shape().to_vec(),
-        rhs: full.to_vec(),
-    })?;
-    Ok(Some(ctx.contiguous(&wide)?))
+    prepare_mask(ctx, op, mask, dtype, full)?
+        .map(|m| ctx.contiguous(&m))
+        .transpose()
 }
 
 /// `(B, H, T, S, D, Dv)` of q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]` of one
@@ -168,29 +183,21 @@ fn axpy<T: Float>(y: &mut [T], alpha: T, x: &[T]) {
 /// The forward kernel: probs and out are fresh contiguous outputs.
 fn attention_fwd<T: Float>(
     ctx: &ExecContext,
-    q: &RawTensor,
-    k: &RawTensor,
-    v: &RawTensor,
+    qkv: Qkv<'_, T>,
     mask: &Mask<'_, T>,
     causal: bool,
     scale: T,
     out: &mut RawTensor,
     probs: &mut RawTensor,
 ) -> Result<()> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let (nb, nh, nt, ns, dv) = (qs[0], qs[1], qs[2], ks[2], vs[3]);
-    let (qh, kh, vh) = (
-        Heads::<T>::new(q)?,
-        Heads::<T>::new(k)?,
-        Heads::<T>::new(v)?,
-    );
+    let (nb, nh, nt, ns, d, dv) = qkv.dims;
     let outs = [
         &mut out.as_mut_slice::<T>()?[..nb * nh * nt * dv],
         &mut probs.as_mut_slice::<T>()?[..nb * nh * nt * ns],
     ];
     let n_tb = nt.div_ceil(ROW_BLOCK);
     let n_chunks = nb * nh * n_tb;
-    let work = nb * nh * nt * ns * (qs[3] + dv);
+    let work = nb * nh * nt * ns * (d + dv);
     // Chunk c = (bh, tb) owns rows bh*nt + tb*ROW_BLOCK .. (+ ROW_BLOCK, within the head).
     let first_row = |c: usize| (c / n_tb) * nt + (c % n_tb) * ROW_BLOCK;
     ctx.par_split_mut_n(
@@ -212,12 +219,12 @@ fn attention_fwd<T: Float>(
                 } else {
                     ns
                 };
-                let qi = qh.row(b, h, i);
+                let qi = qkv.q.row(b, h, i);
                 let mut m = T::NEG_INFINITY;
                 for j in 0..jmax {
                     let s = mask.apply(
                         ((b * nh + h) * nt + i) * ns + j,
-                        dot(qi, kh.row(b, h, j)) * scale,
+                        dot(qi, qkv.k.row(b, h, j)) * scale,
                     );
                     p[j] = s;
                     m = m.max(s);
@@ -239,7 +246,7 @@ fn attention_fwd<T: Float>(
                 for (j, x) in p[..jmax].iter_mut().enumerate() {
                     *x *= inv;
                     if *x != T::ZERO {
-                        axpy(o, *x, vh.row(b, h, j));
+                        axpy(o, *x, qkv.v.row(b, h, j));
                     }
                 }
             }
@@ -251,26 +258,17 @@ fn attention_fwd<T: Float>(
 /// The backward kernel for one dtype; see [`attention_backward`] for the math.
 fn attention_bwd<T: Float>(
     ctx: &ExecContext,
-    q: &RawTensor,
-    k: &RawTensor,
-    v: &RawTensor,
-    probs: &RawTensor,
-    g_out: &RawTensor,
+    qkv: Qkv<'_, T>,
+    [probs, g_out]: [&RawTensor; 2],
     scale: T,
     needs: [bool; 3],
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let (nb, nh, nt, ns, d, dv) = (qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]);
-    let (qh, kh, vh) = (
-        Heads::<T>::new(q)?,
-        Heads::<T>::new(k)?,
-        Heads::<T>::new(v)?,
-    );
+    let (nb, nh, nt, ns, d, dv) = qkv.dims;
     let pr = probs.as_slice::<T>()?;
     let gr = g_out.as_slice::<T>()?;
     let need_s = needs[0] || needs[1];
     let mut gq = if needs[0] {
-        Some(ctx.empty(T::DTYPE, qs)?)
+        Some(ctx.empty(T::DTYPE, &[nb, nh, nt, d])?)
     } else {
         None
     };
@@ -335,7 +333,7 @@ fn attention_bwd<T: Float>(
                 let mut r = T::ZERO;
                 for (j, &pj) in p.iter().enumerate() {
                     gs[j] = if pj != T::ZERO {
-                        let gp = dot(g, vh.row(b, h, j));
+                        let gp = dot(g, qkv.v.row(b, h, j));
                         r += gp * pj;
                         gp
                     } else {
@@ -351,12 +349,12 @@ fn attention_bwd<T: Float>(
                     gq_i.fill(T::ZERO);
                     for (j, &c) in gs.iter().enumerate() {
                         if c != T::ZERO {
-                            axpy(gq_i, c, kh.row(b, h, j));
+                            axpy(gq_i, c, qkv.k.row(b, h, j));
                         }
                     }
                 }
                 if let Some(gk_h) = gk_h.as_deref_mut() {
-                    let qi = qh.row(b, h, i);
+                    let qi = qkv.q.row(b, h, i);
                     for (j, &c) in gs.iter().enumerate() {
                         if c != T::ZERO {
                             axpy(&mut gk_h[j * d..(j + 1) * d], c, qi);
@@ -381,7 +379,8 @@ pub fn attention(
     opts: AttentionOpts,
 ) -> Result<(RawTensor, RawTensor)> {
     const OP: &str = "attention_materialising";
-    let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
+    let sizes = dims(OP, q, k, v)?;
+    let (nb, nh, nt, ns, d, dv) = sizes;
     let full = [nb, nh, nt, ns];
     let mask = expand_mask(ctx, OP, mask, q.dtype(), full)?;
     let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
@@ -394,7 +393,8 @@ pub fn attention(
             Some(m) if m.dtype() == DType::U8 => Mask::Keep(m.as_slice::<u8>()?),
             Some(m) => Mask::Bias(m.as_slice::<T>()?),
         };
-        attention_fwd::<T>(ctx, &q, &k, &v, &mk, opts.causal, T::from_f64(scale), &mut out, &mut probs)
+        let qkv = Qkv::<T>::new([&q, &k, &v], sizes)?;
+        attention_fwd::<T>(ctx, qkv, &mk, opts.causal, T::from_f64(scale), &mut out, &mut probs)
     })?;
     Ok((out, probs))
 }
@@ -418,7 +418,8 @@ pub fn attention_backward(
     needs: [bool; 3],
 ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
     const OP: &str = "attention_materialising_backward";
-    let (nb, nh, nt, ns, d, dv) = dims(OP, q, k, v)?;
+    let sizes = dims(OP, q, k, v)?;
+    let (nb, nh, nt, ns, d, dv) = sizes;
     expect_shape(OP, probs, &[nb, nh, nt, ns], q.dtype())?;
     expect_shape(OP, g_out, &[nb, nh, nt, dv], q.dtype())?;
     let (q, k, v) = (ctx.contiguous(q)?, ctx.contiguous(k)?, ctx.contiguous(v)?);
@@ -426,6 +427,7 @@ pub fn attention_backward(
     let g_out = ctx.contiguous(g_out)?;
     let scale = opts.scale_for(d);
     dispatch_float!(q.dtype(), OP, T => {
-        attention_bwd::<T>(ctx, &q, &k, &v, &probs, &g_out, T::from_f64(scale), needs)
+        let qkv = Qkv::<T>::new([&q, &k, &v], sizes)?;
+        attention_bwd::<T>(ctx, qkv, [&probs, &g_out], T::from_f64(scale), needs)
     })
 }

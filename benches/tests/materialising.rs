@@ -4,28 +4,25 @@
 //! kernel's tables (the same inputs: `fucina-core/tests/attention/cases.rs`, same seeds),
 //! and an `InvalidArgument` for every grouped-query case (it has no grouped-query path).
 
+#[macro_use]
+#[path = "../../fucina-core/tests/common/macros.rs"]
+mod macros;
 #[path = "../../fucina-core/tests/attention/cases.rs"]
 mod cases;
 
-use cases::{cases, close, gqa_cases, Case, Problem};
+use cases::{cases, close, each_problem, gqa_cases, Case};
 use fucina_benches::materialising;
-use fucina_core::rng::SplitMix64;
-use fucina_core::testing::TestCtx;
 use fucina_core::{Error, Float};
 
 fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
-    let mut rng = SplitMix64::new(seed);
-    for (n, &case) in cases.iter().enumerate() {
-        let p = Problem::<T>::new(&c1, &mut rng, case);
+    each_problem::<T>(cases, seed, |_, c2, n, case, p| {
         let (q, k, v, mask, opts) = (&p.q, &p.k, &p.v, p.mask.as_ref(), p.opts);
         let what = format!("case {n} {case:?}");
-        if case.hkv != case.h {
-            let err = materialising::attention(&c2, q, k, v, mask, opts);
+        if case.dims.hkv != case.dims.h {
+            let err = materialising::attention(c2, q, k, v, mask, opts);
             assert!(matches!(err, Err(Error::InvalidArgument { .. })), "{what}");
         } else if n % 4 == 0 {
-            let (mo, mp) = materialising::attention(&c2, q, k, v, mask, opts).unwrap();
+            let (mo, mp) = materialising::attention(c2, q, k, v, mask, opts).unwrap();
             close(
                 &mo.to_vec::<T>().unwrap(),
                 &p.want_o,
@@ -38,8 +35,8 @@ fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
                 tol,
                 &format!("mat probs {what}"),
             );
-            let mg = materialising::attention_backward(&c2, q, k, v, &mp, &p.g, opts, [true; 3])
-                .unwrap();
+            let mg =
+                materialising::attention_backward(c2, q, k, v, &mp, &p.g, opts, [true; 3]).unwrap();
             for (name, got, want) in [
                 ("mat gq", mg.0, &p.want_g[0]),
                 ("mat gk", mg.1, &p.want_g[1]),
@@ -48,25 +45,9 @@ fn materialising_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
                 close(&got.unwrap().to_vec::<T>().unwrap(), want, tol, name);
             }
         }
-    }
+    });
 }
 
-#[test]
-fn materialising_matches_reference_f32() {
-    materialising_cases::<f32>(&cases(), 2e-5, 21);
-}
+f32_f64_tests!(materialising_cases(&cases(), 2e-5, 21; &cases(), 1e-11, 21) => materialising_matches_reference_f32, materialising_matches_reference_f64);
 
-#[test]
-fn materialising_matches_reference_f64() {
-    materialising_cases::<f64>(&cases(), 1e-11, 21);
-}
-
-#[test]
-fn materialising_refuses_grouped_query_f32() {
-    materialising_cases::<f32>(&gqa_cases(), 2e-5, 23);
-}
-
-#[test]
-fn materialising_refuses_grouped_query_f64() {
-    materialising_cases::<f64>(&gqa_cases(), 1e-11, 24);
-}
+f32_f64_tests!(materialising_cases(&gqa_cases(), 2e-5, 23; &gqa_cases(), 1e-11, 24) => materialising_refuses_grouped_query_f32, materialising_refuses_grouped_query_f64);

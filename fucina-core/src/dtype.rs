@@ -29,6 +29,18 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U32,
+        DType::U8,
+    ];
+
     /// Size of one element in bytes.
     pub const fn size_of(self) -> usize {
         match self {
@@ -87,69 +99,33 @@ pub trait Element:
     fn from_f64(v: f64) -> Self;
 }
 
-macro_rules! element_int {
-    ($t:ty, $d:ident) => {
+/// `impl Element` for each `type, DType: |x| to_f64, |v| from_f64;` row.
+macro_rules! element {
+    ($($t:ty, $d:ident: |$x:ident| $to:expr, |$v:ident| $from:expr;)*) => {$(
         impl Element for $t {
             const DTYPE: DType = DType::$d;
             #[inline]
             fn to_f64(self) -> f64 {
-                self as f64
+                let $x = self;
+                $to
             }
             #[inline]
-            fn from_f64(v: f64) -> Self {
-                v as $t
+            fn from_f64($v: f64) -> Self {
+                $from
             }
         }
-    };
+    )*};
 }
-element_int!(i32, I32);
-element_int!(i64, I64);
-element_int!(u32, U32);
-element_int!(u8, U8);
-
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-}
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-}
-impl Element for f16 {
-    const DTYPE: DType = DType::F16;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl Element for bf16 {
-    const DTYPE: DType = DType::BF16;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
+element! {
+    i32, I32: |x| x as f64, |v| v as i32;
+    i64, I64: |x| x as f64, |v| v as i64;
+    u32, U32: |x| x as f64, |v| v as u32;
+    u8, U8: |x| x as f64, |v| v as u8;
+    f32, F32: |x| x as f64, |v| v as f32;
+    f64, F64: |x| x, |v| v;
+    // The half types (storage only) convert through f64 by `half`.
+    f16, F16: |x| x.to_f64(), |v| f16::from_f64(v);
+    bf16, BF16: |x| x.to_f64(), |v| bf16::from_f64(v);
 }
 
 /// The floating point types kernels compute in: f32 and f64.

@@ -50,28 +50,26 @@ pub fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
     or_overflow(checked_numel(shape), op, "element count", shape)
 }
 
-/// `a + b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
-#[inline]
-pub fn add_of(
-    op: &'static str,
-    what: &'static str,
-    a: usize,
-    b: usize,
-    shape: &[usize],
-) -> Result<usize> {
-    or_overflow(a.checked_add(b), op, what, shape)
+/// `pub fn $name(op, what, a, b, shape)`: `a $sym b` by `usize::$checked`, or
+/// [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
+macro_rules! checked_of {
+    ($($name:ident: $checked:ident, $sym:literal;)*) => {$(
+        #[doc = concat!("`a ", $sym, " b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.")]
+        #[inline]
+        pub fn $name(
+            op: &'static str,
+            what: &'static str,
+            a: usize,
+            b: usize,
+            shape: &[usize],
+        ) -> Result<usize> {
+            or_overflow(a.$checked(b), op, what, shape)
+        }
+    )*};
 }
-
-/// `a * b`, or [`Error::SizeOverflow`] naming `op`, `what` and the `shape` it came from.
-#[inline]
-pub fn mul_of(
-    op: &'static str,
-    what: &'static str,
-    a: usize,
-    b: usize,
-    shape: &[usize],
-) -> Result<usize> {
-    or_overflow(a.checked_mul(b), op, what, shape)
+checked_of! {
+    add_of: checked_add, "+";
+    mul_of: checked_mul, "*";
 }
 
 /// The sum of `values`, or [`Error::SizeOverflow`] naming `op` and `what`

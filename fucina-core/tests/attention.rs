@@ -6,6 +6,9 @@
 //! The cases and their inputs are in `attention/cases.rs`, which the benchmark's
 //! materialising kernel is checked on too (`benches/tests/materialising.rs`).
 
+#[macro_use]
+#[path = "common/macros.rs"]
+mod macros;
 #[path = "attention/cases.rs"]
 mod cases;
 
@@ -29,12 +32,8 @@ fn fwd_bwd_case<T: Float>(tol: f64) {
 }
 
 fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
-    let c1 = TestCtx::with_threads(1).unwrap();
-    let c2 = TestCtx::with_threads(2).unwrap();
-    let mut rng = SplitMix64::new(seed);
-    for (n, &case) in cases.iter().enumerate() {
-        let p = Problem::<T>::new(&c1, &mut rng, case);
-        let Case { b, h, t, dv, .. } = case;
+    each_problem::<T>(cases, seed, |c1, c2, n, case, p| {
+        let AttnDims { b, h, t, dv, .. } = case.dims;
         let (q, k, v, g, opts) = (&p.q, &p.k, &p.v, &p.g, p.opts);
         let want_lse = reference::attention_lse(&p.qv, &p.kv, p.dims, p.rmask(), opts.causal, p.sc);
         let (o1, l1) = c1.attention(q, k, v, p.mask.as_ref(), opts).unwrap();
@@ -107,28 +106,12 @@ fn fwd_bwd_cases<T: Float>(cases: &[Case], tol: f64, seed: u64) {
                 }
             }
         }
-    }
+    });
 }
 
-#[test]
-fn attention_matches_reference_f32() {
-    fwd_bwd_case::<f32>(2e-5);
-}
+f32_f64_tests!(fwd_bwd_case(2e-5; 1e-11) => attention_matches_reference_f32, attention_matches_reference_f64);
 
-#[test]
-fn attention_matches_reference_f64() {
-    fwd_bwd_case::<f64>(1e-11);
-}
-
-#[test]
-fn grouped_query_attention_matches_reference_f32() {
-    fwd_bwd_cases::<f32>(&gqa_cases(), 2e-5, 23);
-}
-
-#[test]
-fn grouped_query_attention_matches_reference_f64() {
-    fwd_bwd_cases::<f64>(&gqa_cases(), 1e-11, 24);
-}
+f32_f64_tests!(fwd_bwd_cases(&gqa_cases(), 2e-5, 23; &gqa_cases(), 1e-11, 24) => grouped_query_attention_matches_reference_f32, grouped_query_attention_matches_reference_f64);
 
 #[test]
 fn fully_masked_rows_give_zeros_not_nan() {
@@ -260,28 +243,16 @@ fn finite_difference_heads(
     let grads = [gq.unwrap(), gk.unwrap(), gv.unwrap()];
     drop((q, k, v, o, lse, g));
     let eps = 1e-6;
+    let loss_at =
+        |v: &[Vec<f64>]| loss(&ctx, [&v[0], &v[1], &v[2]], shapes, mask.as_ref(), opts, &w);
     for which in 0..3 {
         let analytic = grads[which].to_vec::<f64>().unwrap();
         for i in 0..vals[which].len() {
             let x0 = vals[which][i];
             vals[which][i] = x0 + eps;
-            let lp = loss(
-                &ctx,
-                [&vals[0], &vals[1], &vals[2]],
-                shapes,
-                mask.as_ref(),
-                opts,
-                &w,
-            );
+            let lp = loss_at(&vals);
             vals[which][i] = x0 - eps;
-            let lm = loss(
-                &ctx,
-                [&vals[0], &vals[1], &vals[2]],
-                shapes,
-                mask.as_ref(),
-                opts,
-                &w,
-            );
+            let lm = loss_at(&vals);
             vals[which][i] = x0;
             let fd = (lp - lm) / (2.0 * eps);
             assert!(

@@ -5,42 +5,15 @@
 //! grouped forward and backward against the reference at awkward sizes are in
 //! `attention.rs`, next to the per-head cases.
 
+#[path = "attention/cases.rs"]
+mod cases;
+
+use cases::{bits, close, heads_view, rand_vec};
 use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
-use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
-
-fn bits<T: Element>(v: &[T]) -> Vec<u64> {
-    v.iter().map(|x| x.to_f64().to_bits()).collect()
-}
-
-fn rand_vec<T: Element>(rng: &mut SplitMix64, n: usize) -> Vec<T> {
-    rng.vec_uniform(n, -1.5, 1.5)
-        .into_iter()
-        .map(T::from_f64)
-        .collect()
-}
-
-/// A `[B, H, L, D]` view laid out as `[B, L, H, D]` in storage (the usual head split).
-fn heads_view<T: Element>(ctx: &ExecContext, rng: &mut SplitMix64, s: [usize; 4]) -> RawTensor {
-    let v = rand_vec::<T>(rng, s.iter().product());
-    ctx.from_slice(&v, &[s[0], s[2], s[1], s[3]])
-        .unwrap()
-        .permute(&[0, 2, 1, 3])
-        .unwrap()
-}
-
-fn close<T: Float>(got: &[T], want: &[T], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.to_f64(), w.to_f64());
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: got {g}, want {w}"
-        );
-    }
-}
+use fucina_core::{DType, Error, Float};
 
 #[test]
 fn grouped_query_argument_errors() {

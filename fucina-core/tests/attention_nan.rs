@@ -64,33 +64,21 @@ fn inputs<T: Element>(seed: u64, causal: bool) -> Inputs<T> {
     }
 }
 
-fn to_f64(t: &RawTensor) -> Vec<f64> {
+/// `t`'s elements (f32 or f64), each mapped by `f32` or `f64`.
+fn per_element<R>(t: &RawTensor, f32: impl Fn(f32) -> R, f64: impl Fn(f64) -> R) -> Vec<R> {
     match t.dtype() {
-        DType::F32 => t
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        _ => t.to_vec::<f64>().unwrap(),
+        DType::F32 => t.to_vec::<f32>().unwrap().into_iter().map(f32).collect(),
+        _ => t.to_vec::<f64>().unwrap().into_iter().map(f64).collect(),
     }
 }
 
+fn to_f64(t: &RawTensor) -> Vec<f64> {
+    per_element(t, f64::from, |x| x)
+}
+
+/// The elements' own bit patterns (an f32's 32 bits, widened to u64).
 fn to_bits(t: &RawTensor) -> Vec<u64> {
-    match t.dtype() {
-        DType::F32 => t
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits() as u64)
-            .collect(),
-        _ => t
-            .to_vec::<f64>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect(),
-    }
+    per_element(t, |x| x.to_bits() as u64, f64::to_bits)
 }
 
 fn run<T: Float>(ctx: &ExecContext, x: &Inputs<T>) -> Run {

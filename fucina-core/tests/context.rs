@@ -255,16 +255,7 @@ fn for_chunks_from_several_threads_and_context_teardown() {
 fn creation_functions() {
     let ctx = ctx();
     // empty: shape, dtype, contiguous, pooled.
-    for dtype in [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::U32,
-        DType::U8,
-    ] {
+    for dtype in DType::ALL {
         let e = ctx.empty(dtype, &[3, 0, 2]).unwrap();
         assert_eq!(
             (e.dtype(), e.shape(), e.numel()),

@@ -7,6 +7,7 @@ use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Error, ExecContext, Float};
 
+#[macro_use]
 mod common;
 use common::ew::{all_binary, assert_bits, broadcast_pairs, data};
 use common::{make, Layout, LAYOUTS, SIZES};
@@ -219,15 +220,7 @@ fn compare_and_select<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn compare_where_masked_fill_f32() {
-    compare_and_select::<f32>();
-}
-
-#[test]
-fn compare_where_masked_fill_f64() {
-    compare_and_select::<f64>();
-}
+f32_f64_tests!(compare_and_select => compare_where_masked_fill_f32, compare_where_masked_fill_f64);
 
 #[test]
 fn compare_integers_and_nan() {

@@ -7,18 +7,27 @@ use fucina_core::kernels::elementwise::BinaryOp;
 use fucina_core::testing::TestCtx;
 use fucina_core::{DType, Float};
 
+#[macro_use]
 mod common;
-use common::ew::{all_binary, assert_bits, assert_close, broadcast_pairs, data, f64s};
+use common::ew::{
+    all_binary, assert_bits, assert_fd_close, assert_grad_close, broadcast_pairs, central_diff,
+    data,
+};
 use common::{make, Layout, SIZES};
+
+/// The range `op`'s operands are drawn from: pow's base stays positive.
+fn domain(op: BinaryOp) -> (f64, f64) {
+    if op == BinaryOp::Pow {
+        (0.2, 2.5)
+    } else {
+        (-3.0, 3.0)
+    }
+}
 
 fn binary_vs_reference<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         for &n in &SIZES {
             for (sa, sb) in broadcast_pairs(n) {
                 for (la, lb) in [
@@ -65,24 +74,12 @@ fn binary_vs_reference<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn binary_matches_reference_f32() {
-    binary_vs_reference::<f32>();
-}
-
-#[test]
-fn binary_matches_reference_f64() {
-    binary_vs_reference::<f64>();
-}
+f32_f64_tests!(binary_vs_reference => binary_matches_reference_f32, binary_matches_reference_f64);
 
 fn binary_backward_vs_reference<T: Float>(rtol: f64) {
     let ctx = TestCtx::with_threads(2).unwrap();
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         for &n in &[1usize, 16, 33, 257] {
             for (sa, sb) in broadcast_pairs(n) {
                 let da = data(sa.iter().product(), 7 + n as u64, lo, hi);
@@ -113,12 +110,10 @@ fn binary_backward_vs_reference<T: Float>(rtol: f64) {
                                 .iter()
                                 .map(|p| if k == 0 { p.0 } else { p.1 })
                                 .collect();
-                            let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                            assert_close(
-                                &f64s::<T>(&gt),
+                            assert_grad_close::<T>(
+                                &gt,
                                 &want,
                                 rtol,
-                                rtol * scale,
                                 &format!("{op:?} grad {k} {sa:?} {sb:?}"),
                             );
                         }
@@ -130,25 +125,13 @@ fn binary_backward_vs_reference<T: Float>(rtol: f64) {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn binary_backward_matches_reference_f32() {
-    binary_backward_vs_reference::<f32>(2e-5);
-}
-
-#[test]
-fn binary_backward_matches_reference_f64() {
-    binary_backward_vs_reference::<f64>(1e-12);
-}
+f32_f64_tests!(binary_backward_vs_reference(2e-5; 1e-12) => binary_backward_matches_reference_f32, binary_backward_matches_reference_f64);
 
 #[test]
 fn binary_reference_partials_match_finite_differences() {
     let h = 1e-6;
     for op in all_binary() {
-        let (lo, hi) = if op == BinaryOp::Pow {
-            (0.2, 2.5)
-        } else {
-            (-3.0, 3.0)
-        };
+        let (lo, hi) = domain(op);
         let av = data(100, 11, lo, hi);
         let bv = data(100, 12, lo, hi);
         for (&a, &b) in av.iter().zip(&bv) {
@@ -156,17 +139,11 @@ fn binary_reference_partials_match_finite_differences() {
                 continue;
             }
             let f = |a: f64, b: f64| r::binary_scalar(op, a, b);
-            let fa = (f(a + h, b) - f(a - h, b)) / (2.0 * h);
-            let fb = (f(a, b + h) - f(a, b - h)) / (2.0 * h);
+            let fa = central_diff(|a| f(a, b), a, h);
+            let fb = central_diff(|b| f(a, b), b, h);
             let (pa, pb) = r::binary_partials(op, a, b);
-            assert!(
-                (fa - pa).abs() <= 1e-5 * (1.0 + pa.abs()),
-                "{op:?} d/da at ({a},{b})"
-            );
-            assert!(
-                (fb - pb).abs() <= 1e-5 * (1.0 + pb.abs()),
-                "{op:?} d/db at ({a},{b})"
-            );
+            assert_fd_close(fa, pa, 1e-5, &format!("{op:?} d/da at ({a},{b})"));
+            assert_fd_close(fb, pb, 1e-5, &format!("{op:?} d/db at ({a},{b})"));
         }
     }
 }

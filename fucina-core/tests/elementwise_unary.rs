@@ -8,8 +8,11 @@ use fucina_core::kernels::elementwise::{Domain, Saved, UnaryOp};
 use fucina_core::testing::TestCtx;
 use fucina_core::{Error, Float};
 
+#[macro_use]
 mod common;
-use common::ew::{assert_bits, assert_close, data, f64s};
+use common::ew::{
+    assert_bits, assert_close, assert_fd_close, assert_grad_close, central_diff, data,
+};
 use common::{make, Layout, LAYOUTS, SIZES};
 
 /// Every op of the table (with its gradcheck parameters), plus other parameters.
@@ -91,15 +94,7 @@ fn unary_vs_reference<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_matches_reference_f32() {
-    unary_vs_reference::<f32>();
-}
-
-#[test]
-fn unary_matches_reference_f64() {
-    unary_vs_reference::<f64>();
-}
+f32_f64_tests!(unary_vs_reference => unary_matches_reference_f32, unary_matches_reference_f64);
 
 /// The kernel's unary_backward (through x or y as `op.saved()` says) equals gy·f'(x).
 fn unary_backward_vs_reference<T: Float>(rtol: f64) {
@@ -125,29 +120,14 @@ fn unary_backward_vs_reference<T: Float>(rtol: f64) {
                     .zip(&gs)
                     .map(|(&x, &g)| g.to_f64() * r::unary_df(op, x).to_f64())
                     .collect();
-                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                assert_close(
-                    &f64s::<T>(&gx),
-                    &want,
-                    rtol,
-                    rtol * scale,
-                    &format!("{op:?} bwd {lay:?}"),
-                );
+                assert_grad_close::<T>(&gx, &want, rtol, &format!("{op:?} bwd {lay:?}"));
             }
         }
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_backward_matches_reference_f32() {
-    unary_backward_vs_reference::<f32>(2e-5);
-}
-
-#[test]
-fn unary_backward_matches_reference_f64() {
-    unary_backward_vs_reference::<f64>(1e-12);
-}
+f32_f64_tests!(unary_backward_vs_reference(2e-5; 1e-12) => unary_backward_matches_reference_f32, unary_backward_matches_reference_f64);
 
 /// `unary_with_derivative` gives `unary`'s output bit for bit, and `gy·d` is bit for bit
 /// `unary_backward`'s gradient (autograd relies on both for the ops that keep their
@@ -188,15 +168,7 @@ fn with_derivative_is_bitwise<T: Float>() {
     assert_eq!(ctx.stats().outstanding, 0);
 }
 
-#[test]
-fn unary_with_derivative_is_bitwise_f32() {
-    with_derivative_is_bitwise::<f32>();
-}
-
-#[test]
-fn unary_with_derivative_is_bitwise_f64() {
-    with_derivative_is_bitwise::<f64>();
-}
+f32_f64_tests!(with_derivative_is_bitwise => unary_with_derivative_is_bitwise_f32, unary_with_derivative_is_bitwise_f64);
 
 /// The reference derivative is the derivative: central differences in f64, away from kinks.
 #[test]
@@ -213,12 +185,8 @@ fn unary_reference_df_matches_finite_differences() {
             if kinks.iter().any(|k| (x - k).abs() < 1e-3) {
                 continue;
             }
-            let fd = (r::unary_scalar(op, x + h) - r::unary_scalar(op, x - h)) / (2.0 * h);
-            let df = r::unary_df(op, x);
-            assert!(
-                (fd - df).abs() <= 1e-6 * (1.0 + df.abs()),
-                "{op:?} at {x}: fd {fd} vs df {df}"
-            );
+            let fd = central_diff(|x| r::unary_scalar(op, x), x, h);
+            assert_fd_close(fd, r::unary_df(op, x), 1e-6, &format!("{op:?} at {x}"));
         }
     }
 }

@@ -156,6 +156,12 @@ fn vals<T: Element>(t: &RawTensor) -> Vec<f64> {
 }
 
 /// The spec of every copy: the strided walk over storage.
+/// [`close`] of `got`'s elements against the reference values `want` (both in `T`).
+fn close_to<T: Element>(got: &RawTensor, want: &[T], tol: f64, what: &str) -> Result<(), String> {
+    let want: Vec<f64> = want.iter().map(|v| v.to_f64()).collect();
+    close(&vals::<T>(got), &want, tol, what)
+}
+
 fn spec<T: Element>(t: &RawTensor) -> Vec<f64> {
     let st = t.storage::<T>().expect("storage");
     t.offsets().map(|o| st[o].to_f64()).collect()
@@ -170,6 +176,11 @@ struct Run<'a> {
 impl Run<'_> {
     fn pick(&self, i: usize) -> RawTensor {
         self.live[i % self.live.len()].clone_view()
+    }
+    /// [`Run::pick`] for the ops checked only on small operands: `None` past [`SMALL`].
+    fn pick_small(&self, i: usize) -> Option<RawTensor> {
+        let x = self.pick(i);
+        (x.numel() <= SMALL).then_some(x)
     }
     fn push(&mut self, t: RawTensor) {
         if self.live.len() >= 6 {
@@ -267,26 +278,23 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                                 &[x.shape(), y.shape()],
                                 *ax,
                             );
-                            let want: Vec<f64> = want.iter().map(|v| v.to_f64()).collect();
-                            close(&vals::<T>(&c), &want, 0.0, &what)?;
+                            close_to(&c, &want, 0.0, &what)?;
                             Some(c)
                         }
                         Err(_) => None,
                     }
                 }
                 Step::Pad(t, pads) => {
-                    let x = run.pick(*t);
-                    if x.numel() > SMALL {
+                    let Some(x) = run.pick_small(*t) else {
                         continue;
-                    }
+                    };
                     match ctx.pad(&x, pads, 0.5) {
                         Ok(c) => {
                             if c.numel() <= 1 << 16 {
                                 let xs = x.to_vec::<T>().unwrap();
                                 let want =
                                     concat::reference::pad(&xs, x.shape(), pads, T::from_f64(0.5));
-                                let want: Vec<f64> = want.iter().map(|v| v.to_f64()).collect();
-                                close(&vals::<T>(&c), &want, 0.0, &what)?;
+                                close_to(&c, &want, 0.0, &what)?;
                             }
                             Some(c)
                         }
@@ -346,8 +354,7 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                                         z.shape()
                                     ));
                                 }
-                                let want: Vec<f64> = want.iter().map(|v| v.to_f64()).collect();
-                                close(&vals::<T>(&z), &want, tol, &what)?;
+                                close_to(&z, &want, tol, &what)?;
                             }
                             Some(z)
                         }
@@ -355,10 +362,9 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                     }
                 }
                 Step::Reduce(t, o, axes) => {
-                    let x = run.pick(*t);
-                    if x.numel() > SMALL {
+                    let Some(x) = run.pick_small(*t) else {
                         continue;
-                    }
+                    };
                     let op =
                         [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min][*o as usize];
                     match ctx.reduce(&x, op, axes, false) {
@@ -375,10 +381,9 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                     }
                 }
                 Step::Matmul(a, b) => {
-                    let (x, y) = (run.pick(*a), run.pick(*b));
-                    if x.numel() > SMALL || y.numel() > SMALL {
+                    let (Some(x), Some(y)) = (run.pick_small(*a), run.pick_small(*b)) else {
                         continue;
-                    }
+                    };
                     match ctx.matmul(&x, &y) {
                         Ok(z) => {
                             if z.numel() <= 1 << 16 {
@@ -392,16 +397,14 @@ fn exec<T: Float>(prog: &Program) -> Result<(), String> {
                     }
                 }
                 Step::Softmax(t, ax) => {
-                    let x = run.pick(*t);
-                    if x.numel() > SMALL {
+                    let Some(x) = run.pick_small(*t) else {
                         continue;
-                    }
+                    };
                     match ctx.softmax(&x, *ax) {
                         Ok(y) => {
                             let xs = x.to_vec::<T>().unwrap();
                             let want = softmax::reference::softmax(&xs, x.shape(), *ax);
-                            let want: Vec<f64> = want.iter().map(|v| v.to_f64()).collect();
-                            close(&vals::<T>(&y), &want, tol, &what)?;
+                            close_to(&y, &want, tol, &what)?;
                             Some(y)
                         }
                         Err(_) => None,

@@ -7,7 +7,7 @@ use fucina_core::{DType, Element, Error, ExecContext, Float, RawTensor};
 
 #[macro_use]
 mod common;
-use common::{assert_bits_eq, bits, one_and_two_threads, rand_t, sizes};
+use common::{assert_bits_eq, assert_threads_bits_eq, bits, one_and_two_threads, rand_t, sizes};
 use fucina_core::testing::TestCtx;
 
 fn rand_ids(rng: &mut SplitMix64, n: usize, bound: usize) -> Vec<i64> {
@@ -27,34 +27,40 @@ fn transposed<T: Element>(
     rand_t::<T>(ctx, rng, &s).transpose(a, b).unwrap()
 }
 
+/// `(a, n, axis, shape)` for every awkward size `a`, index count `n` in `counts` and axis of
+/// `[3, 4, 5]` (nested in that order), `shape` being `[3, 4, 5]` with size `a` on `axis`.
+fn axis_cases(counts: &'static [usize]) -> impl Iterator<Item = (usize, usize, usize, Vec<usize>)> {
+    sizes().iter().flat_map(move |&a| {
+        counts.iter().flat_map(move |&n| {
+            (0..3).map(move |axis| {
+                let mut shape = vec![3, 4, 5];
+                shape[axis] = a;
+                (a, n, axis, shape)
+            })
+        })
+    })
+}
+
 fn index_select_case<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();
     let mut rng = SplitMix64::new(1);
-    for &a in sizes() {
-        for &n in &[1usize, 7, 33] {
-            for axis in 0..3 {
-                let mut shape = vec![3, 4, 5];
-                shape[axis] = a;
-                let x = rand_t::<T>(&ctx, &mut rng, &shape);
-                let ids = rand_ids(&mut rng, n, a);
-                let idx = ctx.from_slice(&ids, &[n]).unwrap();
-                let y = ctx.index_select(&x, axis, &idx).unwrap();
-                let mut want_shape = shape.clone();
-                want_shape[axis] = n;
-                assert_eq!(y.shape(), want_shape.as_slice());
-                let want =
-                    reference::index_select(&x.to_vec::<T>().unwrap(), &shape, axis, &ids).unwrap();
-                assert_bits_eq::<T>(&y, &want);
-                // Non-contiguous x (axes 0 and 2 swapped) and i32 indices.
-                let xt = transposed::<T>(&ctx, &mut rng, &shape, 0, 2);
-                let idx32: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-                let idx32 = ctx.from_slice(&idx32, &[n]).unwrap();
-                let y = ctx.index_select(&xt, axis, &idx32).unwrap();
-                let want = reference::index_select(&xt.to_vec::<T>().unwrap(), &shape, axis, &ids)
-                    .unwrap();
-                assert_bits_eq::<T>(&y, &want);
-            }
-        }
+    for (a, n, axis, shape) in axis_cases(&[1, 7, 33]) {
+        let x = rand_t::<T>(&ctx, &mut rng, &shape);
+        let ids = rand_ids(&mut rng, n, a);
+        let idx = ctx.from_slice(&ids, &[n]).unwrap();
+        let y = ctx.index_select(&x, axis, &idx).unwrap();
+        let mut want_shape = shape.clone();
+        want_shape[axis] = n;
+        assert_eq!(y.shape(), want_shape.as_slice());
+        let want = reference::index_select(&x.to_vec::<T>().unwrap(), &shape, axis, &ids).unwrap();
+        assert_bits_eq::<T>(&y, &want);
+        // Non-contiguous x (axes 0 and 2 swapped) and i32 indices.
+        let xt = transposed::<T>(&ctx, &mut rng, &shape, 0, 2);
+        let idx32: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let idx32 = ctx.from_slice(&idx32, &[n]).unwrap();
+        let y = ctx.index_select(&xt, axis, &idx32).unwrap();
+        let want = reference::index_select(&xt.to_vec::<T>().unwrap(), &shape, axis, &ids).unwrap();
+        assert_bits_eq::<T>(&y, &want);
     }
 }
 
@@ -119,27 +125,18 @@ f32_f64_tests!(embedding_case => embedding_matches_reference_f32, embedding_matc
 fn index_add_case<T: Float>() {
     let (c1, c2) = one_and_two_threads();
     let mut rng = SplitMix64::new(4);
-    for &a in sizes() {
-        for &n in &[1usize, 17, 257] {
-            for axis in 0..3 {
-                let mut shape = vec![3, 4, 5];
-                shape[axis] = a;
-                let mut sshape = shape.clone();
-                sshape[axis] = n;
-                // Few destinations for many sources: heavy duplicates.
-                let ids = rand_ids(&mut rng, n, a.min(3));
-                let idx = c1.from_slice(&ids, &[n]).unwrap();
-                let src = transposed::<T>(&c1, &mut rng, &sshape, 1, 2);
-                let want =
-                    reference::index_add(&shape, axis, &ids, &src.to_vec::<T>().unwrap()).unwrap();
-                let y1 = c1.index_add(&shape, axis, &idx, &src).unwrap();
-                let y2 = c2.index_add(&shape, axis, &idx, &src).unwrap();
-                assert_eq!(y1.shape(), shape.as_slice());
-                // Same summation order as the reference: bitwise equal.
-                assert_bits_eq::<T>(&y1, &want);
-                assert_bits_eq::<T>(&y2, &want);
-            }
-        }
+    for (a, n, axis, shape) in axis_cases(&[1, 17, 257]) {
+        let mut sshape = shape.clone();
+        sshape[axis] = n;
+        // Few destinations for many sources: heavy duplicates.
+        let ids = rand_ids(&mut rng, n, a.min(3));
+        let idx = c1.from_slice(&ids, &[n]).unwrap();
+        let src = transposed::<T>(&c1, &mut rng, &sshape, 1, 2);
+        let want = reference::index_add(&shape, axis, &ids, &src.to_vec::<T>().unwrap()).unwrap();
+        // Same summation order as the reference: bitwise equal.
+        assert_threads_bits_eq::<T>(&c1, &c2, &shape, &want, |c| {
+            c.index_add(&shape, axis, &idx, &src).unwrap()
+        });
     }
 }
 
@@ -166,11 +163,9 @@ fn embedding_backward_case<T: Float>() {
             let idx = c1.from_slice(&ids, &[2, 33]).unwrap();
             let g = rand_t::<T>(&c1, &mut rng, &[2, 33, d]);
             let want = reference::index_add(&[v, d], 0, &ids, &g.to_vec::<T>().unwrap()).unwrap();
-            let y1 = c1.embedding_backward(v, &idx, &g).unwrap();
-            let y2 = c2.embedding_backward(v, &idx, &g).unwrap();
-            assert_eq!(y1.shape(), &[v, d]);
-            assert_bits_eq::<T>(&y1, &want);
-            assert_bits_eq::<T>(&y2, &want);
+            assert_threads_bits_eq::<T>(&c1, &c2, &[v, d], &want, |c| {
+                c.embedding_backward(v, &idx, &g).unwrap()
+            });
             // Non-contiguous grad (batch axes transposed) and transposed ids.
             let gt = transposed::<T>(&c1, &mut rng, &[33, 2, d], 0, 1);
             let idt = idx.transpose(0, 1).unwrap();
@@ -231,11 +226,9 @@ fn gather_scatter_case<T: Float>() {
             let want =
                 reference::scatter_add(&shape, axis, &ids, &ishape, &src.to_vec::<T>().unwrap())
                     .unwrap();
-            let y1 = c1.scatter_add(&shape, axis, &idx, &src_big).unwrap();
-            let y2 = c2.scatter_add(&shape, axis, &idx, &src_big).unwrap();
-            assert_eq!(y1.shape(), shape.as_slice());
-            assert_bits_eq::<T>(&y1, &want);
-            assert_bits_eq::<T>(&y2, &want);
+            assert_threads_bits_eq::<T>(&c1, &c2, &shape, &want, |c| {
+                c.scatter_add(&shape, axis, &idx, &src_big).unwrap()
+            });
         }
     }
 }

@@ -34,13 +34,21 @@ fn dispatch(team: &Team, n_chunks: usize) {
     }
 }
 
-#[test]
-fn one_dispatch_then_teardown_two_workers() {
-    model(2, || {
-        let team = Team::new(3).unwrap(); // the caller plus two workers
-        dispatch(&team, 3);
+/// Models a team of `threads` (the caller plus workers) that runs `dispatches` (each a
+/// chunk count, see [`dispatch`]) back to back and is then dropped.
+fn team_model(bound: usize, threads: usize, dispatches: &'static [usize]) {
+    model(bound, move || {
+        let team = Team::new(threads).unwrap();
+        for &n_chunks in dispatches {
+            dispatch(&team, n_chunks);
+        }
         drop(team);
     });
+}
+
+#[test]
+fn one_dispatch_then_teardown_two_workers() {
+    team_model(2, 3, &[3]); // the caller plus two workers
 }
 
 #[test]
@@ -48,20 +56,12 @@ fn two_dispatches_park_and_wake_one_worker() {
     // Back-to-back dispatches: a worker may still be in the first job, spinning,
     // parking or asleep when the second opens; it must wake for it or miss it
     // harmlessly, and the caller must never wait on it forever.
-    model(3, || {
-        let team = Team::new(2).unwrap();
-        dispatch(&team, 2);
-        dispatch(&team, 2);
-        drop(team);
-    });
+    team_model(3, 2, &[2, 2]);
 }
 
 #[test]
 fn teardown_without_a_dispatch_two_workers() {
-    model(3, || {
-        let team = Team::new(3).unwrap();
-        drop(team);
-    });
+    team_model(3, 3, &[]);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 #[macro_use]
 mod common;
-use common::{one_and_two_threads, rand_in, sizes};
+use common::{arange_f32, one_and_two_threads, rand_in, sizes};
 use fucina_core::kernels::matmul::{reference, GemmPath};
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
@@ -236,11 +236,7 @@ f32_f64_tests!(linear_vs_reference => linear_matches_reference_f32, linear_match
 #[test]
 fn matmul_vectors_like_torch() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let a = ctx
-        .arange::<f32>(0.0, 6.0, 1.0)
-        .unwrap()
-        .reshape(&[2, 3])
-        .unwrap();
+    let a = arange_f32(&ctx, &[2, 3]);
     let v = ctx.from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
     let w = ctx.from_slice(&[1.0f32, -1.0], &[2]).unwrap();
     let mv = ctx.matmul(&a, &v).unwrap();

@@ -91,15 +91,7 @@ fn reduce_vs_reference<T: Float>(eps: f64) {
     }
 }
 
-#[test]
-fn reduce_matches_reference_f32() {
-    reduce_vs_reference::<f32>(f32::EPSILON as f64);
-}
-
-#[test]
-fn reduce_matches_reference_f64() {
-    reduce_vs_reference::<f64>(f64::EPSILON);
-}
+f32_f64_tests!(reduce_vs_reference(f32::EPSILON as f64; f64::EPSILON) => reduce_matches_reference_f32, reduce_matches_reference_f64);
 
 #[test]
 fn reduce_large_matches_reference() {
@@ -371,15 +363,7 @@ fn variance_vs_reference<T: Float>(tol: f64) {
     }
 }
 
-#[test]
-fn variance_f32() {
-    variance_vs_reference::<f32>(1e-5);
-}
-
-#[test]
-fn variance_f64() {
-    variance_vs_reference::<f64>(1e-12);
-}
+f32_f64_tests!(variance_vs_reference(1e-5; 1e-12) => variance_f32, variance_f64);
 
 fn cumsum_vs_reference<T: Float>() {
     let ctx = TestCtx::with_threads(2).unwrap();

@@ -270,7 +270,8 @@ impl<T: Float> UnaryVisitor<T> for Derivative<'_> {
     }
 }
 
-fn same_dtype(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
+/// `Ok` when `a` and `b` have one dtype, else [`Error::DTypeMismatch`] naming `op`.
+pub(crate) fn same_dtype(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     if a.dtype() != b.dtype() {
         return Err(Error::DTypeMismatch {
             op,
@@ -281,7 +282,8 @@ fn same_dtype(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     Ok(())
 }
 
-fn same_shape(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
+/// `Ok` when `a` and `b` have one shape, else [`Error::ShapeMismatch`] naming `op`.
+pub(crate) fn same_shape(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
     if a.shape() != b.shape() {
         return Err(Error::ShapeMismatch {
             op,

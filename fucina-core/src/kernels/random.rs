@@ -77,24 +77,30 @@ impl ExecContext {
     /// # Ok::<(), fucina_core::Error>(())
     /// ```
     pub fn dropout(&self, x: &RawTensor, p: f64, seed: u64) -> Result<RawTensor> {
-        check_p("dropout", p)?;
-        crate::dispatch_float!(x.dtype(), "dropout", T => {
-            if p == 0.0 {
-                return Ok(x.clone_view());
-            }
-            masked_scale::<T>(self, x, p, seed)
-        })
+        self.dropout_mask("dropout", x, p, seed)
     }
 
     /// `gx = gy · mask / (1 − p)` with the mask regenerated from `(seed, i)`
     /// (d/dx of x·m/(1−p) is m/(1−p)); `p == 0` returns a `clone_view` of `gy`.
     pub fn dropout_backward(&self, gy: &RawTensor, p: f64, seed: u64) -> Result<RawTensor> {
-        check_p("dropout_backward", p)?;
-        crate::dispatch_float!(gy.dtype(), "dropout_backward", T => {
+        self.dropout_mask("dropout_backward", gy, p, seed)
+    }
+
+    /// Both directions of dropout (the same mask and scale), as `op`: `x · mask / (1 − p)`,
+    /// or a `clone_view` of `x` for `p == 0`.
+    fn dropout_mask(
+        &self,
+        op: &'static str,
+        x: &RawTensor,
+        p: f64,
+        seed: u64,
+    ) -> Result<RawTensor> {
+        check_p(op, p)?;
+        crate::dispatch_float!(x.dtype(), op, T => {
             if p == 0.0 {
-                return Ok(gy.clone_view());
+                return Ok(x.clone_view());
             }
-            masked_scale::<T>(self, gy, p, seed)
+            masked_scale::<T>(self, x, p, seed)
         })
     }
 

@@ -55,53 +55,29 @@ trait Monoid<T: Float>: Copy + Send + Sync {
     fn combine(a: T, b: T) -> T;
 }
 
-#[derive(Clone, Copy)]
-struct SumM;
-#[derive(Clone, Copy)]
-struct MaxM;
-#[derive(Clone, Copy)]
-struct MinM;
-
-impl<T: Float> Monoid<T> for SumM {
-    #[inline(always)]
-    fn identity() -> T {
-        T::ZERO
-    }
-    #[inline(always)]
-    fn combine(a: T, b: T) -> T {
-        a + b
-    }
-}
-impl<T: Float> Monoid<T> for MaxM {
-    #[inline(always)]
-    fn identity() -> T {
-        T::NEG_INFINITY
-    }
-    // NaN-propagating: a NaN accumulator stays; a NaN element replaces.
-    #[inline(always)]
-    #[allow(clippy::eq_op)]
-    fn combine(a: T, b: T) -> T {
-        if a >= b || a != a {
-            a
-        } else {
-            b
+/// `struct Name;` with `impl Monoid<T>`, for each `Name: identity, |a, b| combine;` row.
+macro_rules! monoids {
+    ($($m:ident: $id:expr, |$a:ident, $b:ident| $combine:expr;)*) => {$(
+        #[derive(Clone, Copy)]
+        struct $m;
+        impl<T: Float> Monoid<T> for $m {
+            #[inline(always)]
+            fn identity() -> T {
+                $id
+            }
+            #[inline(always)]
+            #[allow(clippy::eq_op)]
+            fn combine($a: T, $b: T) -> T {
+                $combine
+            }
         }
-    }
+    )*};
 }
-impl<T: Float> Monoid<T> for MinM {
-    #[inline(always)]
-    fn identity() -> T {
-        T::INFINITY
-    }
-    #[inline(always)]
-    #[allow(clippy::eq_op)]
-    fn combine(a: T, b: T) -> T {
-        if a <= b || a != a {
-            a
-        } else {
-            b
-        }
-    }
+monoids! {
+    SumM: T::ZERO, |a, b| a + b;
+    // Max and min are NaN-propagating: a NaN accumulator stays; a NaN element replaces.
+    MaxM: T::NEG_INFINITY, |a, b| if a >= b || a != a { a } else { b };
+    MinM: T::INFINITY, |a, b| if a <= b || a != a { a } else { b };
 }
 
 /// Folds a slice of at most [`BLOCK`] elements: 16 lanes, then a fixed tree.

@@ -7,6 +7,7 @@
 use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
+use fucina_core::testing::TestCtx;
 use fucina_core::{Element, ExecContext, Float, RawTensor};
 
 pub fn bits<T: Element>(v: &[T]) -> Vec<u64> {
@@ -112,14 +113,8 @@ pub fn make_mask<T: Element>(
 /// One problem: shapes, mask, layouts; checked against the reference at 1 and 2 threads.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
-    pub b: usize,
-    pub h: usize,
-    /// K/V heads (dividing `h`).
-    pub hkv: usize,
-    pub t: usize,
-    pub s: usize,
-    pub d: usize,
-    pub dv: usize,
+    /// Its sizes, as the kernel's reference takes them.
+    pub dims: AttnDims,
     pub kind: MaskKind,
     pub causal: bool,
     /// 0: [B,L,H,D] head views; 1: k with a strided last axis; 2: contiguous.
@@ -140,13 +135,15 @@ pub fn cases() -> Vec<Case> {
         for &s in &LENS {
             let (b, h) = if t * s >= 64 * 64 { (1, 2) } else { (2, 3) };
             out.push(Case {
-                b,
-                h,
-                hkv: h,
-                t,
-                s,
-                d: DIMS[n % 4],
-                dv: DIMS[(n / 4 + n) % 4],
+                dims: AttnDims {
+                    b,
+                    h,
+                    hkv: h,
+                    t,
+                    s,
+                    d: DIMS[n % 4],
+                    dv: DIMS[(n / 4 + n) % 4],
+                },
                 kind: kinds[n % 3],
                 causal: (n / 3) % 2 == 1,
                 layout: n % 3,
@@ -162,13 +159,15 @@ pub fn cases() -> Vec<Case> {
         (129, 190, 40, MaskKind::PadBias, false),
     ] {
         out.push(Case {
-            b: 1,
-            h: 2,
-            hkv: 2,
-            t,
-            s,
-            d,
-            dv: d,
+            dims: AttnDims {
+                b: 1,
+                h: 2,
+                hkv: 2,
+                t,
+                s,
+                d,
+                dv: d,
+            },
             kind,
             causal,
             layout: n % 3,
@@ -215,13 +214,15 @@ pub fn gqa_cases() -> Vec<Case> {
             for &s in &LENS {
                 let (h, hkv) = HEADS[(n + pass) % 5];
                 out.push(Case {
-                    b: if t * s >= 64 * 64 { 1 } else { 2 },
-                    h,
-                    hkv,
-                    t,
-                    s,
-                    d: DIMS[n % 4],
-                    dv: DIMS[(n / 4 + n + 1) % 4],
+                    dims: AttnDims {
+                        b: if t * s >= 64 * 64 { 1 } else { 2 },
+                        h,
+                        hkv,
+                        t,
+                        s,
+                        d: DIMS[n % 4],
+                        dv: DIMS[(n / 4 + n + 1) % 4],
+                    },
                     kind: kinds[n % 4],
                     causal: (n / 2) % 2 == 1,
                     layout: n % 3,
@@ -275,19 +276,13 @@ impl<T: Float> Problem<T> {
     /// Draws case `case`'s inputs and computes the reference.
     pub fn new(ctx: &ExecContext, rng: &mut SplitMix64, case: Case) -> Problem<T> {
         let Case {
-            b,
-            h,
-            hkv,
-            t,
-            s,
-            d,
-            dv,
+            dims,
             kind,
             causal,
             layout,
             scale,
         } = case;
-        let dims = AttnDims {
+        let AttnDims {
             b,
             h,
             hkv,
@@ -295,7 +290,7 @@ impl<T: Float> Problem<T> {
             s,
             d,
             dv,
-        };
+        } = dims;
         let q = heads_view::<T>(ctx, rng, [b, h, t, d]);
         let k = layout_tensor::<T>(ctx, rng, layout, [b, hkv, s, d]);
         let v = layout_tensor::<T>(ctx, rng, (layout + 2) % 3, [b, hkv, s, dv]);
@@ -341,5 +336,21 @@ impl<T: Float> Problem<T> {
             MaskKind::Keep => RefMask::Keep(&self.fkeep),
             _ => RefMask::None,
         }
+    }
+}
+
+/// Runs `check(c1, c2, n, case, problem)` on every case in order: its [`Problem`] drawn on
+/// the 1-thread context `c1` from the one stream `seed`, beside a 2-thread context `c2`.
+pub fn each_problem<T: Float>(
+    cases: &[Case],
+    seed: u64,
+    mut check: impl FnMut(&TestCtx, &TestCtx, usize, Case, &Problem<T>),
+) {
+    let c1 = TestCtx::with_threads(1).unwrap();
+    let c2 = TestCtx::with_threads(2).unwrap();
+    let mut rng = SplitMix64::new(seed);
+    for (n, &case) in cases.iter().enumerate() {
+        let p = Problem::<T>::new(&c1, &mut rng, case);
+        check(&c1, &c2, n, case, &p);
     }
 }

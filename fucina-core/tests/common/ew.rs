@@ -32,6 +32,13 @@ pub fn assert_close(got: &[f64], want: &[f64], rtol: f64, atol: f64, what: &str)
     }
 }
 
+/// A backward's gradient `got` (in `T`) against `want`: [`assert_close`] with `rtol`
+/// relative and `rtol · max(1, max|want|)` absolute tolerance.
+pub fn assert_grad_close<T: Element>(got: &RawTensor, want: &[f64], rtol: f64, what: &str) {
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    assert_close(&f64s::<T>(got), want, rtol, rtol * scale, what);
+}
+
 pub fn f64s<T: Element>(t: &RawTensor) -> Vec<f64> {
     t.to_vec::<T>()
         .unwrap()
@@ -61,4 +68,19 @@ pub fn broadcast_pairs(n: usize) -> Vec<(Vec<usize>, Vec<usize>)> {
         (vec![1, n], vec![4, 1]),
         (vec![2, 1, n], vec![3, n]),
     ]
+}
+
+/// The central difference `(f(x + h) − f(x − h)) / 2h`.
+pub fn central_diff(f: impl Fn(f64) -> f64, x: f64, h: f64) -> f64 {
+    (f(x + h) - f(x - h)) / (2.0 * h)
+}
+
+/// Asserts a reference derivative `df` against its central difference `fd`:
+/// `|fd − df| ≤ tol·(1 + |df|)`.
+#[track_caller]
+pub fn assert_fd_close(fd: f64, df: f64, tol: f64, what: &str) {
+    assert!(
+        (fd - df).abs() <= tol * (1.0 + df.abs()),
+        "{what}: fd {fd} vs df {df}"
+    );
 }

@@ -2,60 +2,10 @@
 //! layouts every fast kernel is compared with its reference on.
 #![allow(dead_code)]
 
+#[macro_use]
+mod macros;
 pub mod ew;
 pub mod gemm;
-
-/// `f32_f64_tests!(generic => name_f32, name_f64);` — the two `#[test]`s that run
-/// `generic::<f32>()` and `generic::<f64>()`, under the names the suite has always used;
-/// `f32_f64_tests!(generic => name);` — one `#[test]` running both;
-/// `f32_f64_tests!(generic(a, b) => name_f32, name_f64);` — each test calls
-/// `generic::<T>(a)`, then `generic::<T>(b)`.
-/// `f32_f64_tests!(generic(named a) => name_f32, name_f64);` — each test calls
-/// `generic::<T>("name_T", a)`, its own name first (for its `skip:` lines).
-/// (Files take it with `#[macro_use] mod common;`.)
-#[allow(unused_macros)]
-macro_rules! f32_f64_tests {
-    ($generic:ident(named $($arg:expr),*) => $f32:ident, $f64:ident) => {
-        #[test]
-        fn $f32() {
-            $generic::<f32>(stringify!($f32), $($arg),*);
-        }
-
-        #[test]
-        fn $f64() {
-            $generic::<f64>(stringify!($f64), $($arg),*);
-        }
-    };
-    ($generic:ident($($arg:expr),+) => $f32:ident, $f64:ident) => {
-        #[test]
-        fn $f32() {
-            $($generic::<f32>($arg);)+
-        }
-
-        #[test]
-        fn $f64() {
-            $($generic::<f64>($arg);)+
-        }
-    };
-    ($generic:ident => $name:ident) => {
-        #[test]
-        fn $name() {
-            $generic::<f32>();
-            $generic::<f64>();
-        }
-    };
-    ($generic:ident => $f32:ident, $f64:ident) => {
-        #[test]
-        fn $f32() {
-            $generic::<f32>();
-        }
-
-        #[test]
-        fn $f64() {
-            $generic::<f64>();
-        }
-    };
-}
 
 use fucina_core::rng::SplitMix64;
 use fucina_core::testing::TestCtx;
@@ -157,6 +107,22 @@ pub fn assert_bits_eq<T: Element>(got: &RawTensor, want: &[T]) {
     assert_eq!(bits(&got.to_vec::<T>().unwrap()), bits(want));
 }
 
+/// Asserts that `op` gives a tensor of `shape` on the 1-thread context `c1`, and exactly
+/// the bits of `want` on `c1` and on the 2-thread context `c2`.
+#[track_caller]
+pub fn assert_threads_bits_eq<T: Element>(
+    c1: &ExecContext,
+    c2: &ExecContext,
+    shape: &[usize],
+    want: &[T],
+    op: impl Fn(&ExecContext) -> RawTensor,
+) {
+    let (y1, y2) = (op(c1), op(c2));
+    assert_eq!(y1.shape(), shape);
+    assert_bits_eq::<T>(&y1, want);
+    assert_bits_eq::<T>(&y2, want);
+}
+
 /// Asserts that `run` gives the same bit patterns on a 1-thread and on a 2-thread
 /// context (both live for the whole check, each ending with no pool buffer out).
 pub fn assert_thread_invariant(run: impl Fn(&ExecContext) -> Vec<Vec<u64>>) {
@@ -200,6 +166,15 @@ pub fn rand_in<T: Element>(
 pub fn randn(seed: u64, n: usize, scale: f64) -> Vec<f64> {
     let mut g = SplitMix64::new(seed);
     (0..n).map(|_| scale * g.next_normal()).collect()
+}
+
+/// `0, 1, 2, …` in a contiguous f32 tensor of `shape` (`arange`, reshaped).
+pub fn arange_f32(ctx: &ExecContext, shape: &[usize]) -> RawTensor {
+    let n: usize = shape.iter().product();
+    ctx.arange::<f32>(0.0, n as f64, 1.0)
+        .unwrap()
+        .reshape(shape)
+        .unwrap()
 }
 
 /// A contiguous tensor of `shape` holding `v` rounded to `T`.

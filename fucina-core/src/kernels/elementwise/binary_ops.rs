@@ -17,9 +17,13 @@
 //! [`Partial`](super::Partial). `saves` says what the backward node keeps
 //! alive: `Nothing` (constant partials), `Operands` (a, b) or
 //! `OperandsAndOutput` (a, b and out = f(a, b)). Kernel bodies expand in
-//! `pointwise.rs` (helper `c`), reference bodies in `reference.rs`; the
+//! `pointwise.rs` (helpers `c`, `pick`, `tie_split`), reference bodies in `reference.rs`; the
 //! reference partials are written in terms of a and b only. Every partial
-//! carries its math.
+//! carries its math. Maximum and minimum share their forms: `pick`, `tie_split` and
+//! the reference `ref_pick`.
+
+use super::unary_ops::c;
+use crate::dtype::Float;
 
 /// Calls the generator macro `$cb` with every binary pointwise op of the table.
 ///
@@ -123,50 +127,14 @@ macro_rules! for_each_binary_op {
             Maximum {
                 name: "maximum", method: maximum, saves: Operands,
                 // Ties give a; NaN in either gives NaN (a + b).
-                f: |a, b| if a >= b {
-                    a
-                } else if a < b {
-                    b
-                } else {
-                    a + b
-                },
+                f: |a, b| pick(a, b, a >= b, a < b),
                 // ∂/∂a = a > b ? 1 : (a == b ? 0.5 : 0); the tie is split evenly.
-                da: Expr = |a, b, _| if a > b {
-                    T::ONE
-                } else if a == b {
-                    c::<T>(0.5)
-                } else {
-                    T::ZERO
-                },
+                da: Expr = |a, b, _| tie_split::<T>(a > b, a == b),
                 // ∂/∂b = b > a ? 1 : (a == b ? 0.5 : 0)
-                db: Expr = |a, b, _| if b > a {
-                    T::ONE
-                } else if a == b {
-                    c::<T>(0.5)
-                } else {
-                    T::ZERO
-                },
-                ref_f: |a, b| if a.is_nan() || b.is_nan() {
-                    a + b
-                } else if b > a {
-                    b
-                } else {
-                    a
-                },
-                ref_da: |a, b| if a == b {
-                    c::<T>(0.5)
-                } else if a > b {
-                    T::ONE
-                } else {
-                    T::ZERO
-                },
-                ref_db: |a, b| if a == b {
-                    c::<T>(0.5)
-                } else if b > a {
-                    T::ONE
-                } else {
-                    T::ZERO
-                },
+                db: Expr = |a, b, _| tie_split::<T>(b > a, a == b),
+                ref_f: |a, b| ref_pick(a, b, b > a),
+                ref_da: |a, b| tie_split::<T>(a > b, a == b),
+                ref_db: |a, b| tie_split::<T>(b > a, a == b),
                 a: Float[3, 4], b: Float[4],
                 torch: "torch.maximum",
             }
@@ -174,50 +142,14 @@ macro_rules! for_each_binary_op {
             Minimum {
                 name: "minimum", method: minimum, saves: Operands,
                 // Ties give a; NaN in either gives NaN (a + b).
-                f: |a, b| if a <= b {
-                    a
-                } else if a > b {
-                    b
-                } else {
-                    a + b
-                },
+                f: |a, b| pick(a, b, a <= b, a > b),
                 // ∂/∂a = a < b ? 1 : (a == b ? 0.5 : 0)
-                da: Expr = |a, b, _| if a < b {
-                    T::ONE
-                } else if a == b {
-                    c::<T>(0.5)
-                } else {
-                    T::ZERO
-                },
+                da: Expr = |a, b, _| tie_split::<T>(a < b, a == b),
                 // ∂/∂b = b < a ? 1 : (a == b ? 0.5 : 0)
-                db: Expr = |a, b, _| if b < a {
-                    T::ONE
-                } else if a == b {
-                    c::<T>(0.5)
-                } else {
-                    T::ZERO
-                },
-                ref_f: |a, b| if a.is_nan() || b.is_nan() {
-                    a + b
-                } else if b < a {
-                    b
-                } else {
-                    a
-                },
-                ref_da: |a, b| if a == b {
-                    c::<T>(0.5)
-                } else if a < b {
-                    T::ONE
-                } else {
-                    T::ZERO
-                },
-                ref_db: |a, b| if a == b {
-                    c::<T>(0.5)
-                } else if b < a {
-                    T::ONE
-                } else {
-                    T::ZERO
-                },
+                db: Expr = |a, b, _| tie_split::<T>(b < a, a == b),
+                ref_f: |a, b| ref_pick(a, b, b < a),
+                ref_da: |a, b| tie_split::<T>(a < b, a == b),
+                ref_db: |a, b| tie_split::<T>(b < a, a == b),
                 a: Float[3, 4], b: Float[3, 1],
                 torch: "torch.minimum",
             }
@@ -247,4 +179,42 @@ macro_rules! for_each_binary_op {
             $torch
         } )* }
     };
+}
+
+/// Maximum's and minimum's kernel forward: `a` where `a_wins`, `b` where `b_wins`, and
+/// `a + b` (NaN) where neither holds (a NaN operand).
+#[inline(always)]
+pub(super) fn pick<T: Float>(a: T, b: T, a_wins: bool, b_wins: bool) -> T {
+    if a_wins {
+        a
+    } else if b_wins {
+        b
+    } else {
+        a + b
+    }
+}
+
+/// Maximum's and minimum's partial in one operand (kernel and reference): 1 where it
+/// `wins`, ½ on a `tie` (the gradient split evenly), 0 where it loses or a NaN is involved.
+#[inline(always)]
+pub(super) fn tie_split<T: Float>(wins: bool, tie: bool) -> T {
+    if wins {
+        T::ONE
+    } else if tie {
+        c::<T>(0.5)
+    } else {
+        T::ZERO
+    }
+}
+
+/// The reference maximum / minimum: NaN in either gives NaN (`a + b`); else `b` where
+/// `b_wins`, `a` otherwise (ties give a).
+pub(super) fn ref_pick<T: Float>(a: T, b: T, b_wins: bool) -> T {
+    if a.is_nan() || b.is_nan() {
+        a + b
+    } else if b_wins {
+        b
+    } else {
+        a
+    }
 }

@@ -61,6 +61,28 @@ fn erf_block<T: Float>(x: &[T], e: &mut [T]) {
     }
 }
 
+/// For one block `xc`: `e` = its erfs (as [`erf_block`]) and `g` = `exp` of its
+/// `gelu_erf_pdf_arg`s (the erf GELU's derivative needs both).
+#[inline(always)]
+fn erf_pdf_block<T: ExpSlice>(xc: &[T], e: &mut [T], g: &mut [T]) {
+    erf_block(xc, e);
+    for (g, &v) in g.iter_mut().zip(xc) {
+        *g = gelu_erf_pdf_arg(v);
+    }
+    T::exp_in_place(g);
+}
+
+/// For one block `xc`: `a = arg(x)` (the tanh GELU's sigmoid argument, or its backward's)
+/// and `e = exp(sigmoid_exp_arg(a))`.
+#[inline(always)]
+fn sigmoid_block<T: ExpSlice>(xc: &[T], a: &mut [T], e: &mut [T], arg: impl Fn(T) -> T) {
+    for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
+        *a = arg(v);
+        *e = sigmoid_exp_arg(*a);
+    }
+    T::exp_in_place(e);
+}
+
 /// `y[i] = gelu_erf(x[i])` over one contiguous run.
 fn erf_forward_row<T: Float>(x: &[T], y: &mut [T]) {
     let mut e = [T::ZERO; BLOCK];
@@ -82,11 +104,7 @@ fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
         .zip(gx.chunks_mut(BLOCK))
     {
         let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
-        erf_block(xc, e);
-        for (g, &v) in g.iter_mut().zip(xc) {
-            *g = gelu_erf_pdf_arg(v);
-        }
-        T::exp_in_place(g);
+        erf_pdf_block(xc, e, g);
         for (((o, &v), &gy), (&e, &g)) in oc.iter_mut().zip(xc).zip(gc).zip(e.iter().zip(g.iter()))
         {
             // gx = gy · f'(x), as the generic unary backward.
@@ -105,11 +123,7 @@ fn erf_both_row<T: ExpSlice>(x: &[T], y: &mut [T], d: &mut [T]) {
         .zip(d.chunks_mut(BLOCK))
     {
         let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
-        erf_block(xc, e);
-        for (g, &v) in g.iter_mut().zip(xc) {
-            *g = gelu_erf_pdf_arg(v);
-        }
-        T::exp_in_place(g);
+        erf_pdf_block(xc, e, g);
         for (((y, d), &v), (&e, &g)) in yc.iter_mut().zip(dc).zip(xc).zip(e.iter().zip(g.iter())) {
             *y = gelu_erf_y(v, e);
             *d = gelu_erf_dy(v, e, g);
@@ -122,11 +136,7 @@ fn tanh_forward_row<T: ExpSlice>(x: &[T], y: &mut [T]) {
     let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
     for (xc, yc) in x.chunks(BLOCK).zip(y.chunks_mut(BLOCK)) {
         let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
-        for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
-            *a = gelu_tanh_a(v);
-            *e = sigmoid_exp_arg(*a);
-        }
-        T::exp_in_place(e);
+        sigmoid_block(xc, a, e, gelu_tanh_a);
         for ((o, &v), (&a, &e)) in yc.iter_mut().zip(xc).zip(a.iter().zip(e.iter())) {
             *o = gelu_tanh_y(v, a, e);
         }
@@ -142,11 +152,7 @@ fn tanh_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
         .zip(gx.chunks_mut(BLOCK))
     {
         let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
-        for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
-            *a = gelu_tanh_da(v);
-            *e = sigmoid_exp_arg(*a);
-        }
-        T::exp_in_place(e);
+        sigmoid_block(xc, a, e, gelu_tanh_da);
         for (((o, &v), &gy), (&a, &e)) in oc.iter_mut().zip(xc).zip(gc).zip(a.iter().zip(e.iter()))
         {
             *o = gy * gelu_tanh_dy(v, a, e);
@@ -154,19 +160,29 @@ fn tanh_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
     }
 }
 
-/// `gelu_erf(x)` as a fresh contiguous tensor; `x` may have any strides.
-pub(super) fn erf_forward<T: ExpSlice>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
-    map1_runs::<T, T>(ctx, x, erf_forward_row::<T>, |v| GeluErf.f(v))
-}
+/// The `forward:` and `backward:` hooks of one GELU variant `$K` (the table's kernel
+/// struct), over its row functions: `$fwd(ctx, x)` is `f(x)` as a fresh contiguous tensor
+/// (`x` of any strides), `$bwd(ctx, x, gy)` is `gx = gy·f'(x)` (`x` and `gy` of one shape,
+/// any strides), fresh and contiguous; strided runs go through `$K`'s own `f` and `df`.
+macro_rules! gelu_hooks {
+    ($name:literal, $K:ident: $fwd:ident($fwd_row:ident), $bwd:ident($bwd_row:ident)) => {
+        #[doc = concat!("`", $name, "(x)` as a fresh contiguous tensor; `x` may have any strides.")]
+        pub(super) fn $fwd<T: ExpSlice>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
+            map1_runs::<T, T>(ctx, x, $fwd_row::<T>, |v| $K.f(v))
+        }
 
-/// `gx = gy·gelu_erf'(x)` (`x` and `gy` of one shape, any strides), fresh and contiguous.
-pub(super) fn erf_backward<T: ExpSlice>(
-    ctx: &ExecContext,
-    x: &RawTensor,
-    gy: &RawTensor,
-) -> Result<RawTensor> {
-    map2_runs::<T, T, T>(ctx, x, gy, erf_backward_row::<T>, |v, g| g * GeluErf.df(v))
+        #[doc = concat!("`gx = gy·", $name, "'(x)` (`x` and `gy` of one shape, any strides), fresh and contiguous.")]
+        pub(super) fn $bwd<T: ExpSlice>(
+            ctx: &ExecContext,
+            x: &RawTensor,
+            gy: &RawTensor,
+        ) -> Result<RawTensor> {
+            map2_runs::<T, T, T>(ctx, x, gy, $bwd_row::<T>, |v, g| g * $K.df(v))
+        }
+    };
 }
+gelu_hooks!("gelu_erf", GeluErf: erf_forward(erf_forward_row), erf_backward(erf_backward_row));
+gelu_hooks!("gelu_tanh", GeluTanh: tanh_forward(tanh_forward_row), tanh_backward(tanh_backward_row));
 
 /// `(gelu_erf(x), gelu_erf'(x))` as fresh contiguous tensors, in one pass that computes each
 /// erf once; `x` may have any strides. Bit for bit `GeluErf.f` and `GeluErf.df`.
@@ -203,20 +219,4 @@ pub(super) fn erf_forward_with_derivative<T: ExpSlice>(
         },
     );
     Ok((y, d))
-}
-
-/// `gelu_tanh(x)` as a fresh contiguous tensor; `x` may have any strides.
-pub(super) fn tanh_forward<T: ExpSlice>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
-    map1_runs::<T, T>(ctx, x, tanh_forward_row::<T>, |v| GeluTanh.f(v))
-}
-
-/// `gx = gy·gelu_tanh'(x)` (`x` and `gy` of one shape, any strides), fresh and contiguous.
-pub(super) fn tanh_backward<T: ExpSlice>(
-    ctx: &ExecContext,
-    x: &RawTensor,
-    gy: &RawTensor,
-) -> Result<RawTensor> {
-    map2_runs::<T, T, T>(ctx, x, gy, tanh_backward_row::<T>, |v, g| {
-        g * GeluTanh.df(v)
-    })
 }

@@ -3,7 +3,8 @@
 //! for binary ones), generated from the op tables (`unary_ops.rs`,
 //! `binary_ops.rs`, where their bodies and math live).
 
-use super::unary_ops::{c, sigmoid_exp, sigmoid_from_exp, KernelParam};
+use super::binary_ops::{pick, tie_split};
+use super::unary_ops::{c, sigmoid_exp, sigmoid_from_exp, sign, KernelParam};
 use super::Saved;
 use crate::dtype::Float;
 

@@ -2,7 +2,8 @@
 //! time, with per-element dispatch and `offset_of` indexing. Slow on purpose;
 //! the tests compare the kernels against it.
 
-use super::unary_ops::{c, GELU_C, SQRT_2_OVER_PI};
+use super::binary_ops::{ref_pick, tie_split};
+use super::unary_ops::{c, sign, GELU_C, SQRT_2_OVER_PI};
 use super::{BinaryOp, CmpOp, UnaryOp};
 use crate::dtype::{Element, Float};
 use crate::error::Result;

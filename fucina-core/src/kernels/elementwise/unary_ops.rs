@@ -11,9 +11,9 @@
 //! (`fucina-nn/src/activation.rs`, from the `activation:` hooks). Adding an op: one entry here plus its
 //! torch lambda in `tools/gen_op_goldens.py` (see CONTRIBUTING.md).
 //!
-//! Kernel bodies (`f`, `df`) expand in `pointwise.rs` (helpers `c`, `sigmoid`,
+//! Kernel bodies (`f`, `df`) expand in `pointwise.rs` (helpers `c`, `sign`, `sigmoid`,
 //! the constants below); reference bodies (`ref_f`, `ref_df`) expand in
-//! `reference.rs` (helpers `c`, `sigmoid_ref`, `cosh_ref`), where parameters
+//! `reference.rs` (helpers `c`, `sign`, `sigmoid_ref`, `cosh_ref`), where parameters
 //! are f64. `df` reads the saved value (x or y = f(x) per `saved`); `ref_df`
 //! is always written in terms of the input x. Every derivative carries its math.
 
@@ -129,6 +129,18 @@ impl<T> KernelParam<T> for f64 {
 #[inline(always)]
 pub(super) fn c<T: Float>(v: f64) -> T {
     T::from_f64(v)
+}
+
+/// sign(x) ∈ {-1, 0, 1}, with ±0 and NaN giving themselves (kernel and reference).
+#[inline(always)]
+pub(super) fn sign<T: Float>(x: T) -> T {
+    if x > T::ZERO {
+        T::ONE
+    } else if x < T::ZERO {
+        -T::ONE
+    } else {
+        x
+    }
 }
 
 /// Calls the generator macro `$cb` with every unary pointwise op of the table.
@@ -493,22 +505,10 @@ macro_rules! for_each_unary_op {
             /// sign(x) ∈ {-1, 0, 1}; ±0 and NaN map to themselves (zero gradient, as PyTorch).
             Sign {
                 name: "sign", method: sign, saved: Input, domain: NonZero,
-                f: |x| if x > T::ZERO {
-                    T::ONE
-                } else if x < T::ZERO {
-                    -T::ONE
-                } else {
-                    x
-                },
+                f: |x| sign(x),
                 // sign is piecewise constant: zero gradient everywhere (as PyTorch).
                 df: |_| T::ZERO,
-                ref_f: |x| if x > T::ZERO {
-                    T::ONE
-                } else if x < T::ZERO {
-                    -T::ONE
-                } else {
-                    x
-                },
+                ref_f: |x| sign(x),
                 ref_df: |_| T::ZERO,
                 torch: "torch.sign",
             }

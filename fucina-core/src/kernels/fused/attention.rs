@@ -170,8 +170,11 @@ fn strides4(t: &RawTensor) -> [usize; 4] {
 }
 
 /// Validates `mask` against `[B, H, T, S]` and returns it as a U8 keep-mask or a bias of
-/// `dtype`, broadcast to `full` (a view: a `[B, 1, 1, S]` padding mask stays `B·S` elements).
-fn prepare_mask(
+/// `dtype`, broadcast to `full` (a view: a `[B, 1, 1, S]` padding mask stays `B·S` elements):
+/// how [`ExecContext::attention`] reads its mask (also the benchmark's materialising kernel).
+/// [`Error::Broadcast`] if it does not broadcast to `full`, [`Error::UnsupportedDType`]
+/// naming `op` unless it is U8, F32 or F64.
+pub fn prepare_mask(
     ctx: &ExecContext,
     op: &'static str,
     mask: Option<&RawTensor>,

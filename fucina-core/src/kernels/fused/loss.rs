@@ -415,6 +415,29 @@ pub mod reference {
     use super::{CrossEntropyOpts, Reduction};
     use crate::dtype::Float;
 
+    /// `(m, Σ_j exp(x_j − m))` of one row, `m` its maximum.
+    fn max_and_sum_exp<T: Float>(xr: &[T]) -> (T, T) {
+        let mut m = T::NEG_INFINITY;
+        for &v in xr {
+            m = m.max(v);
+        }
+        let mut s = T::ZERO;
+        for &v in xr {
+            s += (v - m).exp();
+        }
+        (m, s)
+    }
+
+    /// The smoothed target distribution `q_j = (1−ε)·[j == t] + ε/C` at class `j`.
+    fn target_weight<T: Float>(eps: f64, c: usize, j: usize, t: i64) -> T {
+        T::from_f64(eps / c as f64)
+            + if j as i64 == t {
+                T::from_f64(1.0 - eps)
+            } else {
+                T::ZERO
+            }
+    }
+
     /// Per-row losses (0 for ignored rows), and the count of non-ignored rows.
     /// Targets must be valid (in range or ignored).
     pub fn cross_entropy_rows<T: Float>(
@@ -433,25 +456,12 @@ pub mod reference {
                     return T::ZERO;
                 }
                 count += 1;
-                let mut m = T::NEG_INFINITY;
-                for &v in xr {
-                    m = m.max(v);
-                }
-                let mut s = T::ZERO;
-                for &v in xr {
-                    s += (v - m).exp();
-                }
+                let (m, s) = max_and_sum_exp(xr);
                 let lse = m + s.ln();
                 // −Σ_j q_j log p_j with q = (1−ε)·onehot + ε/C and log p_j = x_j − lse.
                 let mut l = T::ZERO;
                 for (j, &v) in xr.iter().enumerate() {
-                    let q = T::from_f64(eps / c as f64)
-                        + if j as i64 == t {
-                            T::from_f64(1.0 - eps)
-                        } else {
-                            T::ZERO
-                        };
-                    l -= q * (v - lse);
+                    l -= target_weight::<T>(eps, c, j, t) * (v - lse);
                 }
                 l
             })
@@ -500,22 +510,9 @@ pub mod reference {
                 Reduction::Sum => gy[0],
                 Reduction::Mean => gy[0] / T::from_usize(count),
             };
-            let mut m = T::NEG_INFINITY;
-            for &v in xr {
-                m = m.max(v);
-            }
-            let mut z = T::ZERO;
-            for &v in xr {
-                z += (v - m).exp();
-            }
+            let (m, z) = max_and_sum_exp(xr);
             for j in 0..c {
-                let q = T::from_f64(eps / c as f64)
-                    + if j as i64 == t {
-                        T::from_f64(1.0 - eps)
-                    } else {
-                        T::ZERO
-                    };
-                gr[j] = s * ((xr[j] - m).exp() / z - q);
+                gr[j] = s * ((xr[j] - m).exp() / z - target_weight::<T>(eps, c, j, t));
             }
         }
         g

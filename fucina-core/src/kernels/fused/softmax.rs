@@ -11,6 +11,7 @@
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
+use crate::kernels::elementwise::{same_dtype, same_shape};
 use crate::kernels::rows::{par_rows_mut, rows_per_chunk};
 use crate::kernels::simd::{dot, max, simd_dispatch, sum, sum_exp_impl};
 use crate::shape;
@@ -90,21 +91,8 @@ pub fn causal_allowed(i: usize, rows: usize, cols: usize) -> usize {
 // ------------------------------------------------------------ drivers
 
 fn check_pair(op: &'static str, a: &RawTensor, b: &RawTensor) -> Result<()> {
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
-    if a.shape() != b.shape() {
-        return Err(Error::ShapeMismatch {
-            op,
-            lhs: a.shape().to_vec(),
-            rhs: b.shape().to_vec(),
-        });
-    }
-    Ok(())
+    same_dtype(op, a, b)?;
+    same_shape(op, a, b)
 }
 
 /// The permutation moving `axis` to the last place, the others keeping their order.
@@ -128,6 +116,24 @@ fn axis_last_contiguous(ctx: &ExecContext, t: &RawTensor, axis: usize) -> Result
     } else {
         ctx.copy(&t.permute(&axis_to_last(t.rank(), axis))?)
     }
+}
+
+/// [`map_rows`] along the last axis of `a` `[.., rows, cols]` under the causal mask: `f(a_row,
+/// b_row, out_row)` on each row's unmasked prefix (`b_row` empty without `b`), `fill` on the
+/// masked rest of the output row.
+fn map_causal_rows<T: RowFloat>(
+    ctx: &ExecContext,
+    a: &RawTensor,
+    b: Option<&RawTensor>,
+    (rows, cols): (usize, usize),
+    fill: T,
+    f: impl Fn(&[T], &[T], &mut [T]) + Send + Sync,
+) -> Result<RawTensor> {
+    map_rows::<T>(ctx, a, b, a.rank() - 1, |r, x, g, y| {
+        let n = causal_allowed(r % rows, rows, cols);
+        f(&x[..n], &g[..n.min(g.len())], &mut y[..n]);
+        y[n..].fill(fill);
+    })
 }
 
 /// Maps every row along `axis` of `a` (and the matching row of `b`, if any)
@@ -211,18 +217,12 @@ impl ExecContext {
     /// # Ok::<(), fucina_core::Error>(())
     /// ```
     pub fn softmax(&self, x: &RawTensor, axis: usize) -> Result<RawTensor> {
-        shape::check_axis("softmax", axis, x.shape())?;
-        crate::dispatch_float!(x.dtype(), "softmax", T => {
-            map_rows::<T>(self, x, None, axis, |_, x, _, y| softmax_row(x, y))
-        })
+        self.softmax_rows("softmax", false, x, None, axis)
     }
 
     /// Log-softmax along `axis`: `x − max − ln Σ exp(x − max)`.
     pub fn log_softmax(&self, x: &RawTensor, axis: usize) -> Result<RawTensor> {
-        shape::check_axis("log_softmax", axis, x.shape())?;
-        crate::dispatch_float!(x.dtype(), "log_softmax", T => {
-            map_rows::<T>(self, x, None, axis, |_, x, _, y| log_softmax_row(x, y))
-        })
+        self.softmax_rows("log_softmax", true, x, None, axis)
     }
 
     /// Softmax backward from the forward output `y`: `gx = y * (gy − Σ_axis gy·y)`.
@@ -232,11 +232,7 @@ impl ExecContext {
         gy: &RawTensor,
         axis: usize,
     ) -> Result<RawTensor> {
-        shape::check_axis("softmax_backward", axis, y.shape())?;
-        check_pair("softmax_backward", y, gy)?;
-        crate::dispatch_float!(y.dtype(), "softmax_backward", T => {
-            map_rows::<T>(self, y, Some(gy), axis, |_, y, gy, gx| softmax_backward_row(y, gy, gx))
-        })
+        self.softmax_rows("softmax_backward", false, y, Some(gy), axis)
     }
 
     /// Log-softmax backward from the forward output `y`: `gx = gy − exp(y) * Σ_axis gy`.
@@ -246,10 +242,32 @@ impl ExecContext {
         gy: &RawTensor,
         axis: usize,
     ) -> Result<RawTensor> {
-        shape::check_axis("log_softmax_backward", axis, y.shape())?;
-        check_pair("log_softmax_backward", y, gy)?;
-        crate::dispatch_float!(y.dtype(), "log_softmax_backward", T => {
-            map_rows::<T>(self, y, Some(gy), axis, |_, y, gy, gx| log_softmax_backward_row(y, gy, gx))
+        self.softmax_rows("log_softmax_backward", true, y, Some(gy), axis)
+    }
+
+    /// The four row maps above, as `op`: (log-)softmax of `x` along `axis`, or with `gy`
+    /// its backward from the forward output `x` (checked to match `gy`).
+    fn softmax_rows(
+        &self,
+        op: &'static str,
+        log: bool,
+        x: &RawTensor,
+        gy: Option<&RawTensor>,
+        axis: usize,
+    ) -> Result<RawTensor> {
+        shape::check_axis(op, axis, x.shape())?;
+        if let Some(gy) = gy {
+            check_pair(op, x, gy)?;
+        }
+        crate::dispatch_float!(x.dtype(), op, T => match (log, gy.is_some()) {
+            (false, false) => map_rows::<T>(self, x, None, axis, |_, x, _, y| softmax_row(x, y)),
+            (true, false) => map_rows::<T>(self, x, None, axis, |_, x, _, y| log_softmax_row(x, y)),
+            (false, true) => {
+                map_rows::<T>(self, x, gy, axis, |_, y, gy, gx| softmax_backward_row(y, gy, gx))
+            }
+            (true, true) => {
+                map_rows::<T>(self, x, gy, axis, |_, y, gy, gx| log_softmax_backward_row(y, gy, gx))
+            }
         })
     }
 
@@ -299,14 +317,9 @@ impl ExecContext {
     /// `(.., i, j)` with `j > i + (cols − rows)` is masked (probability 0).
     /// A fully masked row (only when rows > cols) is all zeros, not NaN.
     pub fn softmax_causal(&self, x: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("softmax_causal", x)?;
-        let axis = x.rank() - 1;
+        let rc = causal_rows("softmax_causal", x)?;
         crate::dispatch_float!(x.dtype(), "softmax_causal", T => {
-            map_rows::<T>(self, x, None, axis, |r, x, _, y| {
-                let a = causal_allowed(r % rows, rows, cols);
-                softmax_row(&x[..a], &mut y[..a]);
-                y[a..].fill(T::ZERO);
-            })
+            map_causal_rows::<T>(self, x, None, rc, T::ZERO, |x, _, y| softmax_row(x, y))
         })
     }
 
@@ -315,14 +328,9 @@ impl ExecContext {
     /// Use [`ExecContext::log_softmax_causal_backward`] for its gradient, which
     /// sends nothing to masked positions.
     pub fn log_softmax_causal(&self, x: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("log_softmax_causal", x)?;
-        let axis = x.rank() - 1;
+        let rc = causal_rows("log_softmax_causal", x)?;
         crate::dispatch_float!(x.dtype(), "log_softmax_causal", T => {
-            map_rows::<T>(self, x, None, axis, |r, x, _, y| {
-                let a = causal_allowed(r % rows, rows, cols);
-                log_softmax_row(&x[..a], &mut y[..a]);
-                y[a..].fill(T::NEG_INFINITY);
-            })
+            map_causal_rows::<T>(self, x, None, rc, T::NEG_INFINITY, |x, _, y| log_softmax_row(x, y))
         })
     }
 
@@ -331,14 +339,11 @@ impl ExecContext {
     /// (masked inputs do not reach the output). [`ExecContext::softmax_backward`]
     /// on the output of `softmax_causal` is already exact (y = 0 there).
     pub fn log_softmax_causal_backward(&self, y: &RawTensor, gy: &RawTensor) -> Result<RawTensor> {
-        let (rows, cols) = causal_rows("log_softmax_causal_backward", y)?;
+        let rc = causal_rows("log_softmax_causal_backward", y)?;
         check_pair("log_softmax_causal_backward", y, gy)?;
-        let axis = y.rank() - 1;
         crate::dispatch_float!(y.dtype(), "log_softmax_causal_backward", T => {
-            map_rows::<T>(self, y, Some(gy), axis, |r, y, gy, gx| {
-                let a = causal_allowed(r % rows, rows, cols);
-                log_softmax_backward_row(&y[..a], &gy[..a], &mut gx[..a]);
-                gx[a..].fill(T::ZERO);
+            map_causal_rows::<T>(self, y, Some(gy), rc, T::ZERO, |y, gy, gx| {
+                log_softmax_backward_row(y, gy, gx)
             })
         })
     }

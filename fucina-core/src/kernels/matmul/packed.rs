@@ -24,6 +24,7 @@ use std::cell::Cell;
 
 use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
+use crate::kernels::with_scratch;
 
 use super::tile::{self, MatRef, PanelPack, Tile, MR};
 use super::widen::{pack_panels_widen, BElem};
@@ -205,23 +206,6 @@ thread_local! {
 /// its bf16/f16 B panels into it.
 pub(super) fn with_b_scratch<T: Float, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     with_scratch(&B_SCRATCH, len, f)
-}
-
-/// Runs `f` on a thread-local scratch slice of at least `len` elements of `T`.
-fn with_scratch<T: Float, R>(
-    key: &'static std::thread::LocalKey<Cell<Vec<f64>>>,
-    len: usize,
-    f: impl FnOnce(&mut [T]) -> R,
-) -> R {
-    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
-    let mut buf = key.with(Cell::take);
-    if buf.len() < words {
-        buf = vec![0.0; words];
-    }
-    let slice: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..words]);
-    let out = f(&mut slice[..len]);
-    key.with(|c| c.set(buf));
-    out
 }
 
 /// Packs one panel of width `W` whose lanes are strided (`lane != 1`; [`pack_panels`] copies

@@ -40,6 +40,7 @@ use crate::error::Result;
 use crate::exec::ExecContext;
 use crate::kernels::fused::softmax::causal_allowed;
 use crate::kernels::simd::{dot, max, simd_dispatch, sum, RowFloat};
+use crate::kernels::with_scratch;
 use crate::tensor::RawTensor;
 
 /// Query rows per block (one forward chunk; the inner loop of the backward).
@@ -52,19 +53,6 @@ const PAR_MIN_WORK: usize = 1 << 15;
 thread_local! {
     /// This thread's tile scratch (taken while in use, so a re-entrant call just allocates).
     static SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
-}
-
-/// Runs `f` on this thread's tile scratch of `len` elements of `T` (contents unspecified).
-fn with_scratch<T: Float, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
-    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
-    let mut buf = SCRATCH.with(Cell::take);
-    if buf.len() < words {
-        buf = vec![0.0; words];
-    }
-    let slice: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..words]);
-    let out = f(&mut slice[..len]);
-    SCRATCH.with(|c| c.set(buf));
-    out
 }
 
 /// A validated attention problem: operands read in place, sizes, options.
@@ -359,7 +347,7 @@ pub(super) fn forward<T: RowFloat>(
         p.parallel(),
         first_row,
         |c, [o, l]| {
-            with_scratch::<T, _>(len, |buf| fwd_block(p, c, o, l, buf));
+            with_scratch::<T, _>(&SCRATCH, len, |buf| fwd_block(p, c, o, l, buf));
         },
     );
     Ok(())
@@ -701,7 +689,9 @@ pub(super) fn backward<T: RowFloat>(
                 gv: (lens[2] > 0).then_some(gv),
                 delta: (lens[3] > 0).then_some(dl),
             };
-            with_scratch::<T, _>(len, |buf| bwd_head(p, bj, &g_h, &o_h, lse, dst, buf));
+            with_scratch::<T, _>(&SCRATCH, len, |buf| {
+                bwd_head(p, bj, &g_h, &o_h, lse, dst, buf)
+            });
         },
     );
     drop(delta);
