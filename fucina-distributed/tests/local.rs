@@ -9,45 +9,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{train, Outcome, Plan};
+use common::{on_ranks, plan, train, Outcome, Plan};
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_distributed::{
-    barrier, save_checkpoint, DataParallel, DdpOptions, Error, LocalTransport, Transport,
-    DEFAULT_BUCKET_BYTES,
+    barrier, save_checkpoint, DataParallel, DdpOptions, Error, Transport, DEFAULT_BUCKET_BYTES,
 };
-
-/// Runs `f` on each rank of a local group of `n`, one thread each; returns
-/// the ranks' results in rank order.
-fn on_ranks<T: Send + 'static>(
-    n: usize,
-    timeout: Duration,
-    f: impl Fn(LocalTransport) -> T + Send + Sync + Clone + 'static,
-) -> Vec<T> {
-    let group = LocalTransport::group(n, timeout).unwrap();
-    let handles: Vec<_> = group
-        .into_iter()
-        .map(|t| {
-            let f = f.clone();
-            std::thread::spawn(move || f(t))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
-}
-
-fn plan(steps: u64, batch: usize) -> Plan<'static> {
-    Plan {
-        steps,
-        batch,
-        model_seed: 3,
-        bucket_bytes: DEFAULT_BUCKET_BYTES,
-        ckpt: None,
-        resume: false,
-        stop_after: None,
-        threads: 1,
-        dtype: DType::F64,
-    }
-}
 
 fn assert_same_run_on_every_rank(outs: &[Outcome]) {
     for o in outs {
