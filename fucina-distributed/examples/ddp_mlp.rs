@@ -40,7 +40,7 @@ use common::mlp::{dataset, loss, mlp, named, params};
 use common::{Common, Timing};
 use fucina_autograd::ScopeExt;
 use fucina_core::{DType, ExecContext};
-use fucina_distributed::mpi::{init, Mpi};
+use fucina_distributed::mpi::Mpi;
 use fucina_distributed::{
     mean_across_ranks, resume, save_checkpoint, DataParallel, DdpOptions, DistributedSampler,
     Error, Result, Transport,
@@ -122,21 +122,12 @@ fn parse_args() -> std::result::Result<Args, String> {
 /// The FEATURES-H-H-CLASSES model of seed `seed`.
 fn model(ctx: &ExecContext, args: &Args) -> Result<Mlp> {
     let h = args.hidden;
-    mlp(ctx, &[FEATURES, h, h, CLASSES], args.common.seed, args.dtype)
-}
-
-/// The loss of one batch, with backward run (gradients accumulate in the leaves).
-fn forward_backward(
-    ctx: &ExecContext,
-    model: &Mlp,
-    data: &(Vec<f64>, Vec<i64>),
-    idx: &[usize],
-    dtype: DType,
-) -> Result<f64> {
-    let _scope = ctx.scope();
-    let loss = loss(ctx, model, data, idx, dtype)?;
-    loss.backward()?;
-    Ok(loss.item()?)
+    mlp(
+        ctx,
+        &[FEATURES, h, h, CLASSES],
+        args.common.seed,
+        args.dtype,
+    )
 }
 
 fn optimizer(model: &Mlp) -> Result<AdamW> {
@@ -277,7 +268,10 @@ fn check_single(args: &Args, world: usize, trained: &Mlp, start: u64) -> Result<
     }
     for step in 0..c.steps.min(args.stop_after.unwrap_or(u64::MAX)) {
         let idx = sampler.batch(step, c.batch * world)?;
-        forward_backward(&ctx, &model, &data, &idx, args.dtype)?;
+        {
+            let _scope = ctx.scope();
+            loss(&ctx, &model, &data, &idx, args.dtype)?.backward()?;
+        }
         opt.step()?;
         opt.zero_grad();
     }
@@ -312,5 +306,10 @@ fn check_single(args: &Args, world: usize, trained: &Mlp, start: u64) -> Result<
 }
 
 fn main() {
-    common::main("ddp_mlp", parse_args, |a| Duration::from_secs_f64(a.timeout_s), train);
+    common::main(
+        "ddp_mlp",
+        parse_args,
+        |a| Duration::from_secs_f64(a.timeout_s),
+        train,
+    );
 }

@@ -1,5 +1,5 @@
 //! Data parallelism: parameters broadcast from rank 0 at the start, and
-//! gradients averaged across ranks after each backward, bucket by bucket,
+//! gradients averaged across ranks after (or during) each backward, bucket by bucket,
 //! with a reduction whose result is bitwise identical on every rank.
 //!
 //! The averaging of a bucket of `L` elements over `n` ranks (padded to
@@ -18,6 +18,12 @@
 //! the exchange are kept between steps (no fresh, page-faulting allocation
 //! per step), and a job of one rank skips the exchange: the average of one
 //! gradient is that gradient, bit for bit.
+//!
+//! [`DataParallel::backward_overlapped`] runs the same averaging while
+//! backward runs: autograd's gradient-ready hook marks each parameter's
+//! gradient final, and each bucket, once complete, goes to a communication
+//! thread; the result is bitwise the same, since each element's sum depends
+//! only on that element's values across ranks.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,6 +171,11 @@ impl<'t> DataParallel<'t> {
     pub fn average_gradients(&self) -> Result<()> {
         let sync = self.next_sync();
         let mut scratch = self.scratch.borrow_mut();
+        let mut averager = Averager {
+            t: self.transport,
+            params: &self.params,
+            scratch: &mut scratch,
+        };
         for (i, b) in self.plan.buckets.iter().enumerate() {
             let grads: Vec<Option<RawTensor>> = b
                 .slots
@@ -172,7 +183,7 @@ impl<'t> DataParallel<'t> {
                 .map(|s| self.params[s.param].grad_raw())
                 .collect();
             let what = self.what(sync, i);
-            let avg = average_bucket(self.transport, &self.params, b, &grads, &mut scratch, &what)?;
+            let avg = averager.bucket(b, &grads, &what)?;
             self.store(b, avg)?;
         }
         Ok(())
@@ -228,6 +239,7 @@ impl<'t> DataParallel<'t> {
             let (cancel, olds, scratch) = (&cancel, &olds, &mut scratch);
             let comm = scope.spawn(move || -> Result<Vec<(usize, Vec<Option<RawTensor>>)>> {
                 let mut done = Vec::new();
+                let mut averager = Averager { t, params, scratch };
                 for job in rx {
                     if cancel.load(Ordering::Relaxed) {
                         break;
@@ -235,7 +247,11 @@ impl<'t> DataParallel<'t> {
                     let b = &buckets[job.bucket];
                     let mut grads = Vec::with_capacity(b.slots.len());
                     for (s, g) in b.slots.iter().zip(job.grads) {
-                        let old = if job.staged { olds[s.param].as_ref() } else { None };
+                        let old = if job.staged {
+                            olds[s.param].as_ref()
+                        } else {
+                            None
+                        };
                         grads.push(match (g, old) {
                             (Some(g), Some(old)) => Some(params[s.param].ctx().binary(
                                 old,
@@ -246,7 +262,7 @@ impl<'t> DataParallel<'t> {
                         });
                     }
                     let what = what_of(sync, job.bucket, buckets.len());
-                    let avg = average_bucket(t, params, b, &grads, scratch, &what)?;
+                    let avg = averager.bucket(b, &grads, &what)?;
                     done.push((job.bucket, avg));
                 }
                 Ok(done)
@@ -271,20 +287,34 @@ impl<'t> DataParallel<'t> {
                 staged[i] = Some(g.clone());
                 ready[bucket_of[i]] += 1;
                 while next < buckets.len() && ready[next] == buckets[next].slots.len() {
-                    let grads = buckets[next].slots.iter().map(|s| staged[s.param].take()).collect();
+                    let grads = buckets[next]
+                        .slots
+                        .iter()
+                        .map(|s| staged[s.param].take())
+                        .collect();
                     // A send fails only when the thread has stopped on an
                     // error, which its join reports.
-                    let _ = tx.send(Job { bucket: next, grads, staged: true });
+                    let _ = tx.send(Job {
+                        bucket: next,
+                        grads,
+                        staged: true,
+                    });
                     next += 1;
                 }
             };
-            let outcome = loss.backward_with_ready_hook(&mut hook).map_err(Error::from);
+            let outcome = loss
+                .backward_with_ready_hook(&mut hook)
+                .map_err(Error::from);
             self.sent_early.set(next);
             if outcome.is_ok() {
                 // The rest, from the committed gradients.
                 for (i, b) in buckets.iter().enumerate().skip(next) {
                     let grads = b.slots.iter().map(|s| params[s.param].grad_raw()).collect();
-                    let _ = tx.send(Job { bucket: i, grads, staged: false });
+                    let _ = tx.send(Job {
+                        bucket: i,
+                        grads,
+                        staged: false,
+                    });
                 }
             } else {
                 cancel.store(true, Ordering::Relaxed);
@@ -379,108 +409,113 @@ struct Job {
     staged: bool,
 }
 
-/// The average over the ranks of bucket `b`, whose slots' gradients are
-/// `grads` (`None`: zeros): one new gradient per slot, or `None` where the
-/// gradient stays as it is (a job of one rank, whose average is the
-/// gradient itself).
-fn average_bucket(
-    t: &dyn Transport,
-    params: &[Tensor],
-    b: &Bucket,
-    grads: &[Option<RawTensor>],
-    scratch: &mut Scratch,
-    what: &str,
-) -> Result<Vec<Option<RawTensor>>> {
-    match b.dtype {
-        DType::F32 => average_typed::<f32>(t, params, b, grads, scratch, what),
-        DType::F64 => average_typed::<f64>(t, params, b, grads, scratch, what),
-        other => Err(Error::InvalidConfig(format!(
-            "bucket of dtype {other}: only f32 and f64 gradients can be averaged"
-        ))),
+/// One rank's side of the averaging: the transport, the parameters and
+/// the buffers reused from bucket to bucket.
+struct Averager<'a> {
+    t: &'a dyn Transport,
+    params: &'a [Tensor],
+    scratch: &'a mut Scratch,
+}
+
+impl Averager<'_> {
+    /// The average over the ranks of bucket `b`, whose slots' gradients are
+    /// `grads` (`None`: zeros): one new gradient per slot, or `None` where the
+    /// gradient stays as it is (a job of one rank, whose average is the
+    /// gradient itself).
+    fn bucket(&mut self, b: &Bucket, grads: &[Option<RawTensor>], what: &str) -> Averaged {
+        match b.dtype {
+            DType::F32 => self.typed::<f32>(b, grads, what),
+            DType::F64 => self.typed::<f64>(b, grads, what),
+            other => Err(Error::InvalidConfig(format!(
+                "bucket of dtype {other}: only f32 and f64 gradients can be averaged"
+            ))),
+        }
+    }
+
+    fn typed<T: Element + bytemuck::Pod>(
+        &mut self,
+        b: &Bucket,
+        grads: &[Option<RawTensor>],
+        what: &str,
+    ) -> Averaged {
+        let (t, params) = (self.t, self.params);
+        let n = t.size();
+        if n == 1 {
+            // The average over one rank is the gradient itself; a parameter
+            // without a gradient gets zeros, as with more ranks.
+            return b
+                .slots
+                .iter()
+                .zip(grads)
+                .map(|(s, g)| {
+                    let p = &params[s.param];
+                    Ok(match g {
+                        Some(_) => None,
+                        None => Some(p.ctx().zeros(b.dtype, p.shape())?),
+                    })
+                })
+                .collect();
+        }
+        let c = b.chunk_len(n);
+        let sz = std::mem::size_of::<T>();
+        let Scratch {
+            flat,
+            recv,
+            mine,
+            acc,
+        } = &mut *self.scratch;
+        let flat = typed::<T>(flat, c * n);
+        flat.fill(T::from_f64(0.0));
+        for (s, g) in b.slots.iter().zip(grads) {
+            if let Some(g) = g {
+                let g = params[s.param].ctx().contiguous(g)?;
+                flat[s.offset..s.offset + s.len].copy_from_slice(g.as_slice::<T>()?);
+            }
+        }
+        recv.resize_with(n, Vec::new);
+        for r in recv.iter_mut() {
+            r.resize(c * sz, 0);
+        }
+        // 1. reduce-scatter: chunk q to rank q.
+        let bytes: &[u8] = bytemuck::cast_slice(flat);
+        let send: Vec<&[u8]> = (0..n)
+            .map(|q| &bytes[q * c * sz..(q + 1) * c * sz])
+            .collect();
+        t.exchange(&format!("{what}: reduce-scatter"), &send, recv)?;
+        // 2. the ordered sum of this rank's chunk: ranks 0, 1, ..., n-1.
+        acc.clear();
+        acc.resize(c, 0.0);
+        for r in recv.iter() {
+            for (a, v) in acc.iter_mut().zip(r.chunks_exact(sz)) {
+                *a += bytemuck::pod_read_unaligned::<T>(v).to_f64();
+            }
+        }
+        let inv = n as f64;
+        mine.clear();
+        for &a in acc.iter() {
+            mine.extend_from_slice(bytemuck::bytes_of(&T::from_f64(a / inv)));
+        }
+        // 3. all-gather: every rank's reduced chunk to everyone.
+        let send = vec![&mine[..]; n];
+        t.exchange(&format!("{what}: all-gather"), &send, recv)?;
+        for (q, r) in recv.iter().enumerate() {
+            bytemuck::cast_slice_mut::<T, u8>(&mut flat[q * c..(q + 1) * c]).copy_from_slice(r);
+        }
+        b.slots
+            .iter()
+            .map(|s| {
+                let p = &params[s.param];
+                Ok(Some(p.ctx().from_slice(
+                    &flat[s.offset..s.offset + s.len],
+                    p.shape(),
+                )?))
+            })
+            .collect()
     }
 }
 
-fn average_typed<T: Element + bytemuck::Pod>(
-    t: &dyn Transport,
-    params: &[Tensor],
-    b: &Bucket,
-    grads: &[Option<RawTensor>],
-    scratch: &mut Scratch,
-    what: &str,
-) -> Result<Vec<Option<RawTensor>>> {
-    let n = t.size();
-    if n == 1 {
-        // The average over one rank is the gradient itself; a parameter
-        // without a gradient gets zeros, as with more ranks.
-        return b
-            .slots
-            .iter()
-            .zip(grads)
-            .map(|(s, g)| {
-                let p = &params[s.param];
-                Ok(match g {
-                    Some(_) => None,
-                    None => Some(p.ctx().zeros(b.dtype, p.shape())?),
-                })
-            })
-            .collect();
-    }
-    let c = b.chunk_len(n);
-    let sz = std::mem::size_of::<T>();
-    let Scratch {
-        flat,
-        recv,
-        mine,
-        acc,
-    } = scratch;
-    let flat = typed::<T>(flat, c * n);
-    flat.fill(T::from_f64(0.0));
-    for (s, g) in b.slots.iter().zip(grads) {
-        if let Some(g) = g {
-            let g = params[s.param].ctx().contiguous(g)?;
-            flat[s.offset..s.offset + s.len].copy_from_slice(g.as_slice::<T>()?);
-        }
-    }
-    recv.resize_with(n, Vec::new);
-    for r in recv.iter_mut() {
-        r.resize(c * sz, 0);
-    }
-    // 1. reduce-scatter: chunk q to rank q.
-    let bytes: &[u8] = bytemuck::cast_slice(flat);
-    let send: Vec<&[u8]> = (0..n)
-        .map(|q| &bytes[q * c * sz..(q + 1) * c * sz])
-        .collect();
-    t.exchange(&format!("{what}: reduce-scatter"), &send, recv)?;
-    // 2. the ordered sum of this rank's chunk: ranks 0, 1, ..., n-1.
-    acc.clear();
-    acc.resize(c, 0.0);
-    for r in recv.iter() {
-        for (a, v) in acc.iter_mut().zip(r.chunks_exact(sz)) {
-            *a += bytemuck::pod_read_unaligned::<T>(v).to_f64();
-        }
-    }
-    let inv = n as f64;
-    mine.clear();
-    for &a in acc.iter() {
-        mine.extend_from_slice(bytemuck::bytes_of(&T::from_f64(a / inv)));
-    }
-    // 3. all-gather: every rank's reduced chunk to everyone.
-    let send = vec![&mine[..]; n];
-    t.exchange(&format!("{what}: all-gather"), &send, recv)?;
-    for (q, r) in recv.iter().enumerate() {
-        bytemuck::cast_slice_mut::<T, u8>(&mut flat[q * c..(q + 1) * c]).copy_from_slice(r);
-    }
-    b.slots
-        .iter()
-        .map(|s| {
-            let p = &params[s.param];
-            Ok(Some(
-                p.ctx()
-                    .from_slice(&flat[s.offset..s.offset + s.len], p.shape())?,
-            ))
-        })
-        .collect()
-}
+/// Each slot's averaged gradient (`None`: unchanged).
+type Averaged = Result<Vec<Option<RawTensor>>>;
 
 /// Rank 0's values of `tensors` to every rank (one message with all of them).
 pub fn broadcast_tensors(t: &dyn Transport, tensors: &[Tensor]) -> Result<()> {

@@ -90,9 +90,12 @@ fn versus_single(world: usize, batch: usize, bucket_bytes: usize, dtype: DType) 
     )
 }
 
+/// (world, per-rank batch, bucket cap): one bucket, several, and padded ones.
+const CASES: [(usize, usize, usize); 3] = [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)];
+
 #[test]
 fn ranks_match_one_process_with_the_global_batch_f64() {
-    for (world, batch, bucket_bytes) in [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)] {
+    for (world, batch, bucket_bytes) in CASES {
         let (elem, _) = versus_single(world, batch, bucket_bytes, DType::F64);
         assert!(
             elem <= 1e-5,
@@ -106,7 +109,7 @@ fn ranks_match_one_process_with_the_global_batch_f64() {
 /// zero, so the bound is on each tensor's norm (elementwise it reaches 1.5e-5).
 #[test]
 fn ranks_match_one_process_with_the_global_batch_f32() {
-    for (world, batch, bucket_bytes) in [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)] {
+    for (world, batch, bucket_bytes) in CASES {
         let (elem, norm) = versus_single(world, batch, bucket_bytes, DType::F32);
         assert!(
             norm <= 1e-5,

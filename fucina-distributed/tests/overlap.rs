@@ -65,7 +65,11 @@ fn accumulate_and_average(world: usize, overlap: bool) -> Vec<(Vec<Vec<f32>>, us
         let ctx = ExecContext::with_threads(1).unwrap();
         let grads = {
             let var = |v: &[f32]| Tensor::variable(&ctx, v, &[v.len()]).unwrap();
-            let (a, u, c) = (var(&[0.5, -1.0, 2.0]), var(&[1.0, 1.0]), var(&[0.25, 4.0, -3.0]));
+            let (a, u, c) = (
+                var(&[0.5, -1.0, 2.0]),
+                var(&[1.0, 1.0]),
+                var(&[0.25, 4.0, -3.0]),
+            );
             // One bucket per parameter (12 bytes each, cap 12).
             let opts = DdpOptions {
                 bucket_bytes: 12,
@@ -76,7 +80,14 @@ fn accumulate_and_average(world: usize, overlap: bool) -> Vec<(Vec<Vec<f32>>, us
             let r = 1.0 + t.rank() as f32;
             let loss = |k: f32| {
                 let x = Tensor::constant(&ctx, &[r, k * r, -r], &[3]).unwrap();
-                a.mul(&x).unwrap().tanh().unwrap().mul(&c).unwrap().sum_all().unwrap()
+                a.mul(&x)
+                    .unwrap()
+                    .tanh()
+                    .unwrap()
+                    .mul(&c)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
             };
             {
                 let _s = ctx.scope();
@@ -92,7 +103,9 @@ fn accumulate_and_average(world: usize, overlap: bool) -> Vec<(Vec<Vec<f32>>, us
                     ddp.average_gradients().unwrap();
                 }
             }
-            [&a, &u, &c].map(|p| p.grad().unwrap().to_vec::<f32>().unwrap()).to_vec()
+            [&a, &u, &c]
+                .map(|p| p.grad().unwrap().to_vec::<f32>().unwrap())
+                .to_vec()
         };
         (grads, ctx.stats().outstanding)
     })
@@ -107,7 +120,11 @@ fn accumulated_gradients_and_an_unused_parameter_average_as_after_backward() {
         for (grads, outstanding) in &overlapped {
             assert_eq!(*outstanding, 0);
             assert_eq!(grads, &overlapped[0].0, "ranks differ");
-            assert_eq!(grads[1], vec![0.0, 0.0], "the unused parameter averages to zero");
+            assert_eq!(
+                grads[1],
+                vec![0.0, 0.0],
+                "the unused parameter averages to zero"
+            );
         }
     }
 }
@@ -140,7 +157,10 @@ fn a_stalled_peer_during_an_overlapped_step_is_an_error_not_a_hang() {
     match r {
         Some(Err(Error::PeerTimeout { missing, what, .. })) => {
             assert_eq!(missing, &vec![1]);
-            assert!(what.contains("gradient averaging #1, bucket 1/2: reduce-scatter"), "{what}");
+            assert!(
+                what.contains("gradient averaging #1, bucket 1/2: reduce-scatter"),
+                "{what}"
+            );
         }
         other => panic!("expected a timeout naming rank 1, got {other:?}"),
     }

@@ -87,7 +87,10 @@ impl Common {
 /// know (`value()` takes the flag's argument).
 pub fn parse(
     common: &mut Common,
-    mut other: impl FnMut(&str, &mut dyn FnMut() -> std::result::Result<String, String>) -> std::result::Result<bool, String>,
+    mut other: impl FnMut(
+        &str,
+        &mut dyn FnMut() -> std::result::Result<String, String>,
+    ) -> std::result::Result<bool, String>,
 ) -> std::result::Result<(), String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use fucina_autograd::ScopeExt;
 use fucina_core::{DType, ExecContext};
-use fucina_nn::Mlp;
 use fucina_distributed::{
     mean_across_ranks, resume, save_checkpoint, DataParallel, DdpOptions, DistributedSampler,
     LocalTransport, Result, Transport, DEFAULT_BUCKET_BYTES,
 };
+use fucina_nn::Mlp;
 use fucina_optim::{AdamConfig, AdamW, Optimizer, TrainerState};
 
 pub const FEATURES: usize = 4;
