@@ -465,13 +465,18 @@ impl Averager<'_> {
             acc,
         } = &mut *self.scratch;
         let flat = typed::<T>(flat, c * n);
-        flat.fill(T::from_f64(0.0));
+        // The slots tile 0..b.len: each is overwritten (zeros without a
+        // gradient), then the padding is zeroed.
         for (s, g) in b.slots.iter().zip(grads) {
-            if let Some(g) = g {
-                let g = params[s.param].ctx().contiguous(g)?;
-                flat[s.offset..s.offset + s.len].copy_from_slice(g.as_slice::<T>()?);
+            let dst = &mut flat[s.offset..s.offset + s.len];
+            match g {
+                Some(g) => {
+                    dst.copy_from_slice(params[s.param].ctx().contiguous(g)?.as_slice::<T>()?)
+                }
+                None => dst.fill(T::from_f64(0.0)),
             }
         }
+        flat[b.len..].fill(T::from_f64(0.0));
         recv.resize_with(n, Vec::new);
         for r in recv.iter_mut() {
             r.resize(c * sz, 0);

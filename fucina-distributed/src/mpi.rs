@@ -33,6 +33,10 @@ use crate::transport::{check_exchange_args, Transport, DEFAULT_TIMEOUT};
 /// ranks with the same tag in order, so successive exchanges match).
 const TAG: i32 = 0x0fc1;
 
+/// Polls of an exchange without progress before it starts to sleep between
+/// polls (each poll is an MPI progress call, so spinning costs a core).
+const SPINS: u32 = 64;
+
 /// The MPI world of this process: rank, size, and the exchange.
 pub struct Mpi {
     world: SimpleCommunicator,
@@ -180,7 +184,7 @@ impl Transport for Mpi {
                     sends.push(req);
                 }
             }
-            let mut spins = 0u32;
+            let (mut spins, mut naps) = (0u32, 0u32);
             loop {
                 let before = recvs.len() + sends.len();
                 let mut still = Vec::with_capacity(recvs.len());
@@ -213,10 +217,10 @@ impl Transport for Mpi {
                     break;
                 }
                 if recvs.len() + sends.len() < before {
-                    spins = 0;
+                    (spins, naps) = (0, 0);
                 } else {
                     spins += 1;
-                    if spins > 1000 {
+                    if spins > SPINS {
                         if Instant::now() > deadline {
                             let err = Error::PeerTimeout {
                                 rank: me,
@@ -231,8 +235,11 @@ impl Transport for Mpi {
                             };
                             self.abort(&err.to_string());
                         }
-                        // Waiting for a peer: stop burning the core it may need.
-                        std::thread::sleep(Duration::from_micros(50));
+                        // Waiting for a peer: stop burning the core it (or,
+                        // overlapped, this rank's backward) may need; naps
+                        // of 50 µs doubling to 800 µs.
+                        std::thread::sleep(Duration::from_micros(50) * (1 << naps.min(4)));
+                        naps += 1;
                     } else {
                         std::hint::spin_loop();
                     }
