@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{checkpoint, Tensor};
 use fucina_core::ExecContext;
 
@@ -84,7 +85,7 @@ fn backward_recording(net: &Net, loss: &Tensor) -> Fired {
 
 #[test]
 fn fires_once_per_leaf_after_its_last_contribution_in_graph_order() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let net = Net::new(&ctx);
     let fired = backward_recording(&net, &net.loss());
     let order: Vec<&str> = fired.iter().map(|f| f.0).collect();
@@ -111,7 +112,7 @@ fn fires_once_per_leaf_after_its_last_contribution_in_graph_order() {
 
 #[test]
 fn gradients_are_bitwise_those_of_a_plain_backward() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     let hooked = Net::new(&ctx);
     let plain = Net::new(&ctx);
     // Two steps: the second accumulates onto the first's gradients.
@@ -133,7 +134,7 @@ fn gradients_are_bitwise_those_of_a_plain_backward() {
 
 #[test]
 fn a_leaf_root_and_a_checkpointed_block_fire_once() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     // The root itself is a leaf: its gradient is the seed.
     let w = Tensor::variable(&ctx, &[2.0f64], &[1]).unwrap();
     let mut seen = Vec::new();
@@ -180,7 +181,7 @@ fn a_leaf_root_and_a_checkpointed_block_fire_once() {
 
 #[test]
 fn a_constant_input_never_fires_and_the_pool_is_clean() {
-    let ctx = ExecContext::with_threads(1).unwrap();
+    let ctx = TestCtx::with_threads(1).unwrap();
     {
         let net = Net::new(&ctx);
         let fired = backward_recording(&net, &net.loss());
