@@ -14,6 +14,15 @@
 #   tools/bench-distributed.sh   (REPS=5 STEPS=300 GLOBAL=64 HIDDENS="256 1024" by default)
 #   WORKLOAD=gpt tools/bench-distributed.sh   (REPS=5 STEPS=30 GLOBAL=16 by default;
 #     tokens/s over the steps after 3 untimed warm-up steps)
+#   MODE=overlap WORKLOAD=gpt tools/bench-distributed.sh   (issue 28: the same
+#     2-process x 1-thread job, batch GLOBAL/2 each, with --sync none (no
+#     exchange at all: the baseline), --sync overlap (averaging while backward
+#     runs) and --sync after (averaging after backward), alternated run by
+#     run, REPS runs each (>= 5); prints each mode's median over runs of rank
+#     0's median step time and the ratios to the no-exchange step.
+#     BUCKET_KB=1024 by default: the gpt's 12.8 MB of gradients in 13
+#     buckets, so all but the last can leave while backward runs; with the
+#     default 25 MiB cap there is one bucket and nothing to overlap.)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,6 +65,35 @@ run() { # np threads batch hidden
         "$(printf '%s\n' "${share[@]}" | median)" "$REPS" "${sps[*]}"
     printf '    minima per run: %s\n' "${mins[@]}"
 }
+
+if [[ ${MODE:-} == overlap ]]; then
+    BUCKET_KB=${BUCKET_KB:-1024}
+    model_flags=(--hidden "${HIDDEN:-1024}")
+    [[ $WORKLOAD == gpt ]] && model_flags=()
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "lscpu: $(lscpu | grep -E 'Model name' | sed -E 's/ +/ /g'), $(nproc) cores"
+    declare -A steps=()
+    for rep in $(seq "$REPS"); do
+        for sync in none overlap after; do
+            out=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$BIN" --steps "$STEPS" \
+                --batch $((GLOBAL / 2)) "${model_flags[@]}" --threads 1 --log-every 100000 \
+                --bucket-kb "$BUCKET_KB" --sync "$sync")
+            [[ $rep == 1 && $sync == overlap ]] && grep -m1 'bucket(s)' <<<"$out"
+            ms=$(grep '^timing:' <<<"$out" | sed -E 's/.*median step ([0-9.]+) ms.*/\1/')
+            steps[$sync]+="$ms "
+            echo "run $rep, --sync $sync: median step $ms ms"
+        done
+    done
+    declare -A med=()
+    for sync in none overlap after; do
+        med[$sync]=$(tr ' ' '\n' <<<"${steps[$sync]}" | grep . | median)
+        printf '%-8s median step %9.3f ms  (runs: %s)\n' "$sync" "${med[$sync]}" "${steps[$sync]}"
+    done
+    awk -v o="${med[overlap]}" -v a="${med[after]}" -v n="${med[none]}" \
+        'BEGIN { printf "overlap / no exchange = %.4f; after / no exchange = %.4f\n", o / n, a / n }'
+    echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 HIDDENS=${HIDDENS:-256 1024}

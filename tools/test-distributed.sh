@@ -15,7 +15,11 @@
 #     non-zero, with a message naming rank 1;
 #  4. a rank that returns an error ends the job, naming itself;
 #  5. a rank that stalls is named by its peer when the exchange deadline
-#     passes, and the job ends.
+#     passes, and the job ends;
+#  6. averaging overlapped with backward (`--sync overlap`, 4 KiB buckets:
+#     several buckets sent while backward runs) gives the losses and the
+#     final parameter hash of averaging after backward, bit for bit (f32
+#     and f64), and still matches one process with the global batch.
 # Every mpirun runs under `timeout`, so a hang fails the script, never CI.
 # Usage: tools/test-distributed.sh   (from anywhere; NP=2 by default)
 set -euo pipefail
@@ -92,5 +96,22 @@ echo "$out"
 echo "job ended after ${took} ms, exit status $rc"
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "case 5: exit status $rc"
 grep -q "rank 0 of $NP failed: rank 0: .*no message from rank(s) \[1\]" <<<"$out" || fail "case 5: rank 0 did not name rank 1"
+
+step "6. averaging overlapped with backward == averaging after it, bitwise"
+for dtype in --f64 --f32; do
+    flag=$([ "$dtype" = --f64 ] && echo --f64 || true)
+    for sync in after overlap; do
+        out=$(timeout 300 "${MPIRUN[@]}" "$BIN" --steps 20 --batch 16 --hidden 64 --bucket-kb 4 --check-single \
+            --timeout-s 60 --sync "$sync" --losses "$WORK/$sync$dtype.txt" $flag 2>&1) ||
+            { echo "$out"; fail "case 6 ($sync $dtype) exited non-zero"; }
+        grep -E "bucket|check:" <<<"$out"
+        grep -o "final hash [0-9a-f]*" <<<"$out" >"$WORK/$sync$dtype.hash" || fail "case 6: no final hash printed"
+    done
+    grep -q "in [3-9] bucket(s)\|in [1-9][0-9] bucket(s)" <<<"$out" || fail "case 6: fewer than 3 buckets"
+    [ "$(wc -l <"$WORK/overlap$dtype.txt")" -eq 20 ] || fail "case 6: the overlapped run logged $(wc -l <"$WORK/overlap$dtype.txt") steps"
+    diff "$WORK/after$dtype.txt" "$WORK/overlap$dtype.txt" || fail "case 6 ($dtype): the losses differ"
+    diff "$WORK/after$dtype.hash" "$WORK/overlap$dtype.hash" || fail "case 6 ($dtype): the parameters differ"
+    echo "$dtype: 20 losses and the final parameter hash ($(cat "$WORK/overlap$dtype.hash")) identical"
+done
 
 step "distributed tests passed"

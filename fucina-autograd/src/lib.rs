@@ -62,7 +62,7 @@ pub use io::{
     load_state_dict, save_state_dict, LoadOptions, LoadReport, SafetensorsFile, SaveOptions,
     StateDictError,
 };
-pub use tape::engine::grad;
+pub use tape::engine::{backward_with_ready_hook, grad, ReadyHook};
 pub use tape::graph::{live_nodes, Backward, Grads, SavedTensors, TensorGrads};
 pub use tape::higher::{grad_with, GradOpts};
 pub use tape::scope::{scope_depth, ExecScope, ScopeExt};

@@ -17,15 +17,22 @@
 //! Flags (all optional): `--steps N` (30), `--warmup W` (3: steps not
 //! timed), `--batch B` sequences per rank (16), `--threads T` per rank (1),
 //! `--seed S` (1, the data order), `--bucket-kb K` (25600), `--log-every K`
-//! (10), `--check-sync` (after every step all ranks compare parameter hashes
-//! and fail unless identical), `--data FILE` (`data/shakespeare.txt`).
+//! (10), `--sync after|overlap|none` (after: average after backward;
+//! overlap: while backward runs; none: no averaging, the no-exchange
+//! baseline of the overlap measurement), `--check-sync` (after every step all
+//! ranks compare parameter hashes and fail unless identical), `--data FILE`
+//! (`data/shakespeare.txt`).
+
+mod common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::mlp::nn_err;
+use common::{Common, Timing};
 use fucina_autograd::{ScopeExt, Tensor};
 use fucina_core::{DType, ExecContext};
-use fucina_distributed::mpi::{init, Mpi};
+use fucina_distributed::mpi::Mpi;
 use fucina_distributed::{
     mean_across_ranks, DataParallel, DdpOptions, DistributedSampler, Error, Result, Transport,
 };
@@ -34,53 +41,37 @@ use fucina_optim::{AdamConfig, AdamW, Optimizer};
 
 #[derive(Debug, Clone)]
 struct Args {
-    steps: u64,
+    common: Common,
     warmup: u64,
-    batch: usize,
-    threads: usize,
-    seed: u64,
-    bucket_kb: usize,
-    log_every: u64,
     check_sync: bool,
     data: PathBuf,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
-    let mut a = Args {
-        steps: 30,
-        warmup: 3,
-        batch: 16,
-        threads: 1,
-        seed: 1,
-        bucket_kb: 25 * 1024,
-        log_every: 10,
-        check_sync: false,
-        data: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../data/shakespeare.txt"
-        )),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
-        let num = |s: String| s.parse::<u64>().map_err(|e| format!("{flag} {s}: {e}"));
-        match flag.as_str() {
-            "--steps" => a.steps = num(val()?)?,
-            "--warmup" => a.warmup = num(val()?)?,
-            "--batch" => a.batch = num(val()?)? as usize,
-            "--threads" => a.threads = num(val()?)? as usize,
-            "--seed" => a.seed = num(val()?)?,
-            "--bucket-kb" => a.bucket_kb = num(val()?)? as usize,
-            "--log-every" => a.log_every = num(val()?)?.max(1),
-            "--check-sync" => a.check_sync = true,
-            "--data" => a.data = PathBuf::from(val()?),
-            other => return Err(format!("unknown flag {other}")),
+    let mut common = Common::new(30, 16);
+    let (mut warmup, mut check_sync) = (3, false);
+    let mut data = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/shakespeare.txt"
+    ));
+    common::parse(&mut common, |flag, val| {
+        match flag {
+            "--warmup" => warmup = common::num(flag, val()?)?,
+            "--check-sync" => check_sync = true,
+            "--data" => data = PathBuf::from(val()?),
+            _ => return Ok(false),
         }
-    }
-    if a.batch == 0 || a.steps <= a.warmup {
+        Ok(true)
+    })?;
+    if common.batch == 0 || common.steps <= warmup {
         return Err("--batch must be positive and --steps greater than --warmup".into());
     }
-    Ok(a)
+    Ok(Args {
+        common,
+        warmup,
+        check_sync,
+        data,
+    })
 }
 
 /// The text as token ids over its sorted character set, which must fit the
@@ -104,19 +95,6 @@ fn tokens(path: &PathBuf, vocab: usize) -> Result<Vec<i64>> {
         .collect())
 }
 
-/// fucina-nn's errors, as this crate's (the example's one foreign error).
-fn nn_err(e: fucina_nn::Error) -> Error {
-    Error::InvalidConfig(format!("gpt model: {e}"))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn train(mpi: &Mpi, args: &Args) -> Result<()> {
     let (rank, world) = (mpi.rank(), mpi.size());
     let cfg = GptConfig::default();
@@ -124,11 +102,12 @@ fn train(mpi: &Mpi, args: &Args) -> Result<()> {
     let ids = tokens(&args.data, cfg.vocab_size)?;
     // Non-overlapping windows of seq + 1 characters (input and shifted target).
     let windows = (ids.len() - 1) / seq;
-    let sampler = DistributedSampler::new(windows, rank, world, args.seed)?;
-    let ctx = ExecContext::with_threads(args.threads)?;
+    let c = &args.common;
+    let sampler = DistributedSampler::new(windows, rank, world, c.seed)?;
+    let ctx = ExecContext::with_threads(c.threads)?;
     let model = Gpt::new(&mut Init::new(&ctx, DType::F32, 0), &cfg).map_err(nn_err)?;
     let opts = DdpOptions {
-        bucket_bytes: args.bucket_kb * 1024,
+        bucket_bytes: c.bucket_kb * 1024,
         ..DdpOptions::default()
     };
     let ddp = DataParallel::new(mpi, model.parameters(), opts)?;
@@ -145,91 +124,54 @@ fn train(mpi: &Mpi, args: &Args) -> Result<()> {
             "ddp_gpt: {world} ranks x {} threads, {n} parameters in {} bucket(s), batch {} x {seq} per rank ({} global), {windows} windows",
             ctx.num_threads(),
             ddp.plan().buckets.len(),
-            args.batch,
-            args.batch * world
+            c.batch,
+            c.batch * world
         );
     }
-    let (mut compute, mut averaging, mut step_t) = (Vec::new(), Vec::new(), Vec::new());
+    let mut timing = Timing::default();
     let mut timed_from = Instant::now();
-    for step in 0..args.steps {
+    for step in 0..c.steps {
         if step == args.warmup {
             timed_from = Instant::now();
         }
         let t0 = Instant::now();
         let (mut x, mut y) = (Vec::new(), Vec::new());
-        for w in sampler.batch(step, args.batch)? {
+        for w in sampler.batch(step, c.batch)? {
             x.extend_from_slice(&ids[w * seq..(w + 1) * seq]);
             y.extend_from_slice(&ids[w * seq + 1..(w + 1) * seq + 1]);
         }
         opt.zero_grad();
-        let loss = {
+        let (loss, t1) = {
             let _scope = ctx.scope();
-            let x = Tensor::constant(&ctx, &x, &[args.batch, seq])?;
-            let y = Tensor::constant(&ctx, &y, &[args.batch, seq])?;
+            let x = Tensor::constant(&ctx, &x, &[c.batch, seq])?;
+            let y = Tensor::constant(&ctx, &y, &[c.batch, seq])?;
             let loss = model.loss(&x, &y).map_err(nn_err)?;
-            loss.backward()?;
-            loss.item()?
+            let t1 = common::backward(&ddp, c.sync, &loss)?;
+            (loss.item()?, t1)
         };
-        let t1 = Instant::now();
-        ddp.average_gradients()?;
+        common::average_after(&ddp, c.sync)?;
         let t2 = Instant::now();
         opt.step()?;
         let t3 = Instant::now();
         if step >= args.warmup {
-            compute.push((t1 - t0 + (t3 - t2)).as_secs_f64());
-            averaging.push((t2 - t1).as_secs_f64());
-            step_t.push((t3 - t0).as_secs_f64());
+            timing.push(t0, t1, t2, t3);
         }
         let global = mean_across_ranks(mpi, "loss", loss)?;
         if args.check_sync {
             ddp.check_in_sync()?;
         }
-        if rank == 0 && ((step + 1) % args.log_every == 0 || step + 1 == args.steps) {
+        if rank == 0 && ((step + 1) % c.log_every == 0 || step + 1 == c.steps) {
             println!("step {:>5} loss {global:.4}", step + 1);
         }
     }
     let wall = timed_from.elapsed().as_secs_f64();
     if rank == 0 {
-        let timed = args.steps - args.warmup;
-        let tokens = (timed as usize * args.batch * world * seq) as f64;
-        let (ms, ma, mc) = (
-            median(&mut step_t),
-            median(&mut averaging),
-            median(&mut compute),
-        );
-        println!(
-            "timing: {timed} steps in {wall:.2} s, {:.0} tokens/s; median step {:.3} ms = compute {:.3} ms + gradient averaging {:.3} ms ({:.1}% of the step)",
-            tokens / wall,
-            ms * 1e3,
-            mc * 1e3,
-            ma * 1e3,
-            100.0 * ma / ms
-        );
-        println!(
-            "timing minima: step {:.3} ms, compute {:.3} ms, gradient averaging {:.3} ms",
-            step_t[0] * 1e3,
-            compute[0] * 1e3,
-            averaging[0] * 1e3
-        );
+        let tokens = ((c.steps - args.warmup) as usize * c.batch * world * seq) as f64;
+        timing.print("tokens", tokens, wall);
     }
     Ok(())
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("ddp_gpt: {e}");
-            std::process::exit(2);
-        }
-    };
-    let mpi = match init() {
-        Ok(m) => m.with_timeout(Duration::from_secs(300)),
-        Err(e) => {
-            eprintln!("ddp_gpt: {e}");
-            std::process::exit(2);
-        }
-    };
-    let r = train(&mpi, &args);
-    mpi.exit_on_error(r);
+    common::main("ddp_gpt", parse_args, |_| Duration::from_secs(300), train);
 }

@@ -1,5 +1,5 @@
 //! Data parallelism: parameters broadcast from rank 0 at the start, and
-//! gradients averaged across ranks after each backward, bucket by bucket,
+//! gradients averaged across ranks after (or during) each backward, bucket by bucket,
 //! with a reduction whose result is bitwise identical on every rank.
 //!
 //! The averaging of a bucket of `L` elements over `n` ranks (padded to
@@ -18,8 +18,16 @@
 //! the exchange are kept between steps (no fresh, page-faulting allocation
 //! per step), and a job of one rank skips the exchange: the average of one
 //! gradient is that gradient, bit for bit.
+//!
+//! [`DataParallel::backward_overlapped`] runs the same averaging while
+//! backward runs: autograd's gradient-ready hook marks each parameter's
+//! gradient final, and each bucket, once complete, goes to a communication
+//! thread; the result is bitwise the same, since each element's sum depends
+//! only on that element's values across ranks.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
 
 use fucina_autograd::Tensor;
 use fucina_core::{DType, Element, RawTensor};
@@ -60,6 +68,8 @@ pub struct DataParallel<'t> {
     params: Vec<Tensor>,
     plan: BucketPlan,
     syncs: Cell<u64>,
+    /// Buckets the last overlapped call sent before backward ended.
+    sent_early: Cell<usize>,
     scratch: RefCell<Scratch>,
 }
 
@@ -123,6 +133,7 @@ impl<'t> DataParallel<'t> {
             params,
             plan,
             syncs: Cell::new(0),
+            sent_early: Cell::new(0),
             scratch: RefCell::new(Scratch::default()),
         };
         if opts.broadcast_params {
@@ -158,56 +169,314 @@ impl<'t> DataParallel<'t> {
     /// receives the average like the others, as in PyTorch's DDP). Call after
     /// backward and before clipping and the optimizer step.
     pub fn average_gradients(&self) -> Result<()> {
+        let sync = self.next_sync();
+        let mut scratch = self.scratch.borrow_mut();
+        let mut averager = Averager {
+            t: self.transport,
+            params: &self.params,
+            scratch: &mut scratch,
+        };
+        for (i, b) in self.plan.buckets.iter().enumerate() {
+            let grads: Vec<Option<RawTensor>> = b
+                .slots
+                .iter()
+                .map(|s| self.params[s.param].grad_raw())
+                .collect();
+            let what = self.what(sync, i);
+            let avg = averager.bucket(b, &grads, &what)?;
+            self.store(b, avg)?;
+        }
+        Ok(())
+    }
+
+    /// Runs backward from `loss` (a scalar) and averages the gradients while
+    /// it runs: the same gradients as `loss.backward()` followed by
+    /// [`DataParallel::average_gradients`], bit for bit, with the exchange
+    /// overlapped with the rest of backward (issue 28; PyTorch DDP's
+    /// gradient-ready hooks).
+    ///
+    /// Backward runs on this thread with a gradient-ready hook
+    /// ([`Tensor::backward_with_ready_hook`]); as soon as every gradient of
+    /// the next bucket of the plan is final, the bucket is handed to a
+    /// communication thread, which averages it (reduce-scatter, ordered f64
+    /// sum, all-gather, as [`DataParallel::average_gradients`]) while
+    /// backward goes on. Buckets leave in plan order (reverse registration
+    /// order, the order backward usually finishes gradients in); a bucket
+    /// whose gradients are not all ready when backward ends (a parameter
+    /// the loss does not use, or one used early in the forward pass) and
+    /// every bucket after it are averaged after backward, from the committed
+    /// gradients. The call returns when every bucket is averaged and stored,
+    /// so the optimizer may step right after. Only the communication thread
+    /// uses the transport during the call (the MPI transport requests
+    /// `MPI_THREAD_SERIALIZED` and serializes its calls). An error of the
+    /// exchange or of backward is returned as this crate's [`Error`], after
+    /// the communication thread has ended; a panic there is
+    /// [`Error::CommThreadPanicked`]. With one rank it is backward followed
+    /// by [`DataParallel::average_gradients`].
+    pub fn backward_overlapped(&self, loss: &Tensor) -> Result<()> {
+        let t = self.transport;
+        if t.size() == 1 {
+            self.sent_early.set(0);
+            loss.backward()?;
+            return self.average_gradients();
+        }
+        let sync = self.next_sync();
+        let buckets = &self.plan.buckets;
+        let mut bucket_of = vec![0; self.params.len()];
+        for (i, b) in buckets.iter().enumerate() {
+            for s in &b.slots {
+                bucket_of[s.param] = i;
+            }
+        }
+        // A gradient the leaf already holds (accumulation): the hook's
+        // gradient is added to it, as backward's commit will.
+        let olds: Vec<Option<RawTensor>> = self.params.iter().map(|p| p.grad_raw()).collect();
+        let mut scratch = std::mem::take(&mut *self.scratch.borrow_mut());
+        let params = &self.params[..];
+        let cancel = AtomicBool::new(false);
+        let (outcome, done) = std::thread::scope(|scope| {
+            let (tx, rx) = channel::<Job>();
+            let (cancel, olds, scratch) = (&cancel, &olds, &mut scratch);
+            let comm = scope.spawn(move || -> Result<Vec<(usize, Vec<Option<RawTensor>>)>> {
+                let mut done = Vec::new();
+                let mut averager = Averager { t, params, scratch };
+                for job in rx {
+                    if cancel.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let b = &buckets[job.bucket];
+                    let mut grads = Vec::with_capacity(b.slots.len());
+                    for (s, g) in b.slots.iter().zip(job.grads) {
+                        let old = if job.staged {
+                            olds[s.param].as_ref()
+                        } else {
+                            None
+                        };
+                        grads.push(match (g, old) {
+                            (Some(g), Some(old)) => Some(params[s.param].ctx().binary(
+                                old,
+                                &g,
+                                fucina_core::kernels::elementwise::BinaryOp::Add,
+                            )?),
+                            (g, _) => g,
+                        });
+                    }
+                    let what = what_of(sync, job.bucket, buckets.len());
+                    let avg = averager.bucket(b, &grads, &what)?;
+                    done.push((job.bucket, avg));
+                }
+                Ok(done)
+            });
+            let mut staged: Vec<Option<RawTensor>> = vec![None; params.len()];
+            let mut fired = vec![false; params.len()];
+            let mut ready = vec![0usize; buckets.len()];
+            let mut next = 0;
+            let mut cursor = params.len();
+            let mut hook = |leaf: &Tensor, g: &RawTensor| {
+                // Gradients come roughly in reverse parameter order: search
+                // downwards from the last match.
+                let n = params.len();
+                let Some(i) = (1..=n)
+                    .map(|k| (cursor + n - k) % n)
+                    .find(|&i| !fired[i] && params[i].same_as(leaf))
+                else {
+                    return; // not a parameter, or listed once and seen
+                };
+                cursor = i;
+                fired[i] = true;
+                staged[i] = Some(g.clone());
+                ready[bucket_of[i]] += 1;
+                while next < buckets.len() && ready[next] == buckets[next].slots.len() {
+                    let grads = buckets[next]
+                        .slots
+                        .iter()
+                        .map(|s| staged[s.param].take())
+                        .collect();
+                    // A send fails only when the thread has stopped on an
+                    // error, which its join reports.
+                    let _ = tx.send(Job {
+                        bucket: next,
+                        grads,
+                        staged: true,
+                    });
+                    next += 1;
+                }
+            };
+            let outcome = loss
+                .backward_with_ready_hook(&mut hook)
+                .map_err(Error::from);
+            self.sent_early.set(next);
+            if outcome.is_ok() {
+                // The rest, from the committed gradients.
+                for (i, b) in buckets.iter().enumerate().skip(next) {
+                    let grads = b.slots.iter().map(|s| params[s.param].grad_raw()).collect();
+                    let _ = tx.send(Job {
+                        bucket: i,
+                        grads,
+                        staged: false,
+                    });
+                }
+            } else {
+                cancel.store(true, Ordering::Relaxed);
+            }
+            drop(tx);
+            let done = comm.join().unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                Err(Error::CommThreadPanicked {
+                    rank: t.rank(),
+                    what: format!("gradient averaging #{sync}"),
+                    message,
+                })
+            });
+            (outcome, done)
+        });
+        *self.scratch.borrow_mut() = scratch;
+        outcome?;
+        for (i, avg) in done? {
+            self.store(&buckets[i], avg)?;
+        }
+        Ok(())
+    }
+
+    /// `(sent early, buckets)`: how many buckets the last
+    /// [`DataParallel::backward_overlapped`] handed to its communication
+    /// thread while backward was still running, and how many the plan has.
+    pub fn overlapped_buckets(&self) -> (usize, usize) {
+        (self.sent_early.get(), self.plan.buckets.len())
+    }
+
+    /// The number of this averaging (1, 2, ...), for error messages.
+    fn next_sync(&self) -> u64 {
         let sync = self.syncs.get() + 1;
         self.syncs.set(sync);
-        let nb = self.plan.buckets.len();
-        for (i, b) in self.plan.buckets.iter().enumerate() {
-            let what = format!("gradient averaging #{sync}, bucket {}/{nb}", i + 1);
-            match b.dtype {
-                DType::F32 => self.average_bucket::<f32>(b, &what)?,
-                DType::F64 => self.average_bucket::<f64>(b, &what)?,
-                other => {
-                    return Err(Error::InvalidConfig(format!(
-                        "bucket of dtype {other}: only f32 and f64 gradients can be averaged"
-                    )))
-                }
+        sync
+    }
+
+    fn what(&self, sync: u64, bucket: usize) -> String {
+        what_of(sync, bucket, self.plan.buckets.len())
+    }
+
+    /// Stores the averaged gradients of bucket `b` (`None`: left as it is).
+    fn store(&self, b: &Bucket, avg: Vec<Option<RawTensor>>) -> Result<()> {
+        for (s, g) in b.slots.iter().zip(avg) {
+            if let Some(g) = g {
+                self.params[s.param].set_grad(Some(g))?;
             }
         }
         Ok(())
     }
 
-    fn average_bucket<T: Element + bytemuck::Pod>(&self, b: &Bucket, what: &str) -> Result<()> {
-        let t = self.transport;
+    /// A 64-bit hash (FNV-1a) of this rank's parameter values, in order.
+    pub fn params_hash(&self) -> Result<u64> {
+        params_hash(&self.params)
+    }
+
+    /// Checks that every rank holds bitwise-identical parameters (by hash);
+    /// returns the common hash, or [`Error::ParamMismatch`] listing each
+    /// rank's hash.
+    pub fn check_in_sync(&self) -> Result<u64> {
+        let h = self.params_hash()?;
+        let all = all_gather_u64(self.transport, "parameter hash check", h)?;
+        if all.iter().any(|&x| x != all[0]) {
+            return Err(Error::ParamMismatch {
+                rank: self.transport.rank(),
+                detail: format!("parameter hashes by rank: {all:x?}"),
+            });
+        }
+        Ok(h)
+    }
+}
+
+/// The name of bucket `bucket` (of `nb`) of averaging number `sync`, in errors.
+fn what_of(sync: u64, bucket: usize, nb: usize) -> String {
+    format!("gradient averaging #{sync}, bucket {}/{nb}", bucket + 1)
+}
+
+/// A bucket handed to the communication thread of
+/// [`DataParallel::backward_overlapped`].
+struct Job {
+    /// Its index in the plan.
+    bucket: usize,
+    /// One gradient per slot (`None`: no gradient, averaged as zeros).
+    grads: Vec<Option<RawTensor>>,
+    /// True when `grads` are backward's staged sums, to which the gradients
+    /// the parameters held before backward are still to be added; false
+    /// when they are the committed gradients.
+    staged: bool,
+}
+
+/// One rank's side of the averaging: the transport, the parameters and
+/// the buffers reused from bucket to bucket.
+struct Averager<'a> {
+    t: &'a dyn Transport,
+    params: &'a [Tensor],
+    scratch: &'a mut Scratch,
+}
+
+impl Averager<'_> {
+    /// The average over the ranks of bucket `b`, whose slots' gradients are
+    /// `grads` (`None`: zeros): one new gradient per slot, or `None` where the
+    /// gradient stays as it is (a job of one rank, whose average is the
+    /// gradient itself).
+    fn bucket(&mut self, b: &Bucket, grads: &[Option<RawTensor>], what: &str) -> Averaged {
+        match b.dtype {
+            DType::F32 => self.typed::<f32>(b, grads, what),
+            DType::F64 => self.typed::<f64>(b, grads, what),
+            other => Err(Error::InvalidConfig(format!(
+                "bucket of dtype {other}: only f32 and f64 gradients can be averaged"
+            ))),
+        }
+    }
+
+    fn typed<T: Element + bytemuck::Pod>(
+        &mut self,
+        b: &Bucket,
+        grads: &[Option<RawTensor>],
+        what: &str,
+    ) -> Averaged {
+        let (t, params) = (self.t, self.params);
         let n = t.size();
         if n == 1 {
             // The average over one rank is the gradient itself; a parameter
             // without a gradient gets zeros, as with more ranks.
-            for s in &b.slots {
-                let p = &self.params[s.param];
-                if p.grad_raw().is_none() {
-                    p.set_grad(Some(p.ctx().zeros(b.dtype, p.shape())?))?;
-                }
-            }
-            return Ok(());
+            return b
+                .slots
+                .iter()
+                .zip(grads)
+                .map(|(s, g)| {
+                    let p = &params[s.param];
+                    Ok(match g {
+                        Some(_) => None,
+                        None => Some(p.ctx().zeros(b.dtype, p.shape())?),
+                    })
+                })
+                .collect();
         }
         let c = b.chunk_len(n);
         let sz = std::mem::size_of::<T>();
-        let mut guard = self.scratch.borrow_mut();
         let Scratch {
             flat,
             recv,
             mine,
             acc,
-        } = &mut *guard;
+        } = &mut *self.scratch;
         let flat = typed::<T>(flat, c * n);
-        flat.fill(T::from_f64(0.0));
-        for s in &b.slots {
-            let p = &self.params[s.param];
-            if let Some(g) = p.grad_raw() {
-                let g = p.ctx().contiguous(&g)?;
-                flat[s.offset..s.offset + s.len].copy_from_slice(g.as_slice::<T>()?);
+        // The slots tile 0..b.len: each is overwritten (zeros without a
+        // gradient), then the padding is zeroed.
+        for (s, g) in b.slots.iter().zip(grads) {
+            let dst = &mut flat[s.offset..s.offset + s.len];
+            match g {
+                Some(g) => {
+                    dst.copy_from_slice(params[s.param].ctx().contiguous(g)?.as_slice::<T>()?)
+                }
+                None => dst.fill(T::from_f64(0.0)),
             }
         }
+        flat[b.len..].fill(T::from_f64(0.0));
         recv.resize_with(n, Vec::new);
         for r in recv.iter_mut() {
             r.resize(c * sz, 0);
@@ -237,36 +506,21 @@ impl<'t> DataParallel<'t> {
         for (q, r) in recv.iter().enumerate() {
             bytemuck::cast_slice_mut::<T, u8>(&mut flat[q * c..(q + 1) * c]).copy_from_slice(r);
         }
-        for s in &b.slots {
-            let p = &self.params[s.param];
-            let g = p
-                .ctx()
-                .from_slice(&flat[s.offset..s.offset + s.len], p.shape())?;
-            p.set_grad(Some(g))?;
-        }
-        Ok(())
-    }
-
-    /// A 64-bit hash (FNV-1a) of this rank's parameter values, in order.
-    pub fn params_hash(&self) -> Result<u64> {
-        params_hash(&self.params)
-    }
-
-    /// Checks that every rank holds bitwise-identical parameters (by hash);
-    /// returns the common hash, or [`Error::ParamMismatch`] listing each
-    /// rank's hash.
-    pub fn check_in_sync(&self) -> Result<u64> {
-        let h = self.params_hash()?;
-        let all = all_gather_u64(self.transport, "parameter hash check", h)?;
-        if all.iter().any(|&x| x != all[0]) {
-            return Err(Error::ParamMismatch {
-                rank: self.transport.rank(),
-                detail: format!("parameter hashes by rank: {all:x?}"),
-            });
-        }
-        Ok(h)
+        b.slots
+            .iter()
+            .map(|s| {
+                let p = &params[s.param];
+                Ok(Some(p.ctx().from_slice(
+                    &flat[s.offset..s.offset + s.len],
+                    p.shape(),
+                )?))
+            })
+            .collect()
     }
 }
+
+/// Each slot's averaged gradient (`None`: unchanged).
+type Averaged = Result<Vec<Option<RawTensor>>>;
 
 /// Rank 0's values of `tensors` to every rank (one message with all of them).
 pub fn broadcast_tensors(t: &dyn Transport, tensors: &[Tensor]) -> Result<()> {

@@ -83,6 +83,18 @@ pub enum Error {
         /// Rank 0's error, as text.
         message: String,
     },
+    /// The communication thread of an overlapped averaging
+    /// (`DataParallel::backward_overlapped`) panicked: a bug, reported as an
+    /// error on the calling thread instead of a panic crossing threads.
+    #[error("rank {rank}: `{what}`: the communication thread panicked: {message}")]
+    CommThreadPanicked {
+        /// This rank.
+        rank: usize,
+        /// The operation.
+        what: String,
+        /// The panic's message.
+        message: String,
+    },
     /// An invalid argument (bucket size, world size, rank, batch size, ...).
     #[error("invalid config: {0}")]
     InvalidConfig(String),

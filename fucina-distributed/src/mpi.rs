@@ -11,11 +11,18 @@
 //! have not all arrived by the deadline prints which ranks are missing and
 //! aborts the job. `MPI_Abort` never returns, so pending requests are never
 //! dropped (rsmpi would abort the process without a message if they were).
+//!
+//! Threads: [`init`] asks MPI for `MPI_THREAD_SERIALIZED` (several threads
+//! may call MPI, never two at once) and fails on a library that offers
+//! less; every MPI call made through [`Mpi`] holds one lock, which is what
+//! makes [`Mpi`] `Sync` and lets the overlapped averaging run its exchanges
+//! on a communication thread (`DataParallel::backward_overlapped`).
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mpi::datatype::Equivalence;
-use mpi::environment::Universe;
+use mpi::environment::{Threading, Universe};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
@@ -26,9 +33,17 @@ use crate::transport::{check_exchange_args, Transport, DEFAULT_TIMEOUT};
 /// ranks with the same tag in order, so successive exchanges match).
 const TAG: i32 = 0x0fc1;
 
+/// Polls of an exchange without progress before it starts to sleep between
+/// polls (each poll is an MPI progress call, so spinning costs a core).
+const SPINS: u32 = 64;
+
 /// The MPI world of this process: rank, size, and the exchange.
 pub struct Mpi {
     world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    /// Held by every MPI call made through this value (`MPI_THREAD_SERIALIZED`).
+    serial: Mutex<()>,
     timeout: Duration,
     // Finalizes MPI when dropped: declared last, so dropped after `world`.
     _universe: Universe,
@@ -36,17 +51,34 @@ pub struct Mpi {
 
 /// Initializes MPI from the environment `mpirun` set up (rank, world size);
 /// a process started without `mpirun` is a world of one. Errors when MPI was
-/// already initialized in this process.
+/// already initialized in this process, or when the library does not offer
+/// `MPI_THREAD_SERIALIZED` (OpenMPI and MPICH do).
 pub fn init() -> Result<Mpi> {
-    let universe =
-        mpi::initialize().ok_or_else(|| Error::Mpi("MPI is already initialized".into()))?;
+    let (universe, level) = mpi::initialize_with_threading(Threading::Serialized)
+        .ok_or_else(|| Error::Mpi("MPI is already initialized".into()))?;
+    if level < Threading::Serialized {
+        return Err(Error::Mpi(format!(
+            "the MPI library offers thread level {level:?}; fucina-distributed needs MPI_THREAD_SERIALIZED"
+        )));
+    }
     let world = universe.world();
     Ok(Mpi {
+        rank: world.rank() as usize,
+        size: world.size() as usize,
+        serial: Mutex::new(()),
         _universe: universe,
         world,
         timeout: DEFAULT_TIMEOUT,
     })
 }
+
+// SAFETY: MPI runs at MPI_THREAD_SERIALIZED (checked in `init`), and every
+// MPI call made through a shared `Mpi` holds `serial` (`exchange`, `host`),
+// so no two threads are ever inside MPI at once. `rank` and `size` are
+// cached plain values. The exception is `abort` (MPI_Abort), which may be
+// called while the lock is held, by the exchange itself: it ends the
+// process and does not return.
+unsafe impl Sync for Mpi {}
 
 impl Mpi {
     /// The same world with another exchange deadline (see
@@ -58,6 +90,7 @@ impl Mpi {
 
     /// The host this rank runs on.
     pub fn host(&self) -> String {
+        let _serial = self.serialize();
         mpi::environment::processor_name().unwrap_or_else(|_| "?".into())
     }
 
@@ -83,6 +116,11 @@ impl Mpi {
         self.world.abort(1)
     }
 
+    /// The lock every MPI call holds (poisoning is harmless: it guards no data).
+    fn serialize(&self) -> MutexGuard<'_, ()> {
+        self.serial.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The value of `r`, or [`Mpi::abort`] with its error.
     pub fn exit_on_error<T>(&self, r: Result<T>) -> T {
         match r {
@@ -94,11 +132,11 @@ impl Mpi {
 
 impl Transport for Mpi {
     fn rank(&self) -> usize {
-        self.world.rank() as usize
+        self.rank
     }
 
     fn size(&self) -> usize {
-        self.world.size() as usize
+        self.size
     }
 
     fn timeout(&self) -> Duration {
@@ -121,6 +159,7 @@ impl Transport for Mpi {
         }
         recv[me].copy_from_slice(send[me]);
         let expected: Vec<usize> = recv.iter().map(|r| r.len()).collect();
+        let _serial = self.serialize();
         let start = Instant::now();
         let deadline = start + self.timeout;
         let mut bad: Option<Error> = None;
@@ -145,7 +184,7 @@ impl Transport for Mpi {
                     sends.push(req);
                 }
             }
-            let mut spins = 0u32;
+            let (mut spins, mut naps) = (0u32, 0u32);
             loop {
                 let before = recvs.len() + sends.len();
                 let mut still = Vec::with_capacity(recvs.len());
@@ -178,10 +217,10 @@ impl Transport for Mpi {
                     break;
                 }
                 if recvs.len() + sends.len() < before {
-                    spins = 0;
+                    (spins, naps) = (0, 0);
                 } else {
                     spins += 1;
-                    if spins > 1000 {
+                    if spins > SPINS {
                         if Instant::now() > deadline {
                             let err = Error::PeerTimeout {
                                 rank: me,
@@ -196,8 +235,11 @@ impl Transport for Mpi {
                             };
                             self.abort(&err.to_string());
                         }
-                        // Waiting for a peer: stop burning the core it may need.
-                        std::thread::sleep(Duration::from_micros(50));
+                        // Waiting for a peer: stop burning the core it (or,
+                        // overlapped, this rank's backward) may need; naps
+                        // of 50 µs doubling to 800 µs.
+                        std::thread::sleep(Duration::from_micros(50) * (1 << naps.min(4)));
+                        naps += 1;
                     } else {
                         std::hint::spin_loop();
                     }

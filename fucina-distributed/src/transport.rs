@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -23,7 +24,11 @@ use crate::error::{Error, Result};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Moves bytes between the ranks of a job.
-pub trait Transport {
+///
+/// `Sync`, so that [`crate::DataParallel::backward_overlapped`] can run the
+/// exchanges on a communication thread while backward runs on the caller's;
+/// an implementation serializes its calls where its backend needs it.
+pub trait Transport: Sync {
     /// This rank, in `0..size()`.
     fn rank(&self) -> usize;
     /// The number of ranks.
@@ -99,8 +104,10 @@ pub struct LocalTransport {
     /// `to[q]`: the channel to rank `q` (`None` for this rank), carrying
     /// (exchange number, bytes).
     to: Vec<Option<Sender<Tagged>>>,
-    /// `from[q]`: the channel from rank `q` (`None` for this rank).
-    from: Vec<Option<Receiver<Tagged>>>,
+    /// `from[q]`: the channel from rank `q` (`None` for this rank), behind
+    /// a lock so that the transport is `Sync` (one exchange at a time
+    /// receives from it).
+    from: Vec<Option<Mutex<Receiver<Tagged>>>>,
     /// The number of this rank's next exchange.
     seq: AtomicU64,
 }
@@ -130,7 +137,7 @@ impl LocalTransport {
                 if a != b {
                     let (tx, rx) = channel();
                     group[a].to[b] = Some(tx);
-                    group[b].from[a] = Some(rx);
+                    group[b].from[a] = Some(Mutex::new(rx));
                 }
             }
         }
@@ -170,6 +177,7 @@ impl Transport for LocalTransport {
         let deadline = start + self.timeout;
         for (q, rx) in self.from.iter().enumerate() {
             let Some(rx) = rx else { continue };
+            let rx = lock(rx);
             let msg = loop {
                 match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                     // Sent by an exchange this rank already gave up on: stale.
@@ -194,6 +202,7 @@ impl Transport for LocalTransport {
                     let mut missing = vec![q];
                     for (p, rx) in self.from.iter().enumerate().skip(q + 1) {
                         if let Some(rx) = rx {
+                            let rx = lock(rx);
                             // Only a message of this exchange counts as arrived.
                             let arrived = loop {
                                 match rx.try_recv() {
@@ -230,6 +239,12 @@ impl Transport for LocalTransport {
         }
         Ok(())
     }
+}
+
+/// Locks `m`, also after a panic elsewhere poisoned it (a receiver has no
+/// invariant a panic could break).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Rank `root` sends `data` to every rank; returns it on every rank (the

@@ -9,45 +9,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{train, Outcome, Plan};
+use common::{on_ranks, plan, train, Outcome, Plan};
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_distributed::{
-    barrier, save_checkpoint, DataParallel, DdpOptions, Error, LocalTransport, Transport,
-    DEFAULT_BUCKET_BYTES,
+    barrier, save_checkpoint, DataParallel, DdpOptions, Error, Transport, DEFAULT_BUCKET_BYTES,
 };
-
-/// Runs `f` on each rank of a local group of `n`, one thread each; returns
-/// the ranks' results in rank order.
-fn on_ranks<T: Send + 'static>(
-    n: usize,
-    timeout: Duration,
-    f: impl Fn(LocalTransport) -> T + Send + Sync + Clone + 'static,
-) -> Vec<T> {
-    let group = LocalTransport::group(n, timeout).unwrap();
-    let handles: Vec<_> = group
-        .into_iter()
-        .map(|t| {
-            let f = f.clone();
-            std::thread::spawn(move || f(t))
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
-}
-
-fn plan(steps: u64, batch: usize) -> Plan<'static> {
-    Plan {
-        steps,
-        batch,
-        model_seed: 3,
-        bucket_bytes: DEFAULT_BUCKET_BYTES,
-        ckpt: None,
-        resume: false,
-        stop_after: None,
-        threads: 1,
-        dtype: DType::F64,
-    }
-}
 
 fn assert_same_run_on_every_rank(outs: &[Outcome]) {
     for o in outs {
@@ -123,9 +90,12 @@ fn versus_single(world: usize, batch: usize, bucket_bytes: usize, dtype: DType) 
     )
 }
 
+/// (world, per-rank batch, bucket cap): one bucket, several, and padded ones.
+const CASES: [(usize, usize, usize); 3] = [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)];
+
 #[test]
 fn ranks_match_one_process_with_the_global_batch_f64() {
-    for (world, batch, bucket_bytes) in [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)] {
+    for (world, batch, bucket_bytes) in CASES {
         let (elem, _) = versus_single(world, batch, bucket_bytes, DType::F64);
         assert!(
             elem <= 1e-5,
@@ -139,7 +109,7 @@ fn ranks_match_one_process_with_the_global_batch_f64() {
 /// zero, so the bound is on each tensor's norm (elementwise it reaches 1.5e-5).
 #[test]
 fn ranks_match_one_process_with_the_global_batch_f32() {
-    for (world, batch, bucket_bytes) in [(2, 8, DEFAULT_BUCKET_BYTES), (3, 4, 256), (2, 5, 100)] {
+    for (world, batch, bucket_bytes) in CASES {
         let (elem, norm) = versus_single(world, batch, bucket_bytes, DType::F32);
         assert!(
             norm <= 1e-5,

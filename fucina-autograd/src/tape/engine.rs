@@ -26,6 +26,13 @@
 //! captures, also its edges) go to them directly, so each target accumulates
 //! exactly the plain run's contributions in the plain run's order.
 //!
+//! A gradient-ready hook ([`backward_with_ready_hook`], PyTorch's
+//! `register_post_accumulate_grad_hook` as one callback per call) is told
+//! each leaf's gradient as soon as it is final: every leaf edge of the walk's
+//! nodes is counted first, and once the last node with an edge to a leaf has
+//! run (its contributions delivered, or pruned), the leaf's staged sum is
+//! handed to the hook. Without a hook nothing is counted.
+//!
 //! A released root (its scope closed) is [`Error::TensorReleased`]. In
 //! anomaly mode ([`crate::anomaly`]) each backward's outputs are checked, and
 //! the first non-finite one is [`Error::Anomaly`], naming the op.
@@ -145,6 +152,12 @@ impl Staged {
         accumulate(ctx, &mut self.leaves[i].1, g)
     }
 
+    /// The staged gradient of `leaf`, if any.
+    fn get(&self, leaf: &Arc<TensorInner>) -> Option<&RawTensor> {
+        let &i = self.index.get(&Arc::as_ptr(leaf))?;
+        self.leaves[i].1.as_ref()
+    }
+
     /// Stores every staged gradient into its leaf, or none of them.
     fn commit(mut self, ctx: &ExecContext) -> Result<()> {
         if self.leaves.iter().any(|(l, _)| l.is_released()) {
@@ -197,7 +210,83 @@ impl Staged {
 
 /// Runs backward from `root` into the leaves' gradients.
 pub(crate) fn backward(root: &Tensor, seed: Option<RawTensor>) -> Result<()> {
-    run(root, seed, None).map(|_| ())
+    run(root, seed, None, None).map(|_| ())
+}
+
+/// The callback of [`backward_with_ready_hook`]: a leaf and the gradient
+/// this backward call adds to it.
+pub type ReadyHook<'h> = &'h mut dyn FnMut(&Tensor, &RawTensor);
+
+/// Runs backward from `root` (seed: `seed`, or 1 for a scalar) into the
+/// leaves' gradients, exactly as [`Tensor::backward`] does, and calls
+/// `ready(leaf, g)` during the walk as soon as a leaf's gradient is final.
+///
+/// **When it fires**: once per leaf that receives a gradient in this call,
+/// right after the last node of the walk with an edge to that leaf has run
+/// (nodes run newest first; a checkpoint node counts as one node, finished
+/// once its recomputed block has been walked). Leaves finishing at the same
+/// node fire in the order of its inputs, so the order is a pure function of
+/// the graph: the same on every run and every process. A leaf that no
+/// gradient reached (every path to it pruned) does not fire.
+///
+/// **What it sees**: `g` is the sum of this call's contributions to the
+/// leaf, bitwise what the leaf's gradient becomes when it had none (the leaf
+/// then holds `g` made contiguous); with an earlier gradient `old` the leaf
+/// holds `old + g`. Leaf gradients are still committed all or nothing after
+/// the walk, so during the hook `leaf.grad()` shows the old value, and if
+/// backward fails after the hook has fired the leaf's gradient is left as it
+/// was. The hook cannot change any gradient (`g` is shared, read-only).
+/// Without a hook ([`Tensor::backward`]) none of this bookkeeping runs.
+pub fn backward_with_ready_hook(
+    root: &Tensor,
+    seed: Option<&RawTensor>,
+    ready: ReadyHook<'_>,
+) -> Result<()> {
+    run(root, seed.cloned(), None, Some(ready)).map(|_| ())
+}
+
+/// The countdown of [`backward_with_ready_hook`]: leaf edges not yet run.
+struct Ready<'h> {
+    hook: ReadyHook<'h>,
+    remaining: HashMap<*const TensorInner, usize>,
+}
+
+impl<'h> Ready<'h> {
+    /// Counts the leaf edges of `nodes`.
+    fn new(hook: ReadyHook<'h>, nodes: &[Arc<Node>]) -> Self {
+        let mut remaining = HashMap::new();
+        for n in nodes {
+            for e in n.edges.iter().flatten() {
+                if let EdgeTarget::Leaf(l) = &e.target {
+                    *remaining.entry(Arc::as_ptr(l)).or_insert(0usize) += 1;
+                }
+            }
+        }
+        Ready { hook, remaining }
+    }
+
+    /// `node` has run: fires for each leaf it held the last edge to.
+    fn node_done(&mut self, node: &Node, staged: &Staged) {
+        for e in node.edges.iter().flatten() {
+            let EdgeTarget::Leaf(l) = &e.target else {
+                continue;
+            };
+            let Some(left) = self.remaining.get_mut(&Arc::as_ptr(l)) else {
+                continue;
+            };
+            *left -= 1;
+            if *left == 0 {
+                self.fire(l, staged);
+            }
+        }
+    }
+
+    /// Hands `leaf`'s staged gradient, if any, to the hook.
+    fn fire(&mut self, leaf: &Arc<TensorInner>, staged: &Staged) {
+        if let Some(g) = staged.get(leaf) {
+            (self.hook)(&Tensor(leaf.clone()), g);
+        }
+    }
 }
 
 /// Gradients of `output` with respect to `inputs`, without touching any
@@ -208,13 +297,14 @@ pub fn grad(
     inputs: &[&Tensor],
     seed: Option<&RawTensor>,
 ) -> Result<Vec<Option<RawTensor>>> {
-    run(output, seed.cloned(), Some(inputs))
+    run(output, seed.cloned(), Some(inputs), None)
 }
 
 fn run(
     root: &Tensor,
     seed: Option<RawTensor>,
     capture: Option<&[&Tensor]>,
+    ready: Option<ReadyHook<'_>>,
 ) -> Result<Vec<Option<RawTensor>>> {
     if root.is_released() {
         return Err(Error::TensorReleased);
@@ -243,6 +333,9 @@ fn run(
     let Some(root_node) = root.0.grad_fn() else {
         // The root is a leaf: its gradient is the seed.
         walk.deliver(&EdgeTarget::Leaf(root.0.clone()), seed)?;
+        if let Some(hook) = ready {
+            Ready::new(hook, &[]).fire(&root.0, &walk.staged);
+        }
         let Walk {
             ctx,
             staged,
@@ -262,9 +355,14 @@ fn run(
     // 2. Newest first.
     walk.pending.reserve(nodes.len());
     walk.pending.insert(Arc::as_ptr(&root_node), Some(seed));
+    let mut ready = ready.map(|hook| Ready::new(hook, &nodes));
     for node in &nodes {
         walk.visit(node, None)?;
+        if let Some(r) = ready.as_mut() {
+            r.node_done(node, &walk.staged);
+        }
     }
+    drop(ready);
     let Walk {
         ctx,
         staged,

@@ -513,6 +513,18 @@ impl Tensor {
         crate::tape::engine::backward(self, Some(seed.clone()))
     }
 
+    /// Runs backward from this scalar (seed 1) as [`Tensor::backward`] does,
+    /// calling `ready(leaf, g)` as soon as each leaf's gradient is final (all
+    /// of this call's contributions summed into `g`): PyTorch's
+    /// `register_post_accumulate_grad_hook`, for one call. When it fires, in
+    /// which order and what `g` is: [`crate::backward_with_ready_hook`].
+    pub fn backward_with_ready_hook(
+        &self,
+        ready: &mut dyn FnMut(&Tensor, &RawTensor),
+    ) -> Result<()> {
+        crate::tape::engine::backward_with_ready_hook(self, None, ready)
+    }
+
     /// True when both handles are the same tensor.
     pub fn same_as(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

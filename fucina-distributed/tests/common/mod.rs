@@ -1,18 +1,20 @@
-//! Shared by the tests: a small MLP classifier built from autograd ops, a
-//! seeded synthetic data set, and a training loop that runs either data
-//! parallel (one rank of a transport) or as a plain single process.
+//! Shared by the tests: a small MLP classifier (the `ddp_mlp` example's
+//! model and data set, `examples/common/mlp.rs`, at the tests' sizes), a training loop that runs either data
+//! parallel (one rank of a transport) or as a plain single process, and the
+//! runner of a local group of ranks as threads.
 
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::time::Duration;
 
-use fucina_autograd::{CrossEntropyOpts, ScopeExt, Tensor};
-use fucina_core::rng::SplitMix64;
+use fucina_autograd::ScopeExt;
 use fucina_core::{DType, ExecContext};
 use fucina_distributed::{
     mean_across_ranks, resume, save_checkpoint, DataParallel, DdpOptions, DistributedSampler,
-    Result, Transport,
+    LocalTransport, Result, Transport, DEFAULT_BUCKET_BYTES,
 };
+use fucina_nn::Mlp;
 use fucina_optim::{AdamConfig, AdamW, Optimizer, TrainerState};
 
 pub const FEATURES: usize = 4;
@@ -21,101 +23,22 @@ pub const CLASSES: usize = 3;
 pub const DATA_LEN: usize = 96;
 pub const DATA_SEED: u64 = 11;
 
-/// `n` samples: features N(0, 1), label = argmax of a fixed random linear map.
+#[path = "../../examples/common/mlp.rs"]
+pub mod mlp;
+
+/// `n` samples of the tests' data set (4 features, 3 classes, seed 11).
 pub fn dataset(n: usize) -> (Vec<f64>, Vec<i64>) {
-    let mut g = SplitMix64::new(DATA_SEED);
-    let map: Vec<f64> = (0..FEATURES * CLASSES).map(|_| g.next_normal()).collect();
-    let mut x = Vec::with_capacity(n * FEATURES);
-    let mut y = Vec::with_capacity(n);
-    for _ in 0..n {
-        let row: Vec<f64> = (0..FEATURES).map(|_| g.next_normal()).collect();
-        let scores: Vec<f64> = (0..CLASSES)
-            .map(|c| (0..FEATURES).map(|f| row[f] * map[c * FEATURES + f]).sum())
-            .collect();
-        let label = (0..CLASSES)
-            .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
-            .unwrap_or(0);
-        x.extend_from_slice(&row);
-        y.push(label as i64);
-    }
-    (x, y)
+    mlp::dataset(n, FEATURES, CLASSES, DATA_SEED)
 }
 
-/// A tensor of `dtype` (f32 or f64) from f64 values.
-pub fn tensor(
-    ctx: &ExecContext,
-    v: &[f64],
-    shape: &[usize],
-    dtype: DType,
-    variable: bool,
-) -> Result<Tensor> {
-    Ok(match (dtype, variable) {
-        (DType::F64, true) => Tensor::variable(ctx, v, shape)?,
-        (DType::F64, false) => Tensor::constant(ctx, v, shape)?,
-        (_, true) => {
-            Tensor::variable(ctx, &v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape)?
-        }
-        (_, false) => {
-            Tensor::constant(ctx, &v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape)?
-        }
-    })
+/// The 4-16-16-3 tanh MLP of `seed`.
+pub fn model(ctx: &ExecContext, seed: u64, dtype: DType) -> Result<Mlp> {
+    mlp::mlp(ctx, &[FEATURES, HIDDEN, HIDDEN, CLASSES], seed, dtype)
 }
 
-/// A 4-16-16-3 tanh MLP, `nn.Linear` init from `seed`.
-pub struct Mlp {
-    pub layers: Vec<(Tensor, Tensor)>,
-}
-
-impl Mlp {
-    pub fn new(ctx: &ExecContext, seed: u64, dtype: DType) -> Result<Mlp> {
-        let mut g = SplitMix64::new(seed);
-        let mut layers = Vec::new();
-        for (i, o) in [(FEATURES, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, CLASSES)] {
-            let bound = 1.0 / (i as f64).sqrt();
-            let w = g.vec_uniform(i * o, -bound, bound);
-            let b = g.vec_uniform(o, -bound, bound);
-            layers.push((
-                tensor(ctx, &w, &[o, i], dtype, true)?,
-                tensor(ctx, &b, &[o], dtype, true)?,
-            ));
-        }
-        Ok(Mlp { layers })
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut h = x.clone();
-        for (k, (w, b)) in self.layers.iter().enumerate() {
-            h = h.linear(w, Some(b))?;
-            if k + 1 < self.layers.len() {
-                h = h.tanh()?;
-            }
-        }
-        Ok(h)
-    }
-
-    pub fn params(&self) -> Vec<Tensor> {
-        self.layers
-            .iter()
-            .flat_map(|(w, b)| [w.clone(), b.clone()])
-            .collect()
-    }
-
-    pub fn named(&self) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(k, (w, b))| {
-                [
-                    (format!("l{k}.weight"), w.clone()),
-                    (format!("l{k}.bias"), b.clone()),
-                ]
-            })
-            .collect()
-    }
-
-    pub fn values(&self) -> Result<Vec<Vec<f64>>> {
-        self.params().iter().map(|p| Ok(p.to_vec_f64()?)).collect()
-    }
+/// Every parameter's values, in order.
+pub fn values(m: &Mlp) -> Result<Vec<Vec<f64>>> {
+    mlp::params(m).iter().map(|p| Ok(p.to_vec_f64()?)).collect()
 }
 
 /// How a run goes.
@@ -134,6 +57,9 @@ pub struct Plan<'a> {
     pub threads: usize,
     /// The parameters' dtype (f32 or f64).
     pub dtype: DType,
+    /// Average while backward runs (`DataParallel::backward_overlapped`)
+    /// instead of after it.
+    pub overlap: bool,
 }
 
 /// What a run produced.
@@ -144,21 +70,59 @@ pub struct Outcome {
     pub hashes: Vec<u64>,
     pub params: Vec<Vec<f64>>,
     pub outstanding: usize,
+    /// Buckets in the plan, and of those, how many the overlapped runs sent
+    /// before backward ended (summed over steps).
+    pub buckets: usize,
+    pub sent_early: usize,
+}
+
+/// Runs `f` on each rank of a local group of `n`, one thread each; returns
+/// the ranks' results in rank order.
+pub fn on_ranks<T: Send + 'static>(
+    n: usize,
+    timeout: Duration,
+    f: impl Fn(LocalTransport) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let group = LocalTransport::group(n, timeout).unwrap();
+    let handles: Vec<_> = group
+        .into_iter()
+        .map(|t| {
+            let f = f.clone();
+            std::thread::spawn(move || f(t))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+pub fn plan(steps: u64, batch: usize) -> Plan<'static> {
+    Plan {
+        steps,
+        batch,
+        model_seed: 3,
+        bucket_bytes: DEFAULT_BUCKET_BYTES,
+        ckpt: None,
+        resume: false,
+        stop_after: None,
+        threads: 1,
+        dtype: DType::F64,
+        overlap: false,
+    }
 }
 
 /// Trains on rank `t` (data parallel), or as a single process when `t` is
 /// `None` (then `plan.batch` is the whole batch).
 pub fn train(t: Option<&dyn Transport>, plan: &Plan) -> Result<Outcome> {
     let ctx = ExecContext::with_threads(plan.threads)?;
-    let (xs, ys) = dataset(DATA_LEN);
+    let data = dataset(DATA_LEN);
     let (rank, world) = t.map_or((0, 1), |t| (t.rank(), t.size()));
     let sampler = DistributedSampler::new(DATA_LEN, rank, world, 5)?;
     let out = {
-        let model = Mlp::new(&ctx, plan.model_seed, plan.dtype)?;
+        let model = model(&ctx, plan.model_seed, plan.dtype)?;
+        let params = mlp::params(&model);
         let ddp = match t {
             Some(t) => Some(DataParallel::new(
                 t,
-                model.params(),
+                params.clone(),
                 DdpOptions {
                     bucket_bytes: plan.bucket_bytes,
                     ..DdpOptions::default()
@@ -166,8 +130,8 @@ pub fn train(t: Option<&dyn Transport>, plan: &Plan) -> Result<Outcome> {
             )?),
             None => None,
         };
-        let mut opt = AdamW::single(model.params(), AdamConfig::adamw(1e-2))?;
-        let named = model.named();
+        let mut opt = AdamW::single(params.clone(), AdamConfig::adamw(1e-2))?;
+        let named = mlp::named(&model);
         let mut start = 0;
         if plan.resume {
             if let (Some(t), Some((dir, _))) = (t, plan.ckpt) {
@@ -178,30 +142,29 @@ pub fn train(t: Option<&dyn Transport>, plan: &Plan) -> Result<Outcome> {
         }
         let mut losses = Vec::new();
         let mut hashes = Vec::new();
+        let mut sent_early = 0;
         for step in start..plan.steps {
             if plan.stop_after.is_some_and(|s| step >= s) {
                 break;
             }
             let idx = sampler.batch(step, plan.batch)?;
-            let mut bx = Vec::with_capacity(idx.len() * FEATURES);
-            let mut by = Vec::with_capacity(idx.len());
-            for &i in &idx {
-                bx.extend_from_slice(&xs[i * FEATURES..(i + 1) * FEATURES]);
-                by.push(ys[i]);
-            }
             let loss = {
                 let _scope = ctx.scope();
-                let x = tensor(&ctx, &bx, &[idx.len(), FEATURES], plan.dtype, false)?;
-                let y = Tensor::constant(&ctx, &by, &[idx.len()])?;
-                let loss = model
-                    .forward(&x)?
-                    .cross_entropy(&y, CrossEntropyOpts::default())?;
-                loss.backward()?;
+                let loss = mlp::loss(&ctx, &model, &data, &idx, plan.dtype)?;
+                match (&ddp, plan.overlap) {
+                    (Some(ddp), true) => {
+                        ddp.backward_overlapped(&loss)?;
+                        sent_early += ddp.overlapped_buckets().0;
+                    }
+                    _ => loss.backward()?,
+                }
                 loss.item()?
             };
             let loss = match (&ddp, t) {
                 (Some(ddp), Some(t)) => {
-                    ddp.average_gradients()?;
+                    if !plan.overlap {
+                        ddp.average_gradients()?;
+                    }
                     mean_across_ranks(t, "loss", loss)?
                 }
                 _ => loss,
@@ -211,7 +174,7 @@ pub fn train(t: Option<&dyn Transport>, plan: &Plan) -> Result<Outcome> {
             losses.push((step + 1, loss));
             hashes.push(match &ddp {
                 Some(ddp) => ddp.check_in_sync()?,
-                None => fucina_distributed::params_hash(&model.params())?,
+                None => fucina_distributed::params_hash(&params)?,
             });
             if let (Some(t), Some((dir, every))) = (t, plan.ckpt) {
                 if (step + 1) % every == 0 {
@@ -224,13 +187,16 @@ pub fn train(t: Option<&dyn Transport>, plan: &Plan) -> Result<Outcome> {
                 }
             }
         }
-        let params = model.values()?;
-        (losses, hashes, params)
+        let params = values(&model)?;
+        let buckets = ddp.as_ref().map_or(0, |d| d.plan().buckets.len());
+        (losses, hashes, params, buckets, sent_early)
     };
     Ok(Outcome {
         losses: out.0,
         hashes: out.1,
         params: out.2,
         outstanding: ctx.stats().outstanding,
+        buckets: out.3,
+        sent_early: out.4,
     })
 }
