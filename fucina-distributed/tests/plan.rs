@@ -25,24 +25,19 @@ fn shards_are_disjoint_and_cover_the_data_set() {
     }
 }
 
+/// Rank 1 of 2's shard of 50 elements for `seed` at `epoch`.
+fn shard(seed: u64, epoch: u64) -> Vec<usize> {
+    DistributedSampler::new(50, 1, 2, seed)
+        .unwrap()
+        .indices(epoch)
+        .unwrap()
+}
+
 #[test]
 fn shuffles_are_seeded_per_epoch() {
-    let s = DistributedSampler::new(50, 1, 2, 9).unwrap();
-    assert_eq!(
-        s.indices(3).unwrap(),
-        DistributedSampler::new(50, 1, 2, 9)
-            .unwrap()
-            .indices(3)
-            .unwrap()
-    );
-    assert_ne!(s.indices(0).unwrap(), s.indices(1).unwrap());
-    assert_ne!(
-        s.indices(0).unwrap(),
-        DistributedSampler::new(50, 1, 2, 10)
-            .unwrap()
-            .indices(0)
-            .unwrap()
-    );
+    assert_eq!(shard(9, 3), shard(9, 3));
+    assert_ne!(shard(9, 0), shard(9, 1));
+    assert_ne!(shard(9, 0), shard(10, 0));
     let plain = DistributedSampler::new(6, 1, 2, 9)
         .unwrap()
         .without_shuffle();
