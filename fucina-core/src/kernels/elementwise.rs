@@ -22,9 +22,7 @@ pub use unary_ops::{Domain, KernelParam};
 use crate::dtype::{DType, Element, Float};
 use crate::error::{Error, Result};
 use crate::exec::ExecContext;
-use crate::kernels::map::{
-    expect_dtype, map1, map1_runs, map1_runs_of, map2, map2_to, map3, map4, COSTLY_CHUNK,
-};
+use crate::kernels::map::{expect_dtype, map1, map1_runs, map2, map2_to, map3, map4};
 use crate::shape;
 use crate::tensor::RawTensor;
 
@@ -227,14 +225,12 @@ impl<T: Float> UnaryVisitor<T> for Forward<'_> {
 
 /// Tanh's `forward:` hook: for f32 the contiguous runs go through the AVX2 loop
 /// (`kernels::simd::tanh_f32_slice`, bit for bit `vmath::tanh_f32`, the table's f32
-/// `tanh`), in [`COSTLY_CHUNK`] pieces so a small activation still uses every thread;
-/// f64 takes the generic path.
+/// `tanh`); f64 takes the generic path.
 fn tanh_forward<T: Float>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {
     if x.dtype() == DType::F32 {
-        map1_runs_of::<f32, f32>(
+        map1_runs::<f32, f32>(
             ctx,
             x,
-            COSTLY_CHUNK,
             crate::kernels::simd::tanh_f32_slice,
             crate::vmath::tanh_f32,
         )

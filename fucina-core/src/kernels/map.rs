@@ -22,10 +22,6 @@ use crate::tensor::RawTensor;
 pub const CHUNK: usize = 1 << 15;
 /// Outputs at least this large run their chunks in parallel.
 pub const PAR_THRESHOLD: usize = 1 << 15;
-/// Elements per parallel chunk for the costly maps (f32 tanh at about 1.6 ns an
-/// element): a chunk is a few microseconds of work, as a [`CHUNK`] of a cheap op is,
-/// so a 64 × 64 activation is split over two threads instead of running on one.
-pub const COSTLY_CHUNK: usize = 1 << 11;
 
 /// A collapsed iteration plan: `N` operands read at `offsets + Σ idx·strides`
 /// over `shape` (rank ≥ 1), in row-major order of the output.
@@ -138,22 +134,9 @@ pub fn run_chunks<O: Element>(
     out: &mut RawTensor,
     body: impl Fn(usize, &mut [O]) + Send + Sync,
 ) -> Result<()> {
-    run_chunks_of(ctx, out, CHUNK, body)
-}
-
-/// [`run_chunks`] with chunks of `chunk` elements, in parallel when there are at least
-/// two (and the output reaches [`PAR_THRESHOLD`] for the default [`CHUNK`]). For
-/// elementwise bodies only: the chunk size never changes what an element computes.
-pub fn run_chunks_of<O: Element>(
-    ctx: &ExecContext,
-    out: &mut RawTensor,
-    chunk: usize,
-    body: impl Fn(usize, &mut [O]) + Send + Sync,
-) -> Result<()> {
     let o = out.as_mut_slice::<O>()?;
     let n = o.len();
-    let parallel = n >= PAR_THRESHOLD.min(2 * chunk);
-    ctx.par_chunks_mut(o, chunk, parallel, |c, dst| body(c * chunk, dst));
+    ctx.par_chunks_mut(o, CHUNK, n >= PAR_THRESHOLD, |c, dst| body(c * CHUNK, dst));
     Ok(())
 }
 
@@ -198,23 +181,11 @@ pub fn map1_runs<A: Element, O: Element>(
     run: impl Fn(&[A], &mut [O]) + Send + Sync,
     f: impl Fn(A) -> O + Send + Sync,
 ) -> Result<RawTensor> {
-    map1_runs_of(ctx, x, CHUNK, run, f)
-}
-
-/// [`map1_runs`] in parallel chunks of `chunk` elements ([`COSTLY_CHUNK`] for the costly
-/// ops, see [`run_chunks_of`]).
-pub fn map1_runs_of<A: Element, O: Element>(
-    ctx: &ExecContext,
-    x: &RawTensor,
-    chunk: usize,
-    run: impl Fn(&[A], &mut [O]) + Send + Sync,
-    f: impl Fn(A) -> O + Send + Sync,
-) -> Result<RawTensor> {
     let mut out = ctx.empty(O::DTYPE, x.shape())?;
     let xs = x.storage::<A>()?;
     let plan = Plan::new(x.shape(), [(x.strides(), x.offset())]);
     let [si] = plan.inner_strides();
-    run_chunks_of::<O>(ctx, &mut out, chunk, |start, dst| {
+    run_chunks::<O>(ctx, &mut out, |start, dst| {
         plan.for_rows(start, start + dst.len(), |[ox], pos, len| {
             let d = &mut dst[pos - start..pos - start + len];
             if si == 1 {

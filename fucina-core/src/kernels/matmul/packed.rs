@@ -37,7 +37,7 @@ const MC: usize = 96;
 /// Columns per packed B block (`KC × NC` elements, in L2/L3 while a job sweeps its rows).
 const NC: usize = 512;
 /// Below this many FLOPs a problem is run on the calling thread.
-pub const PAR_MIN_FLOPS: usize = 1 << 19;
+pub const PAR_MIN_FLOPS: usize = 1 << 22;
 
 /// A packed micro-kernel (one instruction set, one element type): its tile width, the
 /// kernel and its B packing. Implemented by the marker types below; the driver is generic
