@@ -201,26 +201,46 @@ impl UnaryOp {
     }
 }
 
-struct Forward<'a> {
-    ctx: &'a ExecContext,
-    x: &'a RawTensor,
+/// Declares a visitor: the struct `$name` of the listed fields and its `$visitor` impl,
+/// whose `visit` evaluates `$body` with the struct bound to `$v` and the kernel (a
+/// `$kernel<T>`) to `$k`. A visitor is the "generic closure" a closure cannot be (its body
+/// is generic over the kernel type); this writes one as its fields and body only.
+macro_rules! visitor {
+    (
+        $(#[$doc:meta])*
+        $name:ident<$lt:lifetime> { $($field:ident: $ty:ty),* $(,)? }
+        impl $visitor:ident<$kernel:ident> -> $out:ty;
+        |$v:ident, $k:ident| $body:expr
+    ) => {
+        $(#[$doc])*
+        struct $name<$lt> {
+            $($field: $ty),*
+        }
+        impl<T: Float> $visitor<T> for $name<'_> {
+            type Out = $out;
+            fn visit<K: $kernel<T>>(self, k: K) -> $out {
+                let ($v, $k) = (self, k);
+                $body
+            }
+        }
+    };
 }
-impl<T: Float> UnaryVisitor<T> for Forward<'_> {
-    type Out = Result<RawTensor>;
-    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
-        // The loop sits inside the run closure, where `k.f` is inlined: it vectorises for
-        // the branch-free ops (tanh through `vmath`), whatever their size.
-        map1_runs::<T, T>(
-            self.ctx,
-            self.x,
-            move |src, dst| {
-                for (o, &v) in dst.iter_mut().zip(src) {
-                    *o = k.f(v);
-                }
-            },
-            move |v| k.f(v),
-        )
-    }
+
+visitor! {
+    /// f(x), elementwise. The loop sits inside the run closure, where `k.f` is inlined: it
+    /// vectorises for the branch-free ops (tanh through `vmath`), whatever their size.
+    Forward<'a> { ctx: &'a ExecContext, x: &'a RawTensor }
+    impl UnaryVisitor<Pointwise> -> Result<RawTensor>;
+    |v, k| map1_runs::<T, T>(
+        v.ctx,
+        v.x,
+        move |src, dst| {
+            for (o, &v) in dst.iter_mut().zip(src) {
+                *o = k.f(v);
+            }
+        },
+        move |v| k.f(v),
+    )
 }
 
 /// Tanh's `forward:` hook: for f32 the contiguous runs go through the AVX2 loop
@@ -239,35 +259,18 @@ fn tanh_forward<T: Float>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor>
     }
 }
 
-struct Backward<'a> {
-    ctx: &'a ExecContext,
-    saved: &'a RawTensor,
-    gy: &'a RawTensor,
-}
-impl<T: Float> UnaryVisitor<T> for Backward<'_> {
-    type Out = Result<RawTensor>;
-    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
-        // gx = gy · f'(.)
-        map2::<T, T, T>(
-            self.ctx,
-            "unary_backward",
-            self.saved,
-            self.gy,
-            move |s, g| g * k.df(s),
-        )
-    }
+visitor! {
+    /// gx = gy · f'(.), elementwise.
+    Backward<'a> { ctx: &'a ExecContext, saved: &'a RawTensor, gy: &'a RawTensor }
+    impl UnaryVisitor<Pointwise> -> Result<RawTensor>;
+    |v, k| map2::<T, T, T>(v.ctx, "unary_backward", v.saved, v.gy, move |s, g| g * k.df(s))
 }
 
-/// f'(.) from the saved value, elementwise.
-struct Derivative<'a> {
-    ctx: &'a ExecContext,
-    saved: &'a RawTensor,
-}
-impl<T: Float> UnaryVisitor<T> for Derivative<'_> {
-    type Out = Result<RawTensor>;
-    fn visit<K: Pointwise<T>>(self, k: K) -> Result<RawTensor> {
-        map1::<T, T>(self.ctx, self.saved, move |s| k.df(s))
-    }
+visitor! {
+    /// f'(.) from the saved value, elementwise.
+    Derivative<'a> { ctx: &'a ExecContext, saved: &'a RawTensor }
+    impl UnaryVisitor<Pointwise> -> Result<RawTensor>;
+    |v, k| map1::<T, T>(v.ctx, v.saved, move |s| k.df(s))
 }
 
 /// `Ok` when `a` and `b` have one dtype, else [`Error::DTypeMismatch`] naming `op`.
@@ -458,43 +461,34 @@ pub trait BinaryVisitor<T: Float> {
     fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out;
 }
 
-struct BinForward<'a> {
-    ctx: &'a ExecContext,
-    a: &'a RawTensor,
-    b: &'a RawTensor,
-    name: &'static str,
-}
-impl<T: Float> BinaryVisitor<T> for BinForward<'_> {
-    type Out = Result<RawTensor>;
-    fn visit<K: PointwiseBinary<T>>(self, k: K) -> Result<RawTensor> {
-        map2::<T, T, T>(self.ctx, self.name, self.a, self.b, move |u, v| k.f(u, v))
-    }
+visitor! {
+    /// f(a, b) at the broadcast shape, as op `name`.
+    BinForward<'a> { ctx: &'a ExecContext, a: &'a RawTensor, b: &'a RawTensor, name: &'static str }
+    impl BinaryVisitor<PointwiseBinary> -> Result<RawTensor>;
+    |v, k| map2::<T, T, T>(v.ctx, v.name, v.a, v.b, move |u, w| k.f(u, w))
 }
 
-struct BinBackward<'a> {
-    ctx: &'a ExecContext,
-    a: &'a RawTensor,
-    b: &'a RawTensor,
-    out: &'a RawTensor,
-    gy: &'a RawTensor,
-    needs: [bool; 2],
-}
-impl<T: Float> BinaryVisitor<T> for BinBackward<'_> {
-    type Out = Result<(Option<RawTensor>, Option<RawTensor>)>;
-    fn visit<K: PointwiseBinary<T>>(self, k: K) -> Self::Out {
-        let ts = [self.a, self.b, self.out, self.gy];
-        // ga = gy · ∂f/∂a(a, b, out), gb = gy · ∂f/∂b(a, b, out), at the output shape.
-        let ga = if self.needs[0] {
-            Some(partial_grad::<T>(self.ctx, K::DA, ts, move |a, b, o| {
-                k.da(a, b, o)
-            })?)
+visitor! {
+    /// ga = gy · ∂f/∂a(a, b, out), gb = gy · ∂f/∂b(a, b, out), at the output shape, for
+    /// those `needs` asks.
+    BinBackward<'a> {
+        ctx: &'a ExecContext,
+        a: &'a RawTensor,
+        b: &'a RawTensor,
+        out: &'a RawTensor,
+        gy: &'a RawTensor,
+        needs: [bool; 2],
+    }
+    impl BinaryVisitor<PointwiseBinary> -> Result<(Option<RawTensor>, Option<RawTensor>)>;
+    |v, k| {
+        let ts = [v.a, v.b, v.out, v.gy];
+        let ga = if v.needs[0] {
+            Some(partial_grad::<T>(v.ctx, K::DA, ts, move |a, b, o| k.da(a, b, o))?)
         } else {
             None
         };
-        let gb = if self.needs[1] {
-            Some(partial_grad::<T>(self.ctx, K::DB, ts, move |a, b, o| {
-                k.db(a, b, o)
-            })?)
+        let gb = if v.needs[1] {
+            Some(partial_grad::<T>(v.ctx, K::DB, ts, move |a, b, o| k.db(a, b, o))?)
         } else {
             None
         };

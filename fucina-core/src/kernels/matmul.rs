@@ -29,7 +29,7 @@ mod tile;
 mod tiled;
 mod widen;
 
-use tile::MatRef;
+use tile::{BufArgs, GemmArgs, MatRef};
 use widen::BElem;
 
 use std::sync::OnceLock;
@@ -287,60 +287,46 @@ impl GemmFloat for f64 {
 }
 
 /// Runs a validated problem on `path` (available on this CPU), writing C's batch items `c`
-/// (one disjoint [`MatMut`] per batch index). `bias` (slice from element 0, stride) is added
-/// to every row of C after the product.
+/// (one disjoint [`MatMut`] per batch index); `args`'s bias is added to every row of C after
+/// the product. An empty problem writes nothing.
 ///
 /// # Safety
-/// As [`tiled::run`]: `a` and `b` are the buffers `p` was planned on (every element the
-/// problem addresses in them is in bounds); `path.available()`.
-#[allow(clippy::too_many_arguments)]
+/// As [`tiled::run`]: `args.a` and `args.b` are the buffers `p` was planned on (every element
+/// the problem addresses in them is in bounds); `path.available()`.
 unsafe fn run<T: GemmFloat, S: BElem<T>>(
     ctx: &ExecContext,
     path: GemmPath,
     p: &Problem,
-    alpha: T,
-    a: &[T],
-    b: &[S],
-    beta: T,
+    args: BufArgs<'_, T, S>,
     c: Vec<MatMut<'_, T>>,
-    bias: Option<(&[T], usize)>,
 ) {
+    if p.m == 0 || p.n == 0 || p.batch_len() == 0 {
+        return;
+    }
     match path {
-        // SAFETY: forwarded caller contract.
-        GemmPath::Tiled => unsafe { tiled::run(ctx, p, alpha, a, b, beta, c, bias) },
+        // SAFETY: forwarded caller contract; the problem is not empty.
+        GemmPath::Tiled => unsafe { tiled::run(ctx, p, args, c) },
         // SAFETY: forwarded caller contract; `path.available()`, so AVX2 and FMA are present.
-        GemmPath::PackedAvx2 => unsafe {
-            run_packed::<T, T::Avx2, S>(ctx, p, alpha, a, b, beta, c, bias)
-        },
+        GemmPath::PackedAvx2 => unsafe { run_packed::<T, T::Avx2, S>(ctx, p, args, c) },
         // SAFETY: forwarded caller contract; `path.available()`, so AVX-512F, AVX2 and FMA
         // are present.
-        GemmPath::PackedAvx512 => unsafe {
-            run_packed::<T, T::Avx512, S>(ctx, p, alpha, a, b, beta, c, bias)
-        },
+        GemmPath::PackedAvx512 => unsafe { run_packed::<T, T::Avx512, S>(ctx, p, args, c) },
     }
 }
 
-/// [`run`] on the packed driver with kernel `K`: batch items one per task when there are
-/// many (or they are small), else in turn, each split over the threads.
+/// [`run`] on the packed driver with kernel `K` (a non-empty problem): batch items one per
+/// task when there are many (or they are small), else in turn, each split over the threads.
 ///
 /// # Safety
 /// As [`run`], with `K`'s features present.
-#[allow(clippy::too_many_arguments)]
 unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T>>(
     ctx: &ExecContext,
     p: &Problem,
-    alpha: T,
-    a: &[T],
-    b: &[S],
-    beta: T,
+    args: BufArgs<'_, T, S>,
     c: Vec<MatMut<'_, T>>,
-    bias: Option<(&[T], usize)>,
 ) {
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
-    if m == 0 || n == 0 || nb == 0 {
-        return;
-    }
     let item_flops = (2 * m * n).saturating_mul(k.max(1));
     let parallel = item_flops.saturating_mul(nb) >= packed::PAR_MIN_FLOPS;
     // Many items, or small ones: one item per task. Otherwise items in turn, each split.
@@ -349,13 +335,13 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi);
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi);
         let av = MatRef {
-            data: a,
+            data: args.a,
             offset: ao,
             rs: p.a.rs,
             cs: p.a.cs,
         };
         let bv = MatRef {
-            data: b,
+            data: args.b,
             offset: bo,
             rs: p.b.rs,
             cs: p.b.cs,
@@ -363,7 +349,7 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T
         // SAFETY: offsets stay inside the views validated by `plan`; `ci` is item bi's own
         // part of C.
         unsafe {
-            packed::gemm::<T, K, S>(ctx, inner_parallel, k, alpha, av, bv, beta, ci, bias);
+            packed::gemm::<T, K, S>(ctx, inner_parallel, k, args.on(av, bv), ci);
         }
     };
     if per_item {
@@ -375,111 +361,124 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T
     }
 }
 
-/// Typed body of [`ExecContext::gemm`] (and of matmul/linear, and [`gemm_on`]), on a
-/// validated problem and GEMM path (an error when this CPU cannot run the path).
-#[allow(clippy::too_many_arguments)]
-fn gemm_typed<T: GemmFloat, S: BElem<T> + crate::dtype::Element>(
-    ctx: &ExecContext,
-    path: GemmPath,
+/// One validated GEMM call on tensors, `c = alpha·a·b + beta·c`, then `c[.., i, j] +=
+/// bias[j]` when a bias is given: what the entry points ([`ExecContext::gemm`], matmul,
+/// linear, [`gemm_on`]) hand to the dtype dispatch and the typed body, made once by
+/// [`GemmCall::plan`].
+struct GemmCall<'t> {
+    /// The op named in errors.
     op: &'static str,
-    p: &Problem,
+    /// The validated layout of `a`, `b`, `c`.
+    p: Problem,
     alpha: f64,
-    a: &RawTensor,
-    b: &RawTensor,
+    a: &'t RawTensor,
+    b: &'t RawTensor,
     beta: f64,
-    c: &mut RawTensor,
-    bias: Option<&RawTensor>,
-) -> Result<()> {
-    // `run` may only be handed a path whose kernels this CPU runs.
-    if !path.available() {
-        return Err(Error::InvalidArgument {
-            op,
-            msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
-        });
-    }
-    let (a_s, b_s) = (a.storage::<T>()?, b.storage::<S>()?);
-    let bias = match bias {
-        Some(t) => Some((
-            &t.storage::<T>()?[t.offset()..],
-            t.strides().first().copied().unwrap_or(0),
-        )),
-        None => None,
-    };
-    let c_shape = c.shape().to_vec();
-    let c_strides = c.strides().to_vec();
-    let bytes = c.as_mut_bytes()?;
-    let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
-    let c_s: &mut [T] =
-        bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| Error::InvalidArgument {
-            op,
-            msg: format!("output buffer cannot be viewed as {:?}: {e}", T::DTYPE),
-        })?;
-    // C's items as disjoint strided matrices (in bounds and non-overlapping, checked here).
-    let items = MatMut::batch(
-        c_s,
-        p.c.offset,
-        (&p.batch, &p.c.batch_strides),
-        (p.m, p.n),
-        (p.c.rs, p.c.cs),
-    )
-    .map_err(|why| Error::InvalidArgument {
-        op,
-        msg: format!("output of shape {c_shape:?} with strides {c_strides:?} {why}"),
-    })?;
-    // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available (checked
-    // above).
-    unsafe {
-        run::<T, S>(
-            ctx,
-            path,
-            p,
-            T::from_f64(alpha),
-            a_s,
-            b_s,
-            T::from_f64(beta),
-            items,
-            bias,
-        )
-    };
-    Ok(())
+    c: &'t mut RawTensor,
+    bias: Option<&'t RawTensor>,
 }
 
-/// [`gemm_typed`] for the dtypes of a validated problem: C's compute type `T` and B's (`T`, or
-/// bf16/f16 widened while packed).
-#[allow(clippy::too_many_arguments)]
-fn gemm_dispatch(
-    ctx: &ExecContext,
-    path: GemmPath,
-    op: &'static str,
-    p: &Problem,
-    alpha: f64,
-    a: &RawTensor,
-    b: &RawTensor,
-    beta: f64,
-    c: &mut RawTensor,
-    bias: Option<&RawTensor>,
-) -> Result<()> {
-    use half::{bf16, f16};
-    match (c.dtype(), b.dtype()) {
-        (DType::F32, DType::F32) => {
-            gemm_typed::<f32, f32>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+impl<'t> GemmCall<'t> {
+    /// Validates `c = a·b` as `op` (see [`plan`]): alpha 1, beta 0 and no bias, which the
+    /// caller sets where it has others.
+    fn plan(
+        op: &'static str,
+        a: &'t RawTensor,
+        b: &'t RawTensor,
+        c: &'t mut RawTensor,
+    ) -> Result<Self> {
+        let p = plan(op, a, b, c)?;
+        Ok(GemmCall {
+            op,
+            p,
+            alpha: 1.0,
+            a,
+            b,
+            beta: 0.0,
+            c,
+            bias: None,
+        })
+    }
+
+    /// Runs the call on `path` with the element types of its dtypes: C's compute type `T` and
+    /// B's (`T`, or bf16/f16 widened while packed).
+    fn run(self, ctx: &ExecContext, path: GemmPath) -> Result<()> {
+        use half::{bf16, f16};
+        match (self.c.dtype(), self.b.dtype()) {
+            (DType::F32, DType::F32) => self.typed::<f32, f32>(ctx, path),
+            (DType::F32, DType::BF16) => self.typed::<f32, bf16>(ctx, path),
+            (DType::F32, DType::F16) => self.typed::<f32, f16>(ctx, path),
+            (DType::F64, DType::F64) => self.typed::<f64, f64>(ctx, path),
+            (DType::F64, DType::BF16) => self.typed::<f64, bf16>(ctx, path),
+            (DType::F64, DType::F16) => self.typed::<f64, f16>(ctx, path),
+            (dtype, _) => Err(Error::UnsupportedDType { op: self.op, dtype }),
         }
-        (DType::F32, DType::BF16) => {
-            gemm_typed::<f32, bf16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
+    }
+
+    /// Typed body of [`GemmCall::run`]: an error when this CPU cannot run `path`.
+    fn typed<T: GemmFloat, S: BElem<T> + crate::dtype::Element>(
+        self,
+        ctx: &ExecContext,
+        path: GemmPath,
+    ) -> Result<()> {
+        let GemmCall {
+            op,
+            p,
+            alpha,
+            a,
+            b,
+            beta,
+            c,
+            bias,
+        } = self;
+        // `run` may only be handed a path whose kernels this CPU runs.
+        if !path.available() {
+            return Err(Error::InvalidArgument {
+                op,
+                msg: format!("GEMM path {path:?} needs CPU features this machine lacks"),
+            });
         }
-        (DType::F32, DType::F16) => {
-            gemm_typed::<f32, f16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
-        }
-        (DType::F64, DType::F64) => {
-            gemm_typed::<f64, f64>(ctx, path, op, p, alpha, a, b, beta, c, bias)
-        }
-        (DType::F64, DType::BF16) => {
-            gemm_typed::<f64, bf16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
-        }
-        (DType::F64, DType::F16) => {
-            gemm_typed::<f64, f16>(ctx, path, op, p, alpha, a, b, beta, c, bias)
-        }
-        (dtype, _) => Err(Error::UnsupportedDType { op, dtype }),
+        let (a_s, b_s) = (a.storage::<T>()?, b.storage::<S>()?);
+        let bias = match bias {
+            Some(t) => Some((
+                &t.storage::<T>()?[t.offset()..],
+                t.strides().first().copied().unwrap_or(0),
+            )),
+            None => None,
+        };
+        let c_shape = c.shape().to_vec();
+        let c_strides = c.strides().to_vec();
+        let bytes = c.as_mut_bytes()?;
+        let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+        let c_s: &mut [T] = bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| {
+            Error::InvalidArgument {
+                op,
+                msg: format!("output buffer cannot be viewed as {:?}: {e}", T::DTYPE),
+            }
+        })?;
+        // C's items as disjoint strided matrices (in bounds and non-overlapping, checked here).
+        let items = MatMut::batch(
+            c_s,
+            p.c.offset,
+            (&p.batch, &p.c.batch_strides),
+            (p.m, p.n),
+            (p.c.rs, p.c.cs),
+        )
+        .map_err(|why| Error::InvalidArgument {
+            op,
+            msg: format!("output of shape {c_shape:?} with strides {c_strides:?} {why}"),
+        })?;
+        let args = GemmArgs {
+            alpha: T::from_f64(alpha),
+            a: a_s,
+            b: b_s,
+            beta: T::from_f64(beta),
+            bias,
+        };
+        // SAFETY: `a_s` and `b_s` are the buffers `p` was planned on; `path` is available
+        // (checked above).
+        unsafe { run::<T, S>(ctx, path, &p, args, items) };
+        Ok(())
     }
 }
 
@@ -561,8 +560,13 @@ impl ExecContext {
         beta: f64,
         c: &mut RawTensor,
     ) -> Result<()> {
-        let p = plan("gemm", a, b, c)?;
-        gemm_dispatch(self, gemm_path(), "gemm", &p, alpha, a, b, beta, c, None)
+        let call = GemmCall::plan("gemm", a, b, c)?;
+        GemmCall {
+            alpha,
+            beta,
+            ..call
+        }
+        .run(self, gemm_path())
     }
 
     /// `a [..., M, K] @ b [..., K, N] -> [..., M, N]` with broadcast batch dims; a 1-D `a` is a
@@ -588,19 +592,7 @@ impl ExecContext {
             });
         }
         let mut c = self.empty(a.dtype(), &full)?;
-        let p = plan("matmul", &a2, &b2, &c)?;
-        gemm_dispatch(
-            self,
-            gemm_path(),
-            "matmul",
-            &p,
-            1.0,
-            &a2,
-            &b2,
-            0.0,
-            &mut c,
-            None,
-        )?;
+        GemmCall::plan("matmul", &a2, &b2, &mut c)?.run(self, gemm_path())?;
         c.reshape(&out_shape)
     }
 
@@ -671,8 +663,8 @@ impl ExecContext {
         let x2 = self.reshape(x, &[rows, k])?;
         let wt = w.transpose(0, 1)?;
         let mut c = self.empty(x.dtype(), &[rows, n])?;
-        let p = plan(op, &x2, &wt, &c)?;
-        gemm_dispatch(self, gemm_path(), op, &p, 1.0, &x2, &wt, 0.0, &mut c, bias)?;
+        let call = GemmCall::plan(op, &x2, &wt, &mut c)?;
+        GemmCall { bias, ..call }.run(self, gemm_path())?;
         let mut out_shape: Dims = SmallVec::from_slice(&x.shape()[..x.rank() - 1]);
         out_shape.push(n);
         c.reshape(&out_shape)
@@ -709,24 +701,30 @@ pub fn gemm_on(
     bias: Option<&RawTensor>,
 ) -> Result<()> {
     let op = "gemm_on";
-    let p = plan(op, a, b, c)?;
+    let call = GemmCall::plan(op, a, b, c)?;
     if let Some(bt) = bias {
-        if bt.shape() != [p.n] {
+        if bt.shape() != [call.p.n] {
             return Err(Error::ShapeMismatch {
                 op,
                 lhs: bt.shape().to_vec(),
-                rhs: vec![p.n],
+                rhs: vec![call.p.n],
             });
         }
-        if bt.dtype() != c.dtype() {
+        if bt.dtype() != call.c.dtype() {
             return Err(Error::DTypeMismatch {
                 op,
-                lhs: c.dtype(),
+                lhs: call.c.dtype(),
                 rhs: bt.dtype(),
             });
         }
     }
-    gemm_dispatch(ctx, path, op, &p, alpha, a, b, beta, c, bias)
+    GemmCall {
+        alpha,
+        beta,
+        bias,
+        ..call
+    }
+    .run(ctx, path)
 }
 
 /// Plain scalar triple-loop implementations: the spec of the fast kernels above.

@@ -271,7 +271,7 @@ impl ExecContext {
         check_backward(OP, x, weight, &[mean, rstd], gy)?;
         let needs_w = needs_w && weight.is_some();
         crate::dispatch_float!(x.dtype(), OP, T => {
-            self.norm_backward_t::<T>(x, weight, Some(mean), rstd, gy, needs_x, needs_w, needs_b)
+            self.norm_backward_t::<T>(x, weight, Some(mean), rstd, gy, [needs_x, needs_w, needs_b])
         })
     }
 
@@ -362,7 +362,7 @@ impl ExecContext {
         check_backward(OP, x, weight, &[rstd], gy)?;
         let needs_w = needs_w && weight.is_some();
         let (gx, gw, _) = crate::dispatch_float!(x.dtype(), OP, T => {
-            self.norm_backward_t::<T>(x, weight, None, rstd, gy, needs_x, needs_w, false)
+            self.norm_backward_t::<T>(x, weight, None, rstd, gy, [needs_x, needs_w, false])
         })?;
         Ok((gx, gw))
     }
@@ -376,9 +376,7 @@ impl ExecContext {
         mean: Option<&RawTensor>,
         rstd: &RawTensor,
         gy: &RawTensor,
-        needs_x: bool,
-        needs_w: bool,
-        needs_b: bool,
+        [needs_x, needs_w, needs_b]: [bool; 3],
     ) -> Result<(Option<RawTensor>, Option<RawTensor>, Option<RawTensor>)> {
         let d = x.shape()[x.rank() - 1];
         let n_rows = x.numel() / d;
@@ -560,14 +558,8 @@ pub mod reference {
         let mut gx = vec![T::ZERO; x.len()];
         let (mut gw, mut gb) = (vec![T::ZERO; d], vec![T::ZERO; d]);
         let dd = T::from_usize(d);
-        for (i, ((xr, gr), gxr)) in x
-            .chunks(d)
-            .zip(gy.chunks(d))
-            .zip(gx.chunks_mut(d))
-            .enumerate()
-        {
+        backward_rows(x, d, w, gy, &mut gx, |i, xr, gr, g, gxr| {
             let xhat: Vec<T> = xr.iter().map(|&v| (v - mean[i]) * rstd[i]).collect();
-            let g: Vec<T> = (0..d).map(|j| gr[j] * w.map_or(T::ONE, |w| w[j])).collect();
             let mut a = T::ZERO;
             let mut b = T::ZERO;
             for j in 0..d {
@@ -579,8 +571,29 @@ pub mod reference {
                 gw[j] += gr[j] * xhat[j];
                 gb[j] += gr[j];
             }
-        }
+        });
         (gx, gw, gb)
+    }
+
+    /// The row loop of both norm backwards: `row(i, x_i, gy_i, g_i, gx_i)` for each row `i`
+    /// in order, with `g_i = gy_i * w` (`gy_i` without weight), writing row `i` of `gx`.
+    fn backward_rows<T: Float>(
+        x: &[T],
+        d: usize,
+        w: Option<&[T]>,
+        gy: &[T],
+        gx: &mut [T],
+        mut row: impl FnMut(usize, &[T], &[T], &[T], &mut [T]),
+    ) {
+        for (i, ((xr, gr), gxr)) in x
+            .chunks(d)
+            .zip(gy.chunks(d))
+            .zip(gx.chunks_mut(d))
+            .enumerate()
+        {
+            let g: Vec<T> = (0..d).map(|j| gr[j] * w.map_or(T::ONE, |w| w[j])).collect();
+            row(i, xr, gr, &g, gxr);
+        }
     }
 
     /// RMS norm: returns (y, rstd).
@@ -611,14 +624,8 @@ pub mod reference {
         let mut gx = vec![T::ZERO; x.len()];
         let mut gw = vec![T::ZERO; d];
         let dd = T::from_usize(d);
-        for (i, ((xr, gr), gxr)) in x
-            .chunks(d)
-            .zip(gy.chunks(d))
-            .zip(gx.chunks_mut(d))
-            .enumerate()
-        {
+        backward_rows(x, d, w, gy, &mut gx, |i, xr, gr, g, gxr| {
             let xhat: Vec<T> = xr.iter().map(|&v| v * rstd[i]).collect();
-            let g: Vec<T> = (0..d).map(|j| gr[j] * w.map_or(T::ONE, |w| w[j])).collect();
             let mut b = T::ZERO;
             for j in 0..d {
                 b += g[j] * xhat[j];
@@ -627,7 +634,7 @@ pub mod reference {
                 gxr[j] = rstd[i] * (g[j] - xhat[j] * (b / dd));
                 gw[j] += gr[j] * xhat[j];
             }
-        }
+        });
         (gx, gw)
     }
 }

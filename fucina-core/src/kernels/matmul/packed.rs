@@ -26,7 +26,7 @@ use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 use crate::kernels::with_scratch;
 
-use super::tile::{self, MatRef, PanelPack, Tile, MR};
+use super::tile::{self, GemmArgs, PanelPack, Tile, ViewArgs, MR};
 use super::widen::{pack_panels_widen, BElem};
 use super::{avx2, avx512};
 
@@ -406,18 +406,20 @@ fn grid<K: PackedKernel>(
 ///
 /// # Safety
 /// As [`gemm`] for A and B.
-#[allow(clippy::too_many_arguments)]
 unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
     k: usize,
-    alpha: T,
-    a: MatRef<'_, T>,
-    b: MatRef<'_, S>,
-    beta: T,
+    args: ViewArgs<'_, T, S>,
     mut c: MatMut<'_, T>,
-    bias: Option<(&[T], usize)>,
 ) {
+    let GemmArgs {
+        alpha,
+        a,
+        b,
+        beta,
+        bias,
+    } = args;
     let (crs, ccs) = (c.rs(), c.cs());
     let nr = K::NR;
     // A is packed into MR-row panels (contiguous K steps, read sequentially by the kernel).
@@ -520,29 +522,26 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     )
 }
 
-/// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`; beta == 0 never reads
-/// C; B of `T` or of a 16-bit storage type `S` widened while packed), then `C[i, j] += bias[j]` when a bias `(slice from element 0, stride)` is given.
+/// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`, the reduction `k` long;
+/// beta == 0 never reads C; B of `T` or of a 16-bit storage type `S` widened while packed),
+/// then `C[i, j] += bias[j]` when `args` has a bias.
 /// Parallel over the context's threads when `parallel`: C's jobs are disjoint tiles
 /// ([`MatMut::split_grid`]).
 ///
 /// # Safety
 /// Every addressed element of A and B is inside its buffer (a view validated by `plan`).
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     ctx: &ExecContext,
     parallel: bool,
     k: usize,
-    alpha: T,
-    a: MatRef<'_, T>,
-    b: MatRef<'_, S>,
-    beta: T,
+    args: ViewArgs<'_, T, S>,
     mut c: MatMut<'_, T>,
-    bias: Option<(&[T], usize)>,
 ) {
     let (m, n) = (c.rows(), c.cols());
     if m == 0 || n == 0 {
         return;
     }
+    let (a, beta, bias) = (args.a, args.beta, args.bias);
     if k == 0 {
         for i in 0..m {
             for j in 0..n {
@@ -568,12 +567,8 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
                 (rcuts[ri], rcuts[ri + 1]),
                 (ccuts[ci], ccuts[ci + 1]),
                 k,
-                alpha,
-                a,
-                b,
-                beta,
+                args,
                 cj,
-                bias,
             )
         };
     });

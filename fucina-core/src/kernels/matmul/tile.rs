@@ -1,5 +1,5 @@
 //! The GEMM's shared tile types: the micro-tile a micro-kernel writes, its shape constants,
-//! and the read-only strided operand view.
+//! the read-only strided operand view, and the bundle of one typed GEMM's operands.
 //!
 //! A leaf: it uses nothing else of the GEMM, so the micro-kernels (`avx2`, `avx512`) and the
 //! driver (`packed`) all depend on it without depending on each other's internals in a cycle.
@@ -67,3 +67,43 @@ impl<T> MatRef<'_, T> {
         self.data.as_ptr().wrapping_add(self.offset)
     }
 }
+
+/// The operands of one typed GEMM, `C ← alpha·A·B + beta·C`, then `C[i, j] += bias[j]` when a
+/// bias `(slice from element 0, stride)` is given: what every layer of the GEMM (dispatch,
+/// batch runners, packed jobs) passes on together. C travels apart, as it is split into
+/// disjoint parts on the way down. `A` and `B` are the whole buffers (`&[T]`, `&[S]`) above
+/// the batch split, one item's strided views ([`MatRef`]) below it.
+#[derive(Clone, Copy)]
+pub struct GemmArgs<'s, T, A, B> {
+    /// Scale of the product.
+    pub alpha: T,
+    /// The left operand.
+    pub a: A,
+    /// The right operand.
+    pub b: B,
+    /// Scale of the old C (`beta == 0` never reads it).
+    pub beta: T,
+    /// The bias added to every row of C after the product.
+    pub bias: Option<(&'s [T], usize)>,
+}
+
+impl<'s, T, A, B> GemmArgs<'s, T, A, B> {
+    /// The same scales and bias over other operands `a`, `b` (one batch item's views).
+    #[inline]
+    pub fn on<A2, B2>(self, a: A2, b: B2) -> GemmArgs<'s, T, A2, B2> {
+        GemmArgs {
+            alpha: self.alpha,
+            a,
+            b,
+            beta: self.beta,
+            bias: self.bias,
+        }
+    }
+}
+
+/// [`GemmArgs`] over one batch item's strided views of A (`T`) and B (`S`, widened while
+/// packed when it is not `T`).
+pub type ViewArgs<'s, T, S> = GemmArgs<'s, T, MatRef<'s, T>, MatRef<'s, S>>;
+
+/// [`GemmArgs`] over the whole buffers of A (`T`) and B (`S`) a batched problem was planned on.
+pub type BufArgs<'s, T, S> = GemmArgs<'s, T, &'s [T], &'s [S]>;

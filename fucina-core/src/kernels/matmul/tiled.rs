@@ -13,6 +13,7 @@ use crate::exec::{ExecContext, MatMut};
 use crate::shape;
 
 use super::packed::with_b_scratch;
+use super::tile::{BufArgs, GemmArgs, MatRef};
 use super::widen::{pack_panels_widen, BElem};
 use super::Problem;
 
@@ -124,28 +125,28 @@ fn tile_shape(batch: usize, m: usize, n: usize, k: usize) -> (usize, usize) {
     (edge(m, gm), edge(n, gn))
 }
 
-/// Runs a validated problem on C's batch items `c` (one [`MatMut`] per batch index, as
-/// [`MatMut::batch`] makes them). `bias` (slice from element 0, stride) is added to every row
-/// of C after the product, tile by tile while the tile is hot in cache.
+/// Runs a validated, non-empty problem on C's batch items `c` (one [`MatMut`] per batch
+/// index, as [`MatMut::batch`] makes them). The bias of `args` is added to every row of C
+/// after the product, tile by tile while the tile is hot in cache.
 ///
 /// # Safety
-/// `a` and `b` are the buffers the problem was planned against (offsets included in `p`):
-/// every element the problem addresses in them is in bounds.
+/// `args.a` and `args.b` are the buffers the problem was planned against (offsets included
+/// in `p`): every element the problem addresses in them is in bounds.
 pub(super) unsafe fn run<T: GemmKernel, S: BElem<T>>(
     ctx: &ExecContext,
     p: &Problem,
-    alpha: T,
-    a: &[T],
-    b: &[S],
-    beta: T,
+    args: BufArgs<'_, T, S>,
     c: Vec<MatMut<'_, T>>,
-    bias: Option<(&[T], usize)>,
 ) {
+    let GemmArgs {
+        alpha,
+        a,
+        b,
+        beta,
+        bias,
+    } = args;
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
-    if m == 0 || n == 0 || nb == 0 {
-        return;
-    }
     let (tm, tn) = tile_shape(nb, m, n, k);
     let (gm, gn) = (m.div_ceil(tm), n.div_ceil(tn));
     let per = gm * gn;
@@ -166,27 +167,43 @@ pub(super) unsafe fn run<T: GemmKernel, S: BElem<T>>(
         let cols = tn.min(n - c0);
         let ao = p.a.offset + shape::offset_of(&p.batch, &p.a.batch_strides, bi) + r0 * p.a.rs;
         let bo = p.b.offset + shape::offset_of(&p.batch, &p.b.batch_strides, bi) + c0 * p.b.cs;
-        match S::same(b) {
-            // SAFETY: offsets stay inside the views validated by `plan`; `ct` is this chunk's
-            // own `rows × cols` tile of C with C's strides.
-            Some(b) => unsafe {
+        // The tile's rows of A times `wj` columns of `bv` (`k × wj`), into the tile's columns
+        // `j0..j0 + wj`: one kernel call.
+        let mut product = |bv: MatRef<'_, T>, j0: usize, wj: usize| {
+            // SAFETY: A's offset stays inside the view validated by `plan`; `bv` is, at each
+            // call below, B's block inside that view or a widened panel of it, `k × wj`; the
+            // columns j0..j0 + wj are inside this chunk's own `rows × cols` tile of C, with C's
+            // strides.
+            unsafe {
                 T::kernel(
                     rows,
                     k,
-                    cols,
+                    wj,
                     alpha,
                     a.as_ptr().add(ao),
                     p.a.rs as isize,
                     p.a.cs as isize,
-                    b.as_ptr().add(bo),
-                    p.b.rs as isize,
-                    p.b.cs as isize,
+                    bv.ptr(),
+                    bv.rs as isize,
+                    bv.cs as isize,
                     beta,
-                    ct.as_mut_ptr(),
+                    ct.as_mut_ptr().add(j0 * p.c.cs),
                     p.c.rs as isize,
                     p.c.cs as isize,
                 );
-            },
+            }
+        };
+        match S::same(b) {
+            Some(b) => product(
+                MatRef {
+                    data: b,
+                    offset: bo,
+                    rs: p.b.rs,
+                    cs: p.b.cs,
+                },
+                0,
+                cols,
+            ),
             // bf16/f16 B: widen one column panel of the tile at a time into the thread's
             // scratch (`k × w`, row-major) and run the kernel on it. Splitting C's columns
             // leaves every element's K-reduction as it was (matrixmultiply blocks K the same
@@ -211,26 +228,14 @@ pub(super) unsafe fn run<T: GemmKernel, S: BElem<T>>(
                                 wj,
                             )
                         };
-                        // SAFETY: A as above; the panel is `k × wj` row-major; columns
-                        // j0..j0 + wj of this chunk's tile of C.
-                        unsafe {
-                            T::kernel(
-                                rows,
-                                k,
-                                wj,
-                                alpha,
-                                a.as_ptr().add(ao),
-                                p.a.rs as isize,
-                                p.a.cs as isize,
-                                dst.as_ptr(),
-                                wj as isize,
-                                1,
-                                beta,
-                                ct.as_mut_ptr().add(j0 * p.c.cs),
-                                p.c.rs as isize,
-                                p.c.cs as isize,
-                            );
-                        }
+                        // The panel is `k × wj` row-major.
+                        let panel = MatRef {
+                            data: dst,
+                            offset: 0,
+                            rs: wj,
+                            cs: 1,
+                        };
+                        product(panel, j0, wj);
                     }
                 });
             }

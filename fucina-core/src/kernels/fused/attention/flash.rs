@@ -33,7 +33,7 @@
 
 use std::cell::Cell;
 
-use super::micro::{gemm, pack_t, prefetch_row, ARef, BRef, Span, NR};
+use super::micro::{gemm, pack_t, prefetch_row, ARef, BRef, CMut, Span, NR};
 use super::{Heads, Mask, RowMask};
 use crate::dtype::Float;
 use crate::error::Result;
@@ -127,16 +127,39 @@ impl<'a, T: Float> Problem<'a, T> {
     }
 }
 
+/// How one row's raw scores `s·(q·k)` of a key block become its logits: the keys
+/// `j0..j0 + valid` it sees, the scale and the row's mask (the rest of the block is hidden).
+#[derive(Clone, Copy)]
+struct Logits<'m, T> {
+    valid: usize,
+    scale: T,
+    mask: RowMask<'m, T>,
+    j0: usize,
+}
+
+impl<T: Float> Problem<'_, T> {
+    /// The logits of query row `i` of head (b, h) over keys `j0..j0 + valid`.
+    #[inline(always)]
+    fn logits(&self, (b, h, i): (usize, usize, usize), j0: usize, valid: usize) -> Logits<'_, T> {
+        Logits {
+            valid,
+            scale: self.scale,
+            mask: self.mask.row(b, h, i),
+            j0,
+        }
+    }
+}
+
 /// `row[..valid] = row · scale` plus the row's mask (−∞ where a keep-mask is 0), for keys
 /// `j0..j0 + valid`; `row[valid..] = −∞` (causally hidden).
 #[inline(always)]
-fn scale_and_mask<T: Float>(
-    row: &mut [T],
-    valid: usize,
-    scale: T,
-    mask: RowMask<'_, T>,
-    j0: usize,
-) {
+fn scale_and_mask<T: Float>(row: &mut [T], logits: Logits<'_, T>) {
+    let Logits {
+        valid,
+        scale,
+        mask,
+        j0,
+    } = logits;
     let (vis, hidden) = row.split_at_mut(valid);
     hidden.fill(T::NEG_INFINITY);
     match mask {
@@ -178,16 +201,8 @@ fn scale_and_mask<T: Float>(
 /// −∞): then l becomes NaN, and stays NaN, so the row ends NaN instead of looking fully
 /// masked. With a finite max, a NaN score makes its e^(s − m) and so l NaN by itself.
 #[inline(always)]
-fn online_row<T: RowFloat>(
-    row: &mut [T],
-    valid: usize,
-    scale: T,
-    mask: RowMask<'_, T>,
-    j0: usize,
-    m: &mut T,
-    l: &mut T,
-) -> T {
-    scale_and_mask(row, valid, scale, mask, j0);
+fn online_row<T: RowFloat>(row: &mut [T], logits: Logits<'_, T>, m: &mut T, l: &mut T) -> T {
+    scale_and_mask(row, logits);
     let block_max = max(row);
     let m_new = if block_max > *m { block_max } else { *m };
     if m_new == T::NEG_INFINITY {
@@ -206,6 +221,85 @@ fn online_row<T: RowFloat>(
     *l = *l * alpha + sum(row);
     *m = m_new;
     alpha
+}
+
+/// What the query rows of one (query block, key block) tile see: row `r` sees keys
+/// `0..vend[r]` of the block (nondecreasing in r), of `bc` keys. Its three products are
+/// the tile products of the forward and the backward, each band of rows (or of keys) cut to
+/// what it can see; every term skipped has weight exactly 0.
+#[derive(Clone, Copy)]
+struct Visible<'a> {
+    /// One entry per query row of the block.
+    vend: &'a [usize],
+    /// Keys in the block.
+    bc: usize,
+}
+
+impl Visible<'_> {
+    /// `out[r, c] = Σ_k X(r, k) · Y_c[k]` over `kd` steps (S = Q·Kᵀ, gP = gO·Vᵀ; rows of
+    /// `out` `BC` apart), X's rows read in place and the block's Y rows packed by `pack_t`
+    /// into `yt`: a band of rows computes the keys its last row sees (padding columns of its
+    /// last panel are computed and ignored; columns past it are left stale).
+    #[inline(always)]
+    fn scores<T: Float>(self, out: &mut [T], x: ARef<'_, T>, yt: &[T], kd: usize) {
+        let vend = self.vend;
+        gemm(
+            vend.len(),
+            self.bc.next_multiple_of(NR),
+            kd,
+            CMut::overwrite(out, BC),
+            x,
+            BRef::panels(yt, kd),
+            |_, m_end| Span {
+                cols: vend[m_end - 1],
+                k0: 0,
+                k1: kd,
+            },
+        );
+    }
+
+    /// `out[r, ..] += Σ_c W[r, c] · y_c` (O += P·V, gQ += gS·K) for `w`-wide rows of `out`
+    /// (`w` apart), from the tile's weights `wts` (rows `BC` apart): a band of rows reduces
+    /// over the keys its last row sees.
+    #[inline(always)]
+    fn add_to_rows<T: Float>(self, out: &mut [T], w: usize, wts: &[T], y: BRef<'_, T>) {
+        let vend = self.vend;
+        gemm(
+            vend.len(),
+            w,
+            self.bc,
+            CMut::accumulate(out, w),
+            ARef::rows(wts, 0, BC),
+            y,
+            |_, m_end| Span {
+                cols: w,
+                k0: 0,
+                k1: vend[m_end - 1],
+            },
+        );
+    }
+
+    /// `out[c, ..] += Σ_r W[r, c] · y_r` (gV += Pᵀ·gO, gK += gSᵀ·Q) for the block's keys'
+    /// `w`-wide rows of `out` (`w` apart), from the tile's weights `wts` (rows `BC` apart): a
+    /// band of keys reduces from the first row that sees its first key.
+    #[inline(always)]
+    fn add_to_keys<T: Float>(self, out: &mut [T], w: usize, wts: &[T], y: BRef<'_, T>) {
+        let vend = self.vend;
+        let br = vend.len();
+        gemm(
+            self.bc,
+            w,
+            br,
+            CMut::accumulate(out, w),
+            ARef::transposed(wts, 0, BC),
+            y,
+            |m0, _| Span {
+                cols: w,
+                k0: vend.partition_point(|&v| v <= m0),
+                k1: br,
+            },
+        );
+    }
 }
 
 /// The forward of chunk `c` = (head, query block): writes its rows of `out` and `lse`
@@ -248,34 +342,21 @@ fn fwd_block_impl<T: RowFloat>(
         }
         // A band of rows needs the columns its last row sees, and P·V only those keys
         // (the other rows' weights there are exactly 0).
-        let band_end = |m_end: usize| vend[m_end - 1];
+        let seen = Visible {
+            vend: &vend[..br],
+            bc,
+        };
         pack_t(bc, |c| p.k.row(b, kh, j0 + c), d, kt);
         // P·V below reads this block's V rows in place: start fetching them now.
         for c in 0..bc {
             prefetch_row(&p.v.row(b, kh, j0 + c)[..dv]);
         }
-        // S = Q·Kᵀ over the columns each band sees (padding columns of its last panel are
-        // computed and ignored; columns past it are left stale and hidden below).
-        let bcp = bc.next_multiple_of(NR);
-        gemm(
-            br,
-            bcp,
-            d,
-            s,
-            BC,
-            false,
-            ARef::rows(qs, q0, qsr),
-            BRef::panels(kt, d),
-            |_, m_end| Span {
-                cols: band_end(m_end),
-                k0: 0,
-                k1: d,
-            },
-        );
+        // S = Q·Kᵀ over the columns each band sees (columns past them are hidden below).
+        seen.scores(s, ARef::rows(qs, q0, qsr), kt, d);
         for r in 0..br {
             let row = &mut s[r * BC..r * BC + bc];
-            let mask = p.mask.row(b, h, i0 + r);
-            alpha[r] = online_row(row, vend[r], p.scale, mask, j0, &mut m[r], &mut l[r]);
+            let logits = p.logits((b, h, i0 + r), j0, vend[r]);
+            alpha[r] = online_row(row, logits, &mut m[r], &mut l[r]);
         }
         // O = diag(alpha)·O + P·V.
         for (r, orow) in o.chunks_exact_mut(dv.max(1)).enumerate().take(br) {
@@ -285,21 +366,7 @@ fn fwd_block_impl<T: RowFloat>(
                 }
             }
         }
-        gemm(
-            br,
-            dv,
-            bc,
-            o,
-            dv,
-            true,
-            ARef::rows(s, 0, BC),
-            BRef::rows(vs, v0 + j0 * vsr, vsr),
-            |_, m_end| Span {
-                cols: dv,
-                k0: 0,
-                k1: band_end(m_end),
-            },
-        );
+        seen.add_to_rows(o, dv, s, BRef::rows(vs, v0 + j0 * vsr, vsr));
         j0 += bc;
     }
     for r in 0..br {
@@ -358,19 +425,12 @@ pub(super) fn forward<T: RowFloat>(
 /// in the forward) is NaN at every key it sees and still exactly 0 where hidden or masked
 /// (e^(−∞ − NaN) would be NaN), so its NaN reaches the gradients of the keys it sees.
 #[inline(always)]
-fn probs_row<T: RowFloat>(
-    row: &mut [T],
-    valid: usize,
-    scale: T,
-    mask: RowMask<'_, T>,
-    j0: usize,
-    lse: T,
-) {
+fn probs_row<T: RowFloat>(row: &mut [T], logits: Logits<'_, T>, lse: T) {
     if lse == T::NEG_INFINITY {
         row.fill(T::ZERO);
         return;
     }
-    scale_and_mask(row, valid, scale, mask, j0);
+    scale_and_mask(row, logits);
     if lse.is_nan() {
         for x in row.iter_mut() {
             *x = if *x == T::NEG_INFINITY {
@@ -395,6 +455,16 @@ struct BwdOut<'a, T> {
     delta: Option<&'a mut [T]>,
 }
 
+/// The backward's inputs besides the problem: the upstream gradient `g_out` and the
+/// forward's `out` (for Δ), and the forward's `lse` rows (of every head, or of the one
+/// head being run).
+#[derive(Clone, Copy)]
+struct BwdIn<'a, T> {
+    g_out: &'a Heads<'a, T>,
+    out: &'a Heads<'a, T>,
+    lse: &'a [T],
+}
+
 /// The backward of k/v head `bj` = (b, j): for its query heads h = j·G .. j·G + G − 1 in
 /// ascending order, accumulates their rows of gq and the k/v head's rows of gk, gv (so each
 /// gK/gV row sums over query heads, then query blocks, in a fixed order).
@@ -402,9 +472,7 @@ struct BwdOut<'a, T> {
 fn bwd_head_impl<T: RowFloat>(
     p: &Problem<'_, T>,
     bj: usize,
-    g_out: &Heads<'_, T>,
-    out: &Heads<'_, T>,
-    lse: &[T],
+    inp: BwdIn<'_, T>,
     dst: BwdOut<'_, T>,
     buf: &mut [T],
 ) {
@@ -427,26 +495,23 @@ fn bwd_head_impl<T: RowFloat>(
             gv: gv.as_deref_mut(),
             delta: delta.as_deref_mut().map(|x| &mut x[g * nt..(g + 1) * nt]),
         };
-        let lse = &lse[bh * nt..(bh + 1) * nt];
-        bwd_query_head(p, b, h, kh, g_out, out, lse, dst, buf);
+        let lse = &inp.lse[bh * nt..(bh + 1) * nt];
+        bwd_query_head(p, (b, h, kh), BwdIn { lse, ..inp }, dst, buf);
     }
 }
 
-/// Query head (b, h)'s share of the backward, reading k/v head (b, kh): accumulates into
-/// its rows of gq (`dst.gq`, `dst.delta`: this head's) and into gk, gv (the k/v head's).
+/// Query head (b, h)'s share of the backward, reading k/v head (b, kh) (`inp.lse` is this
+/// head's): accumulates into its rows of gq (`dst.gq`, `dst.delta`: this head's) and into
+/// gk, gv (the k/v head's).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn bwd_query_head<T: RowFloat>(
     p: &Problem<'_, T>,
-    b: usize,
-    h: usize,
-    kh: usize,
-    g_out: &Heads<'_, T>,
-    out: &Heads<'_, T>,
-    lse: &[T],
+    (b, h, kh): (usize, usize, usize),
+    inp: BwdIn<'_, T>,
     dst: BwdOut<'_, T>,
     buf: &mut [T],
 ) {
+    let BwdIn { g_out, out, lse } = inp;
     let (nt, ns, d, dv) = (p.nt, p.ns, p.d, p.dv);
     let BwdOut {
         mut gq,
@@ -481,7 +546,6 @@ fn bwd_query_head<T: RowFloat>(
     let mut j0 = 0;
     while j0 < mend {
         let bc = BC.min(ns - j0);
-        let bcp = bc.next_multiple_of(NR);
         pack_t(bc, |c| p.k.row(b, kh, j0 + c), d, kt);
         if need_s {
             pack_t(bc, |c| p.v.row(b, kh, j0 + c), dv, vt);
@@ -512,63 +576,20 @@ fn bwd_query_head<T: RowFloat>(
             // Bands over query rows need the keys their last row sees; bands over keys
             // (the transposed products) need the query rows from the first that sees
             // their first key. Every skipped term has weight exactly 0.
-            let keys_of = |m_end: usize| vend[m_end - 1];
-            let rows_from = |m0: usize| vend.partition_point(|&v| v <= m0);
+            let seen = Visible { vend, bc };
             // P = e^(s·Q·Kᵀ + M − lse), recomputed for this tile.
-            gemm(
-                br,
-                bcp,
-                d,
-                s,
-                BC,
-                false,
-                ARef::rows(qs, qi, qsr),
-                BRef::panels(kt, d),
-                |_, m_end| Span {
-                    cols: keys_of(m_end),
-                    k0: 0,
-                    k1: d,
-                },
-            );
+            seen.scores(s, ARef::rows(qs, qi, qsr), kt, d);
             for (r, &valid) in vend.iter().enumerate() {
                 let row = &mut s[r * BC..r * BC + bc];
-                probs_row(row, valid, scale, p.mask.row(b, h, i0 + r), j0, lse[i0 + r]);
+                probs_row(row, p.logits((b, h, i0 + r), j0, valid), lse[i0 + r]);
             }
             // gV[j] += Σ_i P_ij gO_i.
             if let Some(gv) = gv.as_deref_mut() {
-                gemm(
-                    bc,
-                    dv,
-                    br,
-                    &mut gv[j0 * dv..],
-                    dv,
-                    true,
-                    ARef::transposed(s, 0, BC),
-                    BRef::rows(gs, gi, gsr),
-                    |m0, _| Span {
-                        cols: dv,
-                        k0: rows_from(m0),
-                        k1: br,
-                    },
-                );
+                seen.add_to_keys(&mut gv[j0 * dv..], dv, s, BRef::rows(gs, gi, gsr));
             }
             if need_s {
                 // gP = gO·Vᵀ, then gS = P ∘ (gP − Δ), scaled by s once here.
-                gemm(
-                    br,
-                    bcp,
-                    dv,
-                    dp,
-                    BC,
-                    false,
-                    ARef::rows(gs, gi, gsr),
-                    BRef::panels(vt, dv),
-                    |_, m_end| Span {
-                        cols: keys_of(m_end),
-                        k0: 0,
-                        k1: dv,
-                    },
-                );
+                seen.scores(dp, ARef::rows(gs, gi, gsr), vt, dv);
                 for (r, &valid) in vend.iter().enumerate() {
                     let dl = delta[i0 + r];
                     let prow = &s[r * BC..r * BC + valid];
@@ -591,39 +612,12 @@ fn bwd_query_head<T: RowFloat>(
                 }
                 // gQ_i += Σ_j s·gS_ij K_j.
                 if let Some(gq) = gq.as_deref_mut() {
-                    gemm(
-                        br,
-                        d,
-                        bc,
-                        &mut gq[i0 * d..],
-                        d,
-                        true,
-                        ARef::rows(dp, 0, BC),
-                        BRef::rows(ks, k0 + j0 * ksr, ksr),
-                        |_, m_end| Span {
-                            cols: d,
-                            k0: 0,
-                            k1: keys_of(m_end),
-                        },
-                    );
+                    let kv = BRef::rows(ks, k0 + j0 * ksr, ksr);
+                    seen.add_to_rows(&mut gq[i0 * d..], d, dp, kv);
                 }
                 // gK_j += Σ_i s·gS_ij Q_i.
                 if let Some(gk) = gk.as_deref_mut() {
-                    gemm(
-                        bc,
-                        d,
-                        br,
-                        &mut gk[j0 * d..],
-                        d,
-                        true,
-                        ARef::transposed(dp, 0, BC),
-                        BRef::rows(qs, qi, qsr),
-                        |m0, _| Span {
-                            cols: d,
-                            k0: rows_from(m0),
-                            k1: br,
-                        },
-                    );
+                    seen.add_to_keys(&mut gk[j0 * d..], d, dp, BRef::rows(qs, qi, qsr));
                 }
             }
             i0 += br;
@@ -632,7 +626,7 @@ fn bwd_query_head<T: RowFloat>(
     }
 }
 
-simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bj: usize, g_out: &Heads<'_, T>, out: &Heads<'_, T>, lse: &[T], dst: BwdOut<'_, T>, buf: &mut [T]) }
+simd_dispatch! { fn bwd_head => bwd_head_impl(p: &Problem<'_, T>, bj: usize, inp: BwdIn<'_, T>, dst: BwdOut<'_, T>, buf: &mut [T]) }
 
 /// The streaming backward from the forward's `out` and `lse` (contiguous) and the upstream
 /// `g_out` (last axis unit-stride): `(gq, gk, gv)` for those `needs` asks.
@@ -674,7 +668,11 @@ pub(super) fn backward<T: RowFloat>(
     let (dls, dl_len) = part(&mut delta, p.group * nt)?;
     let lens = [gq_len, gk_len, gv_len, dl_len];
     let (g_h, o_h) = (Heads::<T>::new(g_out)?, Heads::<T>::new(out)?);
-    let lse = lse.as_slice::<T>()?;
+    let inp = BwdIn {
+        g_out: &g_h,
+        out: &o_h,
+        lse: lse.as_slice::<T>()?,
+    };
     let len = BC * (d + dv) + 2 * BR * BC;
     let outs = [gqs, gks, gvs, dls];
     ctx.par_chunks_mut_n(
@@ -689,9 +687,7 @@ pub(super) fn backward<T: RowFloat>(
                 gv: (lens[2] > 0).then_some(gv),
                 delta: (lens[3] > 0).then_some(dl),
             };
-            with_scratch::<T, _>(&SCRATCH, len, |buf| {
-                bwd_head(p, bj, &g_h, &o_h, lse, dst, buf)
-            });
+            with_scratch::<T, _>(&SCRATCH, len, |buf| bwd_head(p, bj, inp, dst, buf));
         },
     );
     drop(delta);
@@ -762,10 +758,15 @@ mod tests {
                     gv: Some(&mut gv[bj * ns * dv..(bj + 1) * ns * dv]),
                     delta: Some(&mut dl[q0 * nt..q1 * nt]),
                 };
+                let inp = BwdIn {
+                    g_out: &gh,
+                    out: &oh,
+                    lse: &l1,
+                };
                 if which == 0 {
-                    bwd_head(&p, bj, &gh, &oh, &l1, dst, &mut sc);
+                    bwd_head(&p, bj, inp, dst, &mut sc);
                 } else {
-                    bwd_head_impl(&p, bj, &gh, &oh, &l1, dst, &mut sc);
+                    bwd_head_impl(&p, bj, inp, dst, &mut sc);
                 }
             }
         }

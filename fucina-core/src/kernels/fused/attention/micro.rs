@@ -111,10 +111,40 @@ pub(super) struct Span {
     pub k1: usize,
 }
 
-/// `C[m, n] = (C[m, n] if accumulate else 0) + Σ_{k0 ≤ k < k1} A(m, k) · B(k, n)` for
-/// `m < rows`, `n < span.cols`, where `C[m, n] = c[m * ldc + n]` and `span = span(m0, m_end)`
-/// is asked once per band of `MR` rows (or single row) `[m0, m_end)`; with packed B panels,
-/// `cols` is a multiple of `NR`. Columns past a band's `span.cols` are not written.
+/// The C operand of [`gemm`]: `C[m, n] = data[m·ldc + n]`, and whether the product is
+/// added to it (`accumulate`) or overwrites it.
+pub(super) struct CMut<'a, T> {
+    data: &'a mut [T],
+    ldc: usize,
+    accumulate: bool,
+}
+
+impl<'a, T> CMut<'a, T> {
+    /// Rows `ldc` apart that the product overwrites.
+    #[inline(always)]
+    pub(super) fn overwrite(data: &'a mut [T], ldc: usize) -> CMut<'a, T> {
+        CMut {
+            data,
+            ldc,
+            accumulate: false,
+        }
+    }
+
+    /// Rows `ldc` apart that the product is added to.
+    #[inline(always)]
+    pub(super) fn accumulate(data: &'a mut [T], ldc: usize) -> CMut<'a, T> {
+        CMut {
+            data,
+            ldc,
+            accumulate: true,
+        }
+    }
+}
+
+/// `C[m, n] = (C[m, n] if c.accumulate else 0) + Σ_{k0 ≤ k < k1} A(m, k) · B(k, n)` for
+/// `m < rows`, `n < span.cols`, where `C[m, n] = c.data[m * c.ldc + n]` and
+/// `span = span(m0, m_end)` is asked once per band of `MR` rows (or single row)
+/// `[m0, m_end)`; with packed B panels, `cols` is a multiple of `NR`. Columns past a band's `span.cols` are not written.
 ///
 /// Skipping steps changes no bit where the skipped terms are exact zeros and the
 /// accumulator can never be −0: it starts at +0 (or at a C that was built that way), and a
@@ -124,20 +154,17 @@ pub(super) struct Span {
 /// # Panics
 /// If an operand is too short for the problem (a kernel bug: the callers size them).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn gemm<T: Float>(
     rows: usize,
     cols: usize,
     kc: usize,
-    c: &mut [T],
-    ldc: usize,
-    accumulate: bool,
+    c: CMut<'_, T>,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
     span: impl Fn(usize, usize) -> Span,
 ) {
     let fast = T::DTYPE == DType::F32 && avx2();
-    gemm_impl(rows, cols, kc, c, ldc, accumulate, fast, a, b, span);
+    gemm_impl(rows, cols, kc, c, fast, a, b, span);
 }
 
 /// [`gemm`] with the AVX2 f32 tiles on (`fast`, which the caller has checked) or off.
@@ -147,19 +174,18 @@ fn gemm_impl<T: Float>(
     rows: usize,
     cols: usize,
     kc: usize,
-    c: &mut [T],
-    ldc: usize,
-    accumulate: bool,
+    c: CMut<'_, T>,
     fast: bool,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
     span: impl Fn(usize, usize) -> Span,
 ) {
+    let mut c = c;
     if rows == 0 || cols == 0 {
         return;
     }
     assert!(
-        (rows - 1) * ldc + cols <= c.len(),
+        (rows - 1) * c.ldc + cols <= c.data.len(),
         "attention tile: C too short"
     );
     if kc > 0 {
@@ -193,11 +219,11 @@ fn gemm_impl<T: Float>(
     while m0 < rows {
         if rows - m0 >= MR {
             let (n, k0, k1) = band(m0, m0 + MR);
-            row_tiles::<T, MR>(m0, n, (k0, k1), c, ldc, accumulate, fast, a, b);
+            row_tiles::<T, MR>(m0, n, (k0, k1), &mut c, fast, a, b);
             m0 += MR;
         } else {
             let (n, k0, k1) = band(m0, m0 + 1);
-            row_tiles::<T, 1>(m0, n, (k0, k1), c, ldc, accumulate, fast, a, b);
+            row_tiles::<T, 1>(m0, n, (k0, k1), &mut c, fast, a, b);
             m0 += 1;
         }
     }
@@ -211,14 +237,11 @@ fn avx2() -> bool {
 
 /// The tiles of rows `m0..m0 + R` of C: `NR`-wide, then 8-wide, then single columns.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn row_tiles<T: Float, const R: usize>(
     m0: usize,
     cols: usize,
     ks: (usize, usize),
-    c: &mut [T],
-    ldc: usize,
-    accumulate: bool,
+    c: &mut CMut<'_, T>,
     fast: bool,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
@@ -227,13 +250,13 @@ fn row_tiles<T: Float, const R: usize>(
     while n0 < cols {
         let left = cols - n0;
         if left >= NR {
-            tile::<T, R, NR>(m0, n0, ks, c, ldc, accumulate, fast, a, b);
+            tile::<T, R, NR>(m0, n0, ks, c, fast, a, b);
             n0 += NR;
         } else if left >= 8 {
-            tile::<T, R, 8>(m0, n0, ks, c, ldc, accumulate, false, a, b);
+            tile::<T, R, 8>(m0, n0, ks, c, false, a, b);
             n0 += 8;
         } else {
-            tile::<T, R, 1>(m0, n0, ks, c, ldc, accumulate, false, a, b);
+            tile::<T, R, 1>(m0, n0, ks, c, false, a, b);
             n0 += 1;
         }
     }
@@ -242,18 +265,17 @@ fn row_tiles<T: Float, const R: usize>(
 /// One `R × W` register tile of C at (m0, n0) over reduction steps `k0..k1` (inside the
 /// problem [`gemm_impl`] checked).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn tile<T: Float, const R: usize, const W: usize>(
     m0: usize,
     n0: usize,
     (k0, k1): (usize, usize),
-    c: &mut [T],
-    ldc: usize,
-    accumulate: bool,
+    c: &mut CMut<'_, T>,
     fast: bool,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
 ) {
+    let (ldc, accumulate) = (c.ldc, c.accumulate);
+    let c = &mut *c.data;
     let mut acc = [[T::ZERO; W]; R];
     if accumulate {
         for (r, acc_r) in acc.iter_mut().enumerate() {
@@ -446,9 +468,7 @@ mod tests {
                 m,
                 n,
                 kc,
-                &mut c,
-                n,
-                true,
+                CMut::accumulate(&mut c, n),
                 fast,
                 ARef::rows(&a, 0, kc),
                 BRef::rows(&bm, 0, n),
@@ -473,9 +493,7 @@ mod tests {
                 m,
                 npad,
                 kc,
-                &mut c2,
-                npad,
-                false,
+                CMut::overwrite(&mut c2, npad),
                 fast,
                 ARef::rows(&a, 0, kc),
                 BRef::panels(&packed, kc),
@@ -526,9 +544,11 @@ mod tests {
                         m,
                         n,
                         kc,
-                        &mut c,
-                        n,
-                        accumulate,
+                        CMut {
+                            data: &mut c,
+                            ldc: n,
+                            accumulate,
+                        },
                         fast,
                         ARef::rows(&a, 0, kc),
                         b,
