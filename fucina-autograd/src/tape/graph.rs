@@ -323,35 +323,34 @@ fn edge_for(t: &Tensor) -> Option<Edge> {
     })
 }
 
-/// Wraps an op result: records a node built by `make` (called only when
-/// recording, so inference pays nothing) and lets the innermost exec scope
-/// adopt the result.
-pub(crate) fn record<F>(
-    ctx: &ExecContext,
-    name: &'static str,
-    value: RawTensor,
-    inputs: &[&Tensor],
-    make: F,
-) -> Tensor
-where
-    F: FnOnce(&RawTensor) -> Box<dyn Backward>,
-{
-    record_op(ctx, name, value, inputs, |v| Op::Formula(make(v)))
+/// A formula node, boxed as its op builds it, is an [`Op::Formula`].
+impl<B: Backward + 'static> From<Box<B>> for Op {
+    fn from(b: Box<B>) -> Op {
+        Op::Formula(b)
+    }
 }
 
-/// [`record`] for any [`Op`] (a checkpoint records a [`Op::Recompute`]).
-pub(crate) fn record_op<F>(
+/// A formula node already behind `dyn Backward` is an [`Op::Formula`].
+impl From<Box<dyn Backward>> for Op {
+    fn from(b: Box<dyn Backward>) -> Op {
+        Op::Formula(b)
+    }
+}
+
+/// Wraps an op result: records a node built by `make` (called only when
+/// recording, so inference pays nothing) and lets the innermost exec scope
+/// adopt the result. `make` returns the node's [`Op`] or anything that
+/// becomes one: a boxed [`Backward`] formula (every op), an
+/// [`Op::Recompute`] (a checkpoint).
+pub(crate) fn record<O: Into<Op>>(
     ctx: &ExecContext,
     name: &'static str,
     value: RawTensor,
     inputs: &[&Tensor],
-    make: F,
-) -> Tensor
-where
-    F: FnOnce(&RawTensor) -> Op,
-{
+    make: impl FnOnce(&RawTensor) -> O,
+) -> Tensor {
     let t = if should_record(inputs) {
-        let op = make(&value);
+        let op = make(&value).into();
         let edges = inputs.iter().map(|t| edge_for(t)).collect();
         let node = Arc::new(Node::new(name, op, edges));
         Tensor::new_internal(ctx, value, true, Some(node))
