@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use fucina_autograd::io::{
     load_state_dict, load_state_dict_bytes, save_state_dict, state_dict_bytes, DtypePolicy,
-    LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
+    KeyMismatch, LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
 };
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
@@ -88,6 +88,39 @@ fn failing_load(ctx: &ExecContext, path: &Path, opts: &LoadOptions) -> StateDict
     state_err(err)
 }
 
+/// The model of seed 1 as `edit` leaves it, saved to `tmp(tag)`: the path
+/// and the model.
+fn save_edited(
+    ctx: &ExecContext,
+    tag: &str,
+    edit: impl FnOnce(&mut Vec<(String, Tensor)>),
+) -> (PathBuf, Vec<(String, Tensor)>) {
+    let path = tmp(tag);
+    let mut src = model(ctx, 1);
+    edit(&mut src);
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    (path, src)
+}
+
+/// [`failing_load`] where the error must be [`StateDictError::Keys`]: its
+/// file and its missing, unexpected and mismatched lists (any other error
+/// fails the test).
+fn failing_keys(
+    ctx: &ExecContext,
+    path: &Path,
+    opts: &LoadOptions,
+) -> (PathBuf, Vec<String>, Vec<String>, Vec<KeyMismatch>) {
+    match failing_load(ctx, path, opts) {
+        StateDictError::Keys {
+            file,
+            missing,
+            unexpected,
+            mismatched,
+        } => (file, missing, unexpected, mismatched),
+        e => panic!("wrong error: {e}"),
+    }
+}
+
 #[test]
 fn save_then_load_is_bit_exact() {
     let ctx = TestCtx::with_threads(1).unwrap();
@@ -143,34 +176,22 @@ fn truncated_file_names_file_and_tensor() {
 #[test]
 fn wrong_dtype_names_the_key() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("dtype");
     // enc.b stored as i64: no float policy loads it.
-    let mut src = model(&ctx, 1);
-    src[1].1 = Tensor::constant(&ctx, &[1i64, 2, 3, 4, 5], &[5]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(
-        &ctx,
-        &path,
-        &LoadOptions::new().dtype_policy(DtypePolicy::AnyFloat),
-    ) {
-        StateDictError::Keys {
-            missing,
-            unexpected,
-            mismatched,
-            ..
-        } => {
-            assert!(missing.is_empty() && unexpected.is_empty());
-            assert_eq!(mismatched.len(), 1);
-            assert_eq!(mismatched[0].key, "enc.b");
-            assert_eq!(mismatched[0].file_dtype, "I64");
-            assert_eq!(mismatched[0].param_dtype, DType::F64);
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "dtype", |src| {
+        src[1].1 = Tensor::constant(&ctx, &[1i64, 2, 3, 4, 5], &[5]).unwrap();
+    });
+    let any_float = LoadOptions::new().dtype_policy(DtypePolicy::AnyFloat);
+    let (_, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &any_float);
+    assert!(missing.is_empty() && unexpected.is_empty());
+    assert_eq!(mismatched.len(), 1);
+    assert_eq!(mismatched[0].key, "enc.b");
+    assert_eq!(mismatched[0].file_dtype, "I64");
+    assert_eq!(mismatched[0].param_dtype, DType::F64);
     // f64 into an f32 parameter narrows: refused by the default policy.
-    src = model(&ctx, 1);
-    src[0].1 = Tensor::variable(&ctx, &[0.5f64; 12], &[3, 4]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    drop(src);
+    let (path, src) = save_edited(&ctx, "dtype", |src| {
+        src[0].1 = Tensor::variable(&ctx, &[0.5f64; 12], &[3, 4]).unwrap();
+    });
     let e = failing_load(&ctx, &path, &LoadOptions::new());
     assert!(e.to_string().contains("enc.w"), "{e}");
     std::fs::remove_file(&path).ok();
@@ -180,19 +201,14 @@ fn wrong_dtype_names_the_key() {
 #[test]
 fn wrong_shape_names_the_key() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("shape");
-    let mut src = model(&ctx, 1);
-    src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys { mismatched, .. } => {
-            assert_eq!(mismatched.len(), 1);
-            assert_eq!(mismatched[0].key, "head.w");
-            assert_eq!(mismatched[0].file_shape, [3, 2]);
-            assert_eq!(mismatched[0].param_shape, [2, 3]);
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "shape", |src| {
+        src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
+    });
+    let (_, _, _, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(mismatched.len(), 1);
+    assert_eq!(mismatched[0].key, "head.w");
+    assert_eq!(mismatched[0].file_shape, [3, 2]);
+    assert_eq!(mismatched[0].param_shape, [2, 3]);
     std::fs::remove_file(&path).ok();
     drop(src);
 }
@@ -200,21 +216,10 @@ fn wrong_shape_names_the_key() {
 #[test]
 fn missing_key_is_listed() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("missing");
-    let src = model(&ctx, 1);
-    save_state_dict(&path, &src[..2], &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys {
-            missing,
-            unexpected,
-            mismatched,
-            ..
-        } => {
-            assert_eq!(missing, ["head.w"]);
-            assert!(unexpected.is_empty() && mismatched.is_empty());
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "missing", |src| src.truncate(2));
+    let (_, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(missing, ["head.w"]);
+    assert!(unexpected.is_empty() && mismatched.is_empty());
     std::fs::remove_file(&path).ok();
     drop(src);
 }
@@ -222,26 +227,16 @@ fn missing_key_is_listed() {
 #[test]
 fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("unexpected");
-    let mut src = model(&ctx, 1);
-    src.push((
-        "pooler.dense.bias".into(),
-        Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
-    ));
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys {
-            file,
-            missing,
-            unexpected,
-            mismatched,
-        } => {
-            assert_eq!(file, path);
-            assert_eq!(unexpected, ["pooler.dense.bias"]);
-            assert!(missing.is_empty() && mismatched.is_empty());
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "unexpected", |src| {
+        src.push((
+            "pooler.dense.bias".into(),
+            Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
+        ))
+    });
+    let (file, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(file, path);
+    assert_eq!(unexpected, ["pooler.dense.bias"]);
+    assert!(missing.is_empty() && mismatched.is_empty());
     // Non-strict: everything that fits loads; the lists come back.
     let mut dst = model(&ctx, 2);
     dst[2].1 = Tensor::variable(&ctx, &[0f32; 4], &[4]).unwrap(); // mismatched shape

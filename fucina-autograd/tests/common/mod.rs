@@ -189,3 +189,11 @@ pub fn released(ctx: &ExecContext, f: impl FnOnce() -> Result<Tensor>) -> Tensor
     let _scope = ctx.scope();
     f().unwrap()
 }
+
+/// Runs `f` in a fresh test context of one thread, then of two (each
+/// checked when it drops): the thread-count sweep of the determinism tests.
+pub fn on_one_and_two_threads(mut f: impl FnMut(&TestCtx)) {
+    for threads in [1, 2] {
+        f(&TestCtx::with_threads(threads).unwrap());
+    }
+}
