@@ -16,11 +16,34 @@ use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
 use fucina_core::{DType, ExecContext};
 
-fn tmp(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
+fn tmp(tag: &str) -> TmpPath {
+    TmpPath(std::env::temp_dir().join(format!(
         "fucina-sd-{tag}-{}.safetensors",
         std::process::id()
-    ))
+    )))
+}
+
+/// A temporary file's path ([`tmp`]); the file, if any, is removed when the
+/// path drops (the end of each test, or its unwinding).
+struct TmpPath(PathBuf);
+
+impl std::ops::Deref for TmpPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TmpPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpPath {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
 }
 
 /// Values with awkward bits: signed zero, subnormals, large and tiny magnitudes.
@@ -94,12 +117,22 @@ fn save_edited(
     ctx: &ExecContext,
     tag: &str,
     edit: impl FnOnce(&mut Vec<(String, Tensor)>),
-) -> (PathBuf, Vec<(String, Tensor)>) {
+) -> (TmpPath, Vec<(String, Tensor)>) {
     let path = tmp(tag);
     let mut src = model(ctx, 1);
     edit(&mut src);
     save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
     (path, src)
+}
+
+/// Writes `bytes` to `path`: a strict load of it must fail with
+/// [`StateDictError::Format`] ([`failing_load`]).
+fn assert_format_error(ctx: &ExecContext, path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+    assert!(matches!(
+        failing_load(ctx, path, &LoadOptions::new()),
+        StateDictError::Format { .. }
+    ));
 }
 
 /// [`failing_load`] where the error must be [`StateDictError::Keys`]: its
@@ -137,7 +170,6 @@ fn save_then_load_is_bit_exact() {
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(st.tensor("enc.b").unwrap().shape(), &[5]);
-    std::fs::remove_file(&path).ok();
     drop((src, dst));
 }
 
@@ -154,7 +186,7 @@ fn truncated_file_names_file_and_tensor() {
             tensor,
             message,
         } => {
-            assert_eq!(file, path);
+            assert_eq!(file, *path);
             assert!(message.contains("truncated"), "{message}");
             // Tensors are laid out sorted by dtype alignment then name; whichever is last is named.
             assert!(
@@ -165,12 +197,7 @@ fn truncated_file_names_file_and_tensor() {
         e => panic!("wrong error: {e}"),
     }
     // Cut inside the header.
-    std::fs::write(&path, &good[..20]).unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
-    std::fs::remove_file(&path).ok();
+    assert_format_error(&ctx, &path, &good[..20]);
 }
 
 #[test]
@@ -194,7 +221,6 @@ fn wrong_dtype_names_the_key() {
     });
     let e = failing_load(&ctx, &path, &LoadOptions::new());
     assert!(e.to_string().contains("enc.w"), "{e}");
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 
@@ -209,7 +235,6 @@ fn wrong_shape_names_the_key() {
     assert_eq!(mismatched[0].key, "head.w");
     assert_eq!(mismatched[0].file_shape, [3, 2]);
     assert_eq!(mismatched[0].param_shape, [2, 3]);
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 
@@ -220,7 +245,6 @@ fn missing_key_is_listed() {
     let (_, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
     assert_eq!(missing, ["head.w"]);
     assert!(unexpected.is_empty() && mismatched.is_empty());
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 
@@ -234,7 +258,7 @@ fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
         ))
     });
     let (file, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
-    assert_eq!(file, path);
+    assert_eq!(file, *path);
     assert_eq!(unexpected, ["pooler.dense.bias"]);
     assert!(missing.is_empty() && mismatched.is_empty());
     // Non-strict: everything that fits loads; the lists come back.
@@ -253,7 +277,6 @@ fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
     assert_eq!(rep.mismatched[0].key, "head.w");
     assert_eq!(bits(&dst[..2]), bits(&src[..2]));
     assert_eq!(bits(&dst[2..]), head_before);
-    std::fs::remove_file(&path).ok();
     drop((src, dst));
 }
 
@@ -268,24 +291,16 @@ fn non_safetensors_file_is_a_format_error() {
     .unwrap();
     match failing_load(&ctx, &path, &LoadOptions::new()) {
         StateDictError::Format { file, message } => {
-            assert_eq!(file, path);
+            assert_eq!(file, *path);
             assert!(message.contains("header length"), "{message}");
         }
         e => panic!("wrong error: {e}"),
     }
     // Too short for even the length prefix, and a header that is not JSON.
-    std::fs::write(&path, b"abc").unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
+    assert_format_error(&ctx, &path, b"abc");
     let mut junk = 4u64.to_le_bytes().to_vec();
     junk.extend_from_slice(b"{abc");
-    std::fs::write(&path, &junk).unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
+    assert_format_error(&ctx, &path, &junk);
     // A missing file is an I/O error naming it.
     std::fs::remove_file(&path).ok();
     assert!(matches!(
@@ -335,7 +350,6 @@ fn half_precision_widens_and_saves_narrow_on_request() {
         }
         drop(dst);
     }
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 
