@@ -21,69 +21,25 @@ fn structured_errors() {
         let c = ctx.zeros(DType::F64, &[3]).unwrap();
         let h = ctx.zeros(DType::F16, &[3]).unwrap();
         let m = ctx.zeros(DType::U8, &[3]).unwrap();
-        assert!(matches!(
-            ctx.binary(&a, &b, BinaryOp::Add),
-            Err(Error::Broadcast { op: "add", .. })
-        ));
-        assert!(matches!(
-            ctx.binary(&a, &c, BinaryOp::Mul),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.binary(&h, &h, BinaryOp::Mul),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary(&h, UnaryOp::Exp),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary(&m, UnaryOp::Exp),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary_backward(&a, &b, UnaryOp::Exp),
-            Err(Error::ShapeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.unary_backward(&a, &c, UnaryOp::Exp),
-            Err(Error::DTypeMismatch { .. })
-        ));
+        assert_err!(ctx.binary(&a, &b, BinaryOp::Add) => Error::Broadcast { op: "add", .. });
+        assert_err!(ctx.binary(&a, &c, BinaryOp::Mul) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.binary(&h, &h, BinaryOp::Mul) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary(&h, UnaryOp::Exp) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary(&m, UnaryOp::Exp) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary_backward(&a, &b, UnaryOp::Exp) => Error::ShapeMismatch { .. });
+        assert_err!(ctx.unary_backward(&a, &c, UnaryOp::Exp) => Error::DTypeMismatch { .. });
         let gy_bad = ctx.zeros(DType::F32, &[2, 3]).unwrap();
-        assert!(matches!(
-            ctx.binary_backward(&a, &a, &a, &gy_bad, BinaryOp::Mul, [true, true]),
-            Err(Error::ShapeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&a, &b, CmpOp::Eq),
-            Err(Error::Broadcast { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&a, &c, CmpOp::Eq),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&h, &h, CmpOp::Eq),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.where_cond(&a, &a, &a),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.where_cond(&m, &a, &b),
-            Err(Error::Broadcast { .. })
-        ));
+        assert_err!(ctx.binary_backward(&a, &a, &a, &gy_bad, BinaryOp::Mul, [true, true])
+            => Error::ShapeMismatch { .. });
+        assert_err!(ctx.compare(&a, &b, CmpOp::Eq) => Error::Broadcast { .. });
+        assert_err!(ctx.compare(&a, &c, CmpOp::Eq) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.compare(&h, &h, CmpOp::Eq) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.where_cond(&a, &a, &a) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.where_cond(&m, &a, &b) => Error::Broadcast { .. });
         // The mask must broadcast to x, not the other way round.
         let m23 = ctx.zeros(DType::U8, &[2, 3]).unwrap();
-        assert!(matches!(
-            ctx.masked_fill(&a, &m23, 1.0),
-            Err(Error::Broadcast { .. })
-        ));
-        assert!(matches!(
-            ctx.masked_fill(&a, &a, 1.0),
-            Err(Error::DTypeMismatch { .. })
-        ));
+        assert_err!(ctx.masked_fill(&a, &m23, 1.0) => Error::Broadcast { .. });
+        assert_err!(ctx.masked_fill(&a, &a, 1.0) => Error::DTypeMismatch { .. });
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -121,10 +77,7 @@ fn add_assign_any_strides_and_ownership_rules() {
         let mut acc = ctx.zeros(DType::F64, &[4]).unwrap();
         let g = ctx.ones(DType::F64, &[4]).unwrap();
         let view = acc.clone_view();
-        assert!(matches!(
-            ctx.add_assign(&mut acc, &g),
-            Err(Error::SharedBuffer { .. })
-        ));
+        assert_err!(ctx.add_assign(&mut acc, &g) => Error::SharedBuffer { .. });
         drop(view);
         let mut t = ctx
             .zeros(DType::F64, &[2, 2])
@@ -132,14 +85,8 @@ fn add_assign_any_strides_and_ownership_rules() {
             .transpose(0, 1)
             .unwrap();
         let g2 = ctx.ones(DType::F64, &[2, 2]).unwrap();
-        assert!(matches!(
-            ctx.add_assign(&mut t, &g2),
-            Err(Error::NotContiguous { .. })
-        ));
-        assert!(matches!(
-            ctx.add_assign(&mut acc, &g2),
-            Err(Error::ShapeMismatch { .. })
-        ));
+        assert_err!(ctx.add_assign(&mut t, &g2) => Error::NotContiguous { .. });
+        assert_err!(ctx.add_assign(&mut acc, &g2) => Error::ShapeMismatch { .. });
         ctx.add_assign(&mut acc, &g).unwrap();
         assert_eq!(acc.to_vec::<f64>().unwrap(), vec![1.0; 4]);
     }
@@ -363,30 +310,18 @@ fn add_assign_narrow_adds_into_the_window_only() {
                 assert!(ctx.add_assign_narrow(&mut acc, axis, start, &g).is_err());
             }
             let g3 = ctx.ones(DType::F32, &[3, 3]).unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g3),
-                Err(Error::ShapeMismatch { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g3) => Error::ShapeMismatch { .. });
             let g64 = ctx.ones(DType::F64, &[4, 3]).unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g64),
-                Err(Error::DTypeMismatch { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g64) => Error::DTypeMismatch { .. });
             let view = acc.clone_view();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g),
-                Err(Error::SharedBuffer { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g) => Error::SharedBuffer { .. });
             drop(view);
             let mut t = ctx
                 .zeros(DType::F32, &[6, 4])
                 .unwrap()
                 .transpose(0, 1)
                 .unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut t, 1, 0, &g),
-                Err(Error::NotContiguous { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut t, 1, 0, &g) => Error::NotContiguous { .. });
         }
     }
 }
