@@ -5,12 +5,18 @@
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use fucina_core::testing::TestCtx;
-use fucina_core::{DType, Error, ExecContext, Float};
+use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 #[macro_use]
 mod common;
 use common::ew::{all_binary, assert_bits, broadcast_pairs, data};
 use common::{make, Layout, LAYOUTS, SIZES};
+
+/// Zeros of `shape` (2-D) seen transposed: a non-contiguous tensor, which
+/// an in-place accumulation refuses.
+fn transposed_zeros(ctx: &ExecContext, dtype: DType, shape: &[usize]) -> RawTensor {
+    ctx.zeros(dtype, shape).unwrap().transpose(0, 1).unwrap()
+}
 
 #[test]
 fn structured_errors() {
@@ -79,11 +85,7 @@ fn add_assign_any_strides_and_ownership_rules() {
         let view = acc.clone_view();
         assert_err!(ctx.add_assign(&mut acc, &g) => Error::SharedBuffer { .. });
         drop(view);
-        let mut t = ctx
-            .zeros(DType::F64, &[2, 2])
-            .unwrap()
-            .transpose(0, 1)
-            .unwrap();
+        let mut t = transposed_zeros(&ctx, DType::F64, &[2, 2]);
         let g2 = ctx.ones(DType::F64, &[2, 2]).unwrap();
         assert_err!(ctx.add_assign(&mut t, &g2) => Error::NotContiguous { .. });
         assert_err!(ctx.add_assign(&mut acc, &g2) => Error::ShapeMismatch { .. });
@@ -316,11 +318,7 @@ fn add_assign_narrow_adds_into_the_window_only() {
             let view = acc.clone_view();
             assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g) => Error::SharedBuffer { .. });
             drop(view);
-            let mut t = ctx
-                .zeros(DType::F32, &[6, 4])
-                .unwrap()
-                .transpose(0, 1)
-                .unwrap();
+            let mut t = transposed_zeros(&ctx, DType::F32, &[6, 4]);
             assert_err!(ctx.add_assign_narrow(&mut t, 1, 0, &g) => Error::NotContiguous { .. });
         }
     }
