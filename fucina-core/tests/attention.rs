@@ -346,13 +346,14 @@ fn peak_bytes(t: usize, causal: bool) -> usize {
         scale: None,
     };
     let base = ctx.stats().live_bytes;
-    ctx.pool().reset_peak();
-    let (o, lse) = ctx.attention(&q, &k, &v, None, opts).unwrap();
-    let grads = ctx
-        .attention_backward(&q, &k, &v, None, &o, &lse, &g, opts, [true; 3])
-        .unwrap();
-    let peak = ctx.stats().peak_live_bytes - base;
-    drop((q, k, v, g, o, lse, grads));
+    let (outs, peak) = peak_above(&ctx, base, || {
+        let (o, lse) = ctx.attention(&q, &k, &v, None, opts).unwrap();
+        let grads = ctx
+            .attention_backward(&q, &k, &v, None, &o, &lse, &g, opts, [true; 3])
+            .unwrap();
+        (o, lse, grads)
+    });
+    drop((q, k, v, g, outs));
     peak
 }
 

@@ -11,7 +11,7 @@ mod cases;
 #[path = "common/errors.rs"]
 mod errors;
 
-use cases::{bits, close, heads_view, rand_vec};
+use cases::{bits, close, heads_view, peak_above, rand_vec};
 use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
@@ -90,13 +90,13 @@ fn narrowed_cache_case<T: Float>(h: usize, hkv: usize, t: usize, s: usize, causa
         scale: None,
     };
     let base = ctx.stats().live_bytes;
-    ctx.pool().reset_peak();
-    let (o1, l1) = ctx.attention(&q, &k, &v, None, opts).unwrap();
-    let peak_view = ctx.stats().peak_live_bytes - base;
-    drop((o1, l1));
-    ctx.pool().reset_peak();
-    let (o2, l2) = ctx.attention(&q, &kk, &vv, None, opts).unwrap();
-    let peak_copy = ctx.stats().peak_live_bytes - base;
+    let (view_out, peak_view) = peak_above(&ctx, base, || {
+        ctx.attention(&q, &k, &v, None, opts).unwrap()
+    });
+    drop(view_out);
+    let ((o2, l2), peak_copy) = peak_above(&ctx, base, || {
+        ctx.attention(&q, &kk, &vv, None, opts).unwrap()
+    });
     assert_eq!(
         peak_view, peak_copy,
         "a copy of the narrowed k or v was made"
