@@ -126,9 +126,6 @@ struct CustomBackward {
 }
 
 impl Backward for CustomBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let name = self.op.name();
         match &self.op {

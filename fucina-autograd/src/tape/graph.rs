@@ -60,9 +60,10 @@ pub(crate) fn take_grad<G>(grads: &mut [Option<G>], op: &'static str, i: usize) 
 /// broadcast output shape; the engine reduces it to the input's shape.
 /// Return `None` for inputs whose flag is false. `Send + Sync` because the
 /// node travels with its tensors between threads.
+///
+/// A node has no name of its own: the op names it once, when it is recorded
+/// (`record`'s `name`, kept on the node for errors and debugging).
 pub trait Backward: Send + Sync {
-    /// The op's name, for errors and debugging.
-    fn name(&self) -> &'static str;
     /// Computes the input gradients.
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads>;
     /// For a narrow view of its one input: `(axis, start)` of the window, whose gradient is
@@ -81,8 +82,10 @@ pub trait Backward: Send + Sync {
     /// `ctx.needs_input_grad`); `gy` carries its own history. The default is
     /// [`crate::Error::NoDoubleBackward`] naming the op: never a silently first-order result.
     fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
-        let _ = (saved, gy);
-        Err(crate::error::Error::NoDoubleBackward { op: self.name() })
+        let _ = gy;
+        Err(crate::error::Error::NoDoubleBackward {
+            op: saved.op_name(),
+        })
     }
 }
 
@@ -103,6 +106,12 @@ impl SavedTensors<'_> {
     /// The context the backward runs in.
     pub fn ctx(&self) -> &ExecContext {
         self.ctx
+    }
+
+    /// The name the node's op was recorded under (`record`'s `name`: the one
+    /// place a node is named).
+    pub fn op_name(&self) -> &'static str {
+        self.node.name
     }
 
     /// Whether input `i` wants a gradient. Panics when `i` is not an input index.
