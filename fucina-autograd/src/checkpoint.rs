@@ -30,7 +30,7 @@ use fucina_core::{ExecContext, RawTensor};
 
 use crate::error::{Error, Result};
 use crate::grad_mode::{enable_grad, no_grad};
-use crate::tape::graph::{discover_captured, record_op, Op, Recompute, Recomputed};
+use crate::tape::graph::{discover_captured, record, Op, Recompute, Recomputed};
 use crate::tape::scope::ExecScope;
 use crate::tape::tensor::Tensor;
 
@@ -241,17 +241,11 @@ pub fn checkpoint(block: Block, inputs: &[&Tensor]) -> Result<Tensor> {
         (out.raw()?, captured, draws)
     };
     let edges: Vec<&Tensor> = inputs.iter().copied().chain(captured.iter()).collect();
-    Ok(record_op(
-        &ctx,
-        "checkpoint",
-        out_value,
-        &edges,
-        move |_| {
-            Op::Recompute(Box::new(CheckpointBackward {
-                block,
-                inputs: values,
-                draws,
-            }))
-        },
-    ))
+    Ok(record(&ctx, "checkpoint", out_value, &edges, move |_| {
+        Op::Recompute(Box::new(CheckpointBackward {
+            block,
+            inputs: values,
+            draws,
+        }))
+    }))
 }

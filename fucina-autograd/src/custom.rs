@@ -100,21 +100,85 @@ fn input_values(op: &'static str, inputs: &[&Tensor]) -> Result<(ExecContext, Ve
     Ok((first.ctx().clone(), values))
 }
 
+/// The user's op behind a [`CustomBackward`]: either form.
+enum UserOp {
+    /// A [`CustomOp`]: raw core calls, first order only.
+    Raw(Arc<dyn CustomOp>),
+    /// A [`CustomFunction`]: tensor ops, differentiable again.
+    Function(Arc<dyn CustomFunction>),
+}
+
+impl UserOp {
+    fn name(&self) -> &'static str {
+        match self {
+            UserOp::Raw(op) => op.name(),
+            UserOp::Function(op) => op.name(),
+        }
+    }
+}
+
+/// The node of either custom form: the op, its input values and its output.
+/// Whatever the form, its gradients go through [`checked`].
 struct CustomBackward {
-    op: Arc<dyn CustomOp>,
+    op: UserOp,
     inputs: Vec<RawTensor>,
     output: RawTensor,
 }
 
 impl Backward for CustomBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let ins: Vec<&RawTensor> = self.inputs.iter().collect();
-        let grads = self.op.backward(ctx, &ins, &self.output, gy, needs)?;
-        checked(self.op.name(), &self.inputs, grads, needs)
+        let name = self.op.name();
+        match &self.op {
+            UserOp::Raw(op) => {
+                let ins: Vec<&RawTensor> = self.inputs.iter().collect();
+                let grads = op.backward(ctx, &ins, &self.output, gy, needs)?;
+                checked(name, &self.inputs, grads, needs)
+            }
+            UserOp::Function(op) => {
+                let _ng = no_grad();
+                let constant = |v: &RawTensor| Tensor::from_raw(ctx, v.clone(), false);
+                let ins: Vec<Tensor> = self.inputs.iter().map(constant).collect::<Result<_>>()?;
+                let grads = op.backward(&ins, &constant(&self.output)?, &constant(gy)?, needs)?;
+                checked(name, &self.inputs, grads, needs)?
+                    .into_iter()
+                    .map(|g| g.map(|g| g.raw()).transpose())
+                    .collect()
+            }
+        }
     }
+    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
+        let UserOp::Function(op) = &self.op else {
+            return Err(Error::NoDoubleBackward { op: self.op.name() });
+        };
+        let needs = saved.needs_input_grad();
+        let ins: Vec<Tensor> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| saved.input(i, v))
+            .collect();
+        let grads = op.backward(&ins, &saved.output(&self.output), gy, needs)?;
+        checked(op.name(), &self.inputs, grads, needs)
+    }
+}
+
+/// Records the node of a custom op: `y`, computed from `values` (the values
+/// of `inputs`) by `op`.
+fn record_custom(
+    ctx: &ExecContext,
+    op: UserOp,
+    y: RawTensor,
+    inputs: &[&Tensor],
+    values: Vec<RawTensor>,
+) -> Tensor {
+    let name = op.name();
+    record(ctx, name, y, inputs, move |y| {
+        Box::new(CustomBackward {
+            op,
+            inputs: values,
+            output: y.clone(),
+        })
+    })
 }
 
 /// Applies a custom op to `inputs`, recording its backward.
@@ -122,14 +186,7 @@ pub fn custom_op(op: Arc<dyn CustomOp>, inputs: &[&Tensor]) -> Result<Tensor> {
     let (ctx, values) = input_values("custom_op", inputs)?;
     let refs: Vec<&RawTensor> = values.iter().collect();
     let y = op.forward(&ctx, &refs)?;
-    let name = op.name();
-    Ok(record(&ctx, name, y, inputs, move |y| {
-        Box::new(CustomBackward {
-            op,
-            inputs: values,
-            output: y.clone(),
-        })
-    }))
+    Ok(record_custom(&ctx, UserOp::Raw(op), y, inputs, values))
 }
 
 /// A user-defined differentiable op written with autograd [`Tensor`] ops
@@ -181,43 +238,6 @@ pub trait CustomFunction: Send + Sync {
     ) -> Result<Vec<Option<Tensor>>>;
 }
 
-struct FunctionBackward {
-    op: Arc<dyn CustomFunction>,
-    inputs: Vec<RawTensor>,
-    output: RawTensor,
-}
-
-impl Backward for FunctionBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
-    fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
-        let _ng = no_grad();
-        let constant = |v: &RawTensor| Tensor::from_raw(ctx, v.clone(), false);
-        let ins: Vec<Tensor> = self.inputs.iter().map(constant).collect::<Result<_>>()?;
-        let grads = self
-            .op
-            .backward(&ins, &constant(&self.output)?, &constant(gy)?, needs)?;
-        checked(self.op.name(), &self.inputs, grads, needs)?
-            .into_iter()
-            .map(|g| g.map(|g| g.raw()).transpose())
-            .collect()
-    }
-    fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
-        let needs = saved.needs_input_grad();
-        let ins: Vec<Tensor> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, v)| saved.input(i, v))
-            .collect();
-        let grads = self
-            .op
-            .backward(&ins, &saved.output(&self.output), gy, needs)?;
-        checked(self.op.name(), &self.inputs, grads, needs)
-    }
-}
-
 /// Applies a [`CustomFunction`] to `inputs`, recording its backward.
 pub fn custom_function(op: Arc<dyn CustomFunction>, inputs: &[&Tensor]) -> Result<Tensor> {
     let (ctx, values) = input_values("custom_function", inputs)?;
@@ -229,12 +249,5 @@ pub fn custom_function(op: Arc<dyn CustomFunction>, inputs: &[&Tensor]) -> Resul
             .collect::<Result<_>>()?;
         op.forward(&consts)?.raw()?
     };
-    let name = op.name();
-    Ok(record(&ctx, name, y, inputs, move |y| {
-        Box::new(FunctionBackward {
-            op,
-            inputs: values,
-            output: y.clone(),
-        })
-    }))
+    Ok(record_custom(&ctx, UserOp::Function(op), y, inputs, values))
 }

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{grad_bits, uniform_f32};
+use common::{grad_bits, on_one_and_two_threads, uniform_f32};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{checkpoint, Block, Error, ScopeExt, Tensor};
 use fucina_core::rng::SplitMix64;
@@ -75,6 +75,17 @@ fn var(ctx: &ExecContext, seed: u64, shape: &[usize]) -> Tensor {
     common::uniform_var(ctx, &mut SplitMix64::new(seed), shape)
 }
 
+/// `block` over `inputs`: through [`checkpoint`] when `ck`, else called
+/// plainly (on the same tensors).
+fn run_block(block: Block, inputs: &[&Tensor], ck: bool) -> Tensor {
+    if ck {
+        checkpoint(block, inputs).unwrap()
+    } else {
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        block(&inputs).unwrap()
+    }
+}
+
 /// Runs `f` once plainly and once with `wrap` = true, resetting the gradients of
 /// `leaves` in between, and asserts each leaf got bitwise the same gradient
 /// (or none in both runs). Returns the plain gradients.
@@ -107,23 +118,18 @@ fn assert_same_grads(leaves: &[&Tensor], f: impl Fn(bool) -> Tensor) -> Vec<Opti
 /// its gradient, bitwise the plain run's (it got none before).
 #[test]
 fn a_captured_parameter_gets_the_plain_runs_gradient() {
-    for threads in [1, 2] {
-        let ctx = TestCtx::with_threads(threads).unwrap();
-        let x = var(&ctx, 1, &[5, 8]);
-        let w = var(&ctx, 2, &[6, 8]);
-        let b = var(&ctx, 3, &[6]);
+    on_one_and_two_threads(|ctx| {
+        let x = var(ctx, 1, &[5, 8]);
+        let w = var(ctx, 2, &[6, 8]);
+        let b = var(ctx, 3, &[6]);
         let grads = assert_same_grads(&[&x, &w, &b], |ck| {
             let (wc, bc) = (w.clone(), b.clone());
             let block: Block = Arc::new(move |xs: &[Tensor]| xs[0].linear(&wc, Some(&bc))?.tanh());
-            let y = if ck {
-                checkpoint(block, &[&x]).unwrap()
-            } else {
-                block(std::slice::from_ref(&x)).unwrap()
-            };
+            let y = run_block(block, &[&x], ck);
             y.square().unwrap().sum_all().unwrap()
         });
         assert!(grads.iter().all(|g| g.is_some()));
-    }
+    });
 }
 
 /// A captured non-leaf that requires a gradient (computed outside the block
@@ -137,11 +143,7 @@ fn a_captured_intermediate_propagates_to_its_leaf() {
         let h = a.tanh().unwrap().mul_scalar(2.0).unwrap(); // outside the block
         let hc = h.clone();
         let block: Block = Arc::new(move |xs: &[Tensor]| xs[0].matmul(&hc)?.exp());
-        let y = if ck {
-            checkpoint(block, &[&x]).unwrap()
-        } else {
-            block(std::slice::from_ref(&x)).unwrap()
-        };
+        let y = run_block(block, &[&x], ck);
         // h is also used after the block: its gradient sums both paths.
         y.add(&h).unwrap().sum_all().unwrap()
     });
@@ -153,10 +155,9 @@ fn a_captured_intermediate_propagates_to_its_leaf() {
 /// the same (a checkpoint that summed the block's part first would differ).
 #[test]
 fn a_parameter_used_inside_and_outside_sums_in_the_plain_order() {
-    for threads in [1, 2] {
-        let ctx = TestCtx::with_threads(threads).unwrap();
-        let x = var(&ctx, 6, &[8, 8]);
-        let w = var(&ctx, 7, &[8, 8]);
+    on_one_and_two_threads(|ctx| {
+        let x = var(ctx, 6, &[8, 8]);
+        let w = var(ctx, 7, &[8, 8]);
         assert_same_grads(&[&x, &w], |ck| {
             let h0 = x.matmul(&w).unwrap().tanh().unwrap();
             let wc = w.clone();
@@ -164,14 +165,10 @@ fn a_parameter_used_inside_and_outside_sums_in_the_plain_order() {
                 let h = xs[0].matmul(&wc)?.sin()?;
                 h.matmul(&wc)?.mul_scalar(0.3)
             });
-            let h1 = if ck {
-                checkpoint(block, &[&h0]).unwrap()
-            } else {
-                block(std::slice::from_ref(&h0)).unwrap()
-            };
+            let h1 = run_block(block, &[&h0], ck);
             h1.matmul(&w).unwrap().exp().unwrap().sum_all().unwrap()
         });
-    }
+    });
 }
 
 /// A chain of checkpoints over shared captured parameters, as a model's
@@ -179,10 +176,9 @@ fn a_parameter_used_inside_and_outside_sums_in_the_plain_order() {
 #[test]
 fn a_chain_of_checkpoints_over_captured_parameters() {
     let mut results = Vec::new();
-    for threads in [1, 2] {
-        let ctx = TestCtx::with_threads(threads).unwrap();
-        let x = var(&ctx, 8, &[6, 16]);
-        let ws: Vec<Tensor> = (0..3).map(|i| var(&ctx, 10 + i, &[16, 16])).collect();
+    on_one_and_two_threads(|ctx| {
+        let x = var(ctx, 8, &[6, 16]);
+        let ws: Vec<Tensor> = (0..3).map(|i| var(ctx, 10 + i, &[16, 16])).collect();
         let leaves: Vec<&Tensor> = std::iter::once(&x).chain(ws.iter()).collect();
         results.push(assert_same_grads(&leaves, |ck| {
             let mut h = x.clone();
@@ -192,15 +188,11 @@ fn a_chain_of_checkpoints_over_captured_parameters() {
                     let z = xs[0].linear(&wc, None)?.tanh()?;
                     z.mul(&z)?.add(&xs[0])
                 });
-                h = if ck {
-                    checkpoint(block, &[&h]).unwrap()
-                } else {
-                    block(&[h.clone()]).unwrap()
-                };
+                h = run_block(block, &[&h], ck);
             }
             h.sum_all().unwrap()
         }));
-    }
+    });
     assert_eq!(results[0], results[1]);
 }
 
@@ -213,11 +205,7 @@ fn an_ignored_input_gets_no_gradient() {
     let unused = var(&ctx, 21, &[3]);
     let grads = assert_same_grads(&[&x, &unused], |ck| {
         let block: Block = Arc::new(|xs: &[Tensor]| xs[0].exp());
-        let y = if ck {
-            checkpoint(block, &[&x, &unused]).unwrap()
-        } else {
-            block(&[x.clone(), unused.clone()]).unwrap()
-        };
+        let y = run_block(block, &[&x, &unused], ck);
         y.sum_all().unwrap()
     });
     assert!(grads[0].is_some() && grads[1].is_none());
@@ -239,11 +227,7 @@ fn no_grad_inside_the_block_and_a_returned_capture() {
             };
             xs[0].mul(&c)
         });
-        let y = if ck {
-            checkpoint(block, &[&x]).unwrap()
-        } else {
-            block(std::slice::from_ref(&x)).unwrap()
-        };
+        let y = run_block(block, &[&x], ck);
         y.sum_all().unwrap()
     });
     assert!(grads[0].is_some() && grads[1].is_none());
@@ -252,11 +236,7 @@ fn no_grad_inside_the_block_and_a_returned_capture() {
     assert_same_grads(&[&x, &w], |ck| {
         let wc = w.clone();
         let block: Block = Arc::new(move |_: &[Tensor]| Ok(wc.clone()));
-        let y = if ck {
-            checkpoint(block, &[&x]).unwrap()
-        } else {
-            block(std::slice::from_ref(&x)).unwrap()
-        };
+        let y = run_block(block, &[&x], ck);
         y.square().unwrap().sum_all().unwrap()
     });
 }

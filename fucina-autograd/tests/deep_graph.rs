@@ -45,45 +45,52 @@ fn chain(ctx: &ExecContext, n: usize) -> (Tensor, Tensor) {
     (x, h)
 }
 
-#[test]
-fn dropping_a_million_node_tape_without_a_scope_does_not_recurse() {
+/// Runs `f` under the heavy lock in a fresh context ([`ctx`]), handing it the
+/// live-node count before it. `f` builds a graph, drops its outputs and
+/// returns its leaves: every node it recorded must be freed by then (the
+/// count is back at the start), and the leaves are dropped last.
+fn frees_every_node<L>(f: impl FnOnce(&ExecContext, usize) -> L) {
     let _heavy = heavy();
     let ctx = ctx();
     let base = live_nodes();
-    let (x, h) = chain(&ctx, DEEP);
-    assert_eq!(live_nodes(), base + DEEP);
-    drop(h); // recursed (and aborted the process) at ~60,000 nodes before
+    let leaves = f(&ctx, base);
     assert_eq!(live_nodes(), base);
-    drop(x);
+    drop(leaves);
+}
+
+#[test]
+fn dropping_a_million_node_tape_without_a_scope_does_not_recurse() {
+    frees_every_node(|ctx, base| {
+        let (x, h) = chain(ctx, DEEP);
+        assert_eq!(live_nodes(), base + DEEP);
+        drop(h); // recursed (and aborted the process) at ~60,000 nodes before
+        x
+    });
 }
 
 #[test]
 fn dropping_a_million_node_tape_after_backward_does_not_recurse() {
-    let _heavy = heavy();
-    let ctx = ctx();
-    let base = live_nodes();
-    let (x, h) = chain(&ctx, DEEP);
-    h.backward().unwrap();
-    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
-    drop(h);
-    assert_eq!(live_nodes(), base);
-    x.zero_grad();
-    drop(x);
+    frees_every_node(|ctx, _| {
+        let (x, h) = chain(ctx, DEEP);
+        h.backward().unwrap();
+        assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        drop(h);
+        x.zero_grad();
+        x
+    });
 }
 
 #[test]
 fn dropping_a_million_node_graph_with_shared_inputs_does_not_recurse() {
-    let _heavy = heavy();
-    let ctx = ctx();
-    let base = live_nodes();
-    let x = Tensor::variable(&ctx, &[0.5f64], &[1]).unwrap();
-    let mut h = x.clone();
-    for _ in 0..DEEP / 2 {
-        h = h.add(&h).unwrap().mul_scalar(0.5).unwrap(); // two edges to one node
-    }
-    drop(h);
-    assert_eq!(live_nodes(), base);
-    drop(x);
+    frees_every_node(|ctx, _| {
+        let x = Tensor::variable(ctx, &[0.5f64], &[1]).unwrap();
+        let mut h = x.clone();
+        for _ in 0..DEEP / 2 {
+            h = h.add(&h).unwrap().mul_scalar(0.5).unwrap(); // two edges to one node
+        }
+        drop(h);
+        x
+    });
 }
 
 /// Best of three runs of `f`, each timing only what `f` reports.
@@ -205,15 +212,13 @@ fn holding_chain(ctx: &ExecContext, n: usize) -> (Tensor, Tensor) {
 
 #[test]
 fn dropping_a_million_custom_ops_that_hold_their_input_does_not_recurse() {
-    let _heavy = heavy();
     on_small_stack(|| {
-        let ctx = ctx();
-        let base = live_nodes();
-        let (x, h) = holding_chain(&ctx, DEEP);
-        assert_eq!(live_nodes(), base + DEEP);
-        drop(h); // recursed through each node's payload (the op holding a tensor) before
-        assert_eq!(live_nodes(), base);
-        drop(x);
+        frees_every_node(|ctx, base| {
+            let (x, h) = holding_chain(ctx, DEEP);
+            assert_eq!(live_nodes(), base + DEEP);
+            drop(h); // recursed through each node's payload (the op holding a tensor) before
+            x
+        })
     });
 }
 
@@ -223,57 +228,54 @@ fn dropping_a_million_custom_ops_that_hold_their_input_does_not_recurse() {
 /// consumed chain behind them.
 #[test]
 fn backward_over_a_million_custom_ops_that_hold_their_input() {
-    let _heavy = heavy();
     on_small_stack(|| {
-        let ctx = ctx();
-        let base = live_nodes();
-        let (x, h) = holding_chain(&ctx, DEEP);
-        let mut tail = h.clone();
-        for _ in 0..DEEP / 10 {
-            let op = Arc::new(Holding {
-                _held: tail.clone(),
-            });
-            tail = custom_op(op, &[&tail]).unwrap();
-        }
-        h.backward().unwrap();
-        assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
-        drop(h);
-        assert_eq!(live_nodes(), base + DEEP + DEEP / 10);
-        drop(tail); // recursed through the tail's payloads before
-        assert_eq!(live_nodes(), base);
-        x.zero_grad();
-        drop(x);
+        frees_every_node(|ctx, base| {
+            let (x, h) = holding_chain(ctx, DEEP);
+            let mut tail = h.clone();
+            for _ in 0..DEEP / 10 {
+                let op = Arc::new(Holding {
+                    _held: tail.clone(),
+                });
+                tail = custom_op(op, &[&tail]).unwrap();
+            }
+            h.backward().unwrap();
+            assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+            drop(h);
+            assert_eq!(live_nodes(), base + DEEP + DEEP / 10);
+            drop(tail); // recursed through the tail's payloads before
+            x.zero_grad();
+            x
+        })
     });
 }
 
 #[test]
 fn dropping_a_chain_of_checkpoints_that_capture_their_input_does_not_recurse() {
     const N: usize = 20_000;
-    let _heavy = heavy();
     on_small_stack(|| {
-        let ctx = ctx();
-        let base = live_nodes();
-        let chain = |ctx: &ExecContext| {
-            let x = Tensor::variable(ctx, &[0.5f32], &[1]).unwrap();
-            let mut h = x.clone();
-            for _ in 0..N {
-                let held = h.clone(); // captured: the checkpoint node owns it
-                let block: Block = Arc::new(move |xs: &[Tensor]| xs[0].add(&held)?.mul_scalar(0.5));
-                h = checkpoint(block, &[&h]).unwrap();
-            }
-            (x, h)
-        };
-        let (x, h) = chain(&ctx);
-        assert_eq!(live_nodes(), base + N);
-        drop(h);
-        assert_eq!(live_nodes(), base);
-        let (x2, h) = chain(&ctx);
-        h.backward().unwrap();
-        // y = (h + h) / 2 = h at every step: dy/dx = 1.
-        assert_eq!(x2.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
-        drop(h);
-        assert_eq!(live_nodes(), base);
-        x2.zero_grad();
-        drop((x, x2));
+        frees_every_node(|ctx, base| {
+            let chain = |ctx: &ExecContext| {
+                let x = Tensor::variable(ctx, &[0.5f32], &[1]).unwrap();
+                let mut h = x.clone();
+                for _ in 0..N {
+                    let held = h.clone(); // captured: the checkpoint node owns it
+                    let block: Block =
+                        Arc::new(move |xs: &[Tensor]| xs[0].add(&held)?.mul_scalar(0.5));
+                    h = checkpoint(block, &[&h]).unwrap();
+                }
+                (x, h)
+            };
+            let (x, h) = chain(ctx);
+            assert_eq!(live_nodes(), base + N);
+            drop(h);
+            assert_eq!(live_nodes(), base);
+            let (x2, h) = chain(ctx);
+            h.backward().unwrap();
+            // y = (h + h) / 2 = h at every step: dy/dx = 1.
+            assert_eq!(x2.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+            drop(h);
+            x2.zero_grad();
+            (x, x2)
+        })
     });
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::ctx;
+use common::{ctx, on_one_and_two_threads};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{live_nodes, no_grad, CrossEntropyOpts, Error, Result, Tensor};
 use fucina_core::DType;
@@ -210,12 +210,12 @@ fn the_fixture_fails_a_test_that_leaves_graph_nodes_alive() {
 /// one and two threads, past the kernels' parallel threshold.
 #[test]
 fn narrow_gradients_added_in_place_match_the_padded_path_bitwise() {
-    for threads in [1, 2] {
-        let ctx = TestCtx::with_threads(threads).unwrap();
+    on_one_and_two_threads(|ctx| {
+        let threads = ctx.num_threads();
         for case in 0..4 {
             let run = |anomaly: bool| -> Vec<f32> {
                 let _guard = anomaly.then(fucina_autograd::detect_anomaly);
-                let x = Tensor::randn(&ctx, DType::F32, &[8, 50, 96], 7)
+                let x = Tensor::randn(ctx, DType::F32, &[8, 50, 96], 7)
                     .unwrap()
                     .requires_grad_(true)
                     .unwrap();
@@ -255,5 +255,5 @@ fn narrow_gradients_added_in_place_match_the_padded_path_bitwise() {
                 );
             }
         }
-    }
+    });
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bits, uniform_f32};
+use common::{bits, on_one_and_two_threads, uniform_f32};
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
 use fucina_core::rng::SplitMix64;
@@ -28,16 +28,16 @@ fn weights(ctx: &TestCtx, rng: &mut SplitMix64, n: usize, k: usize) -> (Tensor, 
 /// bitwise those with the widened f32 W, W gets no gradient, on 1 and 2 threads.
 #[test]
 fn frozen_bf16_linear_and_matmul_match_the_widened_weight() {
-    for threads in [1, 2] {
-        let ctx = TestCtx::with_threads(threads).unwrap();
+    on_one_and_two_threads(|ctx| {
+        let threads = ctx.num_threads();
         let mut rng = SplitMix64::new(3);
         let (b, t, k, n) = (2, 9, 70, 33);
         let xv = uniform_f32(&mut rng, b * t * k, -1.0, 1.0);
-        let (w16, w32) = weights(&ctx, &mut rng, n, k);
+        let (w16, w32) = weights(ctx, &mut rng, n, k);
         let bias_v: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 2.0).collect();
         let run = |w: &Tensor| {
-            let x = Tensor::variable(&ctx, &xv, &[b, t, k]).unwrap();
-            let bias = Tensor::variable(&ctx, &bias_v, &[n]).unwrap();
+            let x = Tensor::variable(ctx, &xv, &[b, t, k]).unwrap();
+            let bias = Tensor::variable(ctx, &bias_v, &[n]).unwrap();
             let y = x.linear(w, Some(&bias)).unwrap();
             // matmul's right operand: x [b, t, k] @ Wᵀ-shaped [k, n] view of the frozen W.
             let z = x.matmul(&w.transpose(0, 1).unwrap()).unwrap();
@@ -58,7 +58,7 @@ fn frozen_bf16_linear_and_matmul_match_the_widened_weight() {
         assert!(got.1 == want.1, "matmul forward, {threads} threads");
         assert!(got.2 == want.2, "dx, {threads} threads");
         assert!(got.3 == want.3, "db, {threads} threads");
-    }
+    });
 }
 
 /// A linear whose weight is frozen keeps W, not x: the input's buffer is released with the

@@ -10,17 +10,40 @@ use std::path::{Path, PathBuf};
 
 use fucina_autograd::io::{
     load_state_dict, load_state_dict_bytes, save_state_dict, state_dict_bytes, DtypePolicy,
-    LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
+    KeyMismatch, LoadOptions, SafetensorsFile, SaveOptions, StateDictError,
 };
 use fucina_autograd::testing::TestCtx;
 use fucina_autograd::{Error, Tensor};
 use fucina_core::{DType, ExecContext};
 
-fn tmp(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
+fn tmp(tag: &str) -> TmpPath {
+    TmpPath(std::env::temp_dir().join(format!(
         "fucina-sd-{tag}-{}.safetensors",
         std::process::id()
-    ))
+    )))
+}
+
+/// A temporary file's path ([`tmp`]); the file, if any, is removed when the
+/// path drops (the end of each test, or its unwinding).
+struct TmpPath(PathBuf);
+
+impl std::ops::Deref for TmpPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TmpPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpPath {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
 }
 
 /// Values with awkward bits: signed zero, subnormals, large and tiny magnitudes.
@@ -88,6 +111,49 @@ fn failing_load(ctx: &ExecContext, path: &Path, opts: &LoadOptions) -> StateDict
     state_err(err)
 }
 
+/// The model of seed 1 as `edit` leaves it, saved to `tmp(tag)`: the path
+/// and the model.
+fn save_edited(
+    ctx: &ExecContext,
+    tag: &str,
+    edit: impl FnOnce(&mut Vec<(String, Tensor)>),
+) -> (TmpPath, Vec<(String, Tensor)>) {
+    let path = tmp(tag);
+    let mut src = model(ctx, 1);
+    edit(&mut src);
+    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    (path, src)
+}
+
+/// Writes `bytes` to `path`: a strict load of it must fail with
+/// [`StateDictError::Format`] ([`failing_load`]).
+fn assert_format_error(ctx: &ExecContext, path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+    assert!(matches!(
+        failing_load(ctx, path, &LoadOptions::new()),
+        StateDictError::Format { .. }
+    ));
+}
+
+/// [`failing_load`] where the error must be [`StateDictError::Keys`]: its
+/// file and its missing, unexpected and mismatched lists (any other error
+/// fails the test).
+fn failing_keys(
+    ctx: &ExecContext,
+    path: &Path,
+    opts: &LoadOptions,
+) -> (PathBuf, Vec<String>, Vec<String>, Vec<KeyMismatch>) {
+    match failing_load(ctx, path, opts) {
+        StateDictError::Keys {
+            file,
+            missing,
+            unexpected,
+            mismatched,
+        } => (file, missing, unexpected, mismatched),
+        e => panic!("wrong error: {e}"),
+    }
+}
+
 #[test]
 fn save_then_load_is_bit_exact() {
     let ctx = TestCtx::with_threads(1).unwrap();
@@ -104,7 +170,6 @@ fn save_then_load_is_bit_exact() {
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(st.tensor("enc.b").unwrap().shape(), &[5]);
-    std::fs::remove_file(&path).ok();
     drop((src, dst));
 }
 
@@ -121,7 +186,7 @@ fn truncated_file_names_file_and_tensor() {
             tensor,
             message,
         } => {
-            assert_eq!(file, path);
+            assert_eq!(file, *path);
             assert!(message.contains("truncated"), "{message}");
             // Tensors are laid out sorted by dtype alignment then name; whichever is last is named.
             assert!(
@@ -132,116 +197,70 @@ fn truncated_file_names_file_and_tensor() {
         e => panic!("wrong error: {e}"),
     }
     // Cut inside the header.
-    std::fs::write(&path, &good[..20]).unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
-    std::fs::remove_file(&path).ok();
+    assert_format_error(&ctx, &path, &good[..20]);
 }
 
 #[test]
 fn wrong_dtype_names_the_key() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("dtype");
     // enc.b stored as i64: no float policy loads it.
-    let mut src = model(&ctx, 1);
-    src[1].1 = Tensor::constant(&ctx, &[1i64, 2, 3, 4, 5], &[5]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(
-        &ctx,
-        &path,
-        &LoadOptions::new().dtype_policy(DtypePolicy::AnyFloat),
-    ) {
-        StateDictError::Keys {
-            missing,
-            unexpected,
-            mismatched,
-            ..
-        } => {
-            assert!(missing.is_empty() && unexpected.is_empty());
-            assert_eq!(mismatched.len(), 1);
-            assert_eq!(mismatched[0].key, "enc.b");
-            assert_eq!(mismatched[0].file_dtype, "I64");
-            assert_eq!(mismatched[0].param_dtype, DType::F64);
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "dtype", |src| {
+        src[1].1 = Tensor::constant(&ctx, &[1i64, 2, 3, 4, 5], &[5]).unwrap();
+    });
+    let any_float = LoadOptions::new().dtype_policy(DtypePolicy::AnyFloat);
+    let (_, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &any_float);
+    assert!(missing.is_empty() && unexpected.is_empty());
+    assert_eq!(mismatched.len(), 1);
+    assert_eq!(mismatched[0].key, "enc.b");
+    assert_eq!(mismatched[0].file_dtype, "I64");
+    assert_eq!(mismatched[0].param_dtype, DType::F64);
     // f64 into an f32 parameter narrows: refused by the default policy.
-    src = model(&ctx, 1);
-    src[0].1 = Tensor::variable(&ctx, &[0.5f64; 12], &[3, 4]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
+    drop(src);
+    let (path, src) = save_edited(&ctx, "dtype", |src| {
+        src[0].1 = Tensor::variable(&ctx, &[0.5f64; 12], &[3, 4]).unwrap();
+    });
     let e = failing_load(&ctx, &path, &LoadOptions::new());
     assert!(e.to_string().contains("enc.w"), "{e}");
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 
 #[test]
 fn wrong_shape_names_the_key() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("shape");
-    let mut src = model(&ctx, 1);
-    src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys { mismatched, .. } => {
-            assert_eq!(mismatched.len(), 1);
-            assert_eq!(mismatched[0].key, "head.w");
-            assert_eq!(mismatched[0].file_shape, [3, 2]);
-            assert_eq!(mismatched[0].param_shape, [2, 3]);
-        }
-        e => panic!("wrong error: {e}"),
-    }
-    std::fs::remove_file(&path).ok();
+    let (path, src) = save_edited(&ctx, "shape", |src| {
+        src[2].1 = Tensor::variable(&ctx, &[0.5f32; 6], &[3, 2]).unwrap();
+    });
+    let (_, _, _, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(mismatched.len(), 1);
+    assert_eq!(mismatched[0].key, "head.w");
+    assert_eq!(mismatched[0].file_shape, [3, 2]);
+    assert_eq!(mismatched[0].param_shape, [2, 3]);
     drop(src);
 }
 
 #[test]
 fn missing_key_is_listed() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("missing");
-    let src = model(&ctx, 1);
-    save_state_dict(&path, &src[..2], &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys {
-            missing,
-            unexpected,
-            mismatched,
-            ..
-        } => {
-            assert_eq!(missing, ["head.w"]);
-            assert!(unexpected.is_empty() && mismatched.is_empty());
-        }
-        e => panic!("wrong error: {e}"),
-    }
-    std::fs::remove_file(&path).ok();
+    let (path, src) = save_edited(&ctx, "missing", |src| src.truncate(2));
+    let (_, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(missing, ["head.w"]);
+    assert!(unexpected.is_empty() && mismatched.is_empty());
     drop(src);
 }
 
 #[test]
 fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
     let ctx = TestCtx::with_threads(1).unwrap();
-    let path = tmp("unexpected");
-    let mut src = model(&ctx, 1);
-    src.push((
-        "pooler.dense.bias".into(),
-        Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
-    ));
-    save_state_dict(&path, &src, &SaveOptions::default()).unwrap();
-    match failing_load(&ctx, &path, &LoadOptions::new()) {
-        StateDictError::Keys {
-            file,
-            missing,
-            unexpected,
-            mismatched,
-        } => {
-            assert_eq!(file, path);
-            assert_eq!(unexpected, ["pooler.dense.bias"]);
-            assert!(missing.is_empty() && mismatched.is_empty());
-        }
-        e => panic!("wrong error: {e}"),
-    }
+    let (path, src) = save_edited(&ctx, "unexpected", |src| {
+        src.push((
+            "pooler.dense.bias".into(),
+            Tensor::variable(&ctx, &[1f32, 2.0], &[2]).unwrap(),
+        ))
+    });
+    let (file, missing, unexpected, mismatched) = failing_keys(&ctx, &path, &LoadOptions::new());
+    assert_eq!(file, *path);
+    assert_eq!(unexpected, ["pooler.dense.bias"]);
+    assert!(missing.is_empty() && mismatched.is_empty());
     // Non-strict: everything that fits loads; the lists come back.
     let mut dst = model(&ctx, 2);
     dst[2].1 = Tensor::variable(&ctx, &[0f32; 4], &[4]).unwrap(); // mismatched shape
@@ -258,7 +277,6 @@ fn unexpected_key_is_rejected_when_strict_and_reported_when_not() {
     assert_eq!(rep.mismatched[0].key, "head.w");
     assert_eq!(bits(&dst[..2]), bits(&src[..2]));
     assert_eq!(bits(&dst[2..]), head_before);
-    std::fs::remove_file(&path).ok();
     drop((src, dst));
 }
 
@@ -273,24 +291,16 @@ fn non_safetensors_file_is_a_format_error() {
     .unwrap();
     match failing_load(&ctx, &path, &LoadOptions::new()) {
         StateDictError::Format { file, message } => {
-            assert_eq!(file, path);
+            assert_eq!(file, *path);
             assert!(message.contains("header length"), "{message}");
         }
         e => panic!("wrong error: {e}"),
     }
     // Too short for even the length prefix, and a header that is not JSON.
-    std::fs::write(&path, b"abc").unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
+    assert_format_error(&ctx, &path, b"abc");
     let mut junk = 4u64.to_le_bytes().to_vec();
     junk.extend_from_slice(b"{abc");
-    std::fs::write(&path, &junk).unwrap();
-    assert!(matches!(
-        failing_load(&ctx, &path, &LoadOptions::new()),
-        StateDictError::Format { .. }
-    ));
+    assert_format_error(&ctx, &path, &junk);
     // A missing file is an I/O error naming it.
     std::fs::remove_file(&path).ok();
     assert!(matches!(
@@ -340,7 +350,6 @@ fn half_precision_widens_and_saves_narrow_on_request() {
         }
         drop(dst);
     }
-    std::fs::remove_file(&path).ok();
     drop(src);
 }
 

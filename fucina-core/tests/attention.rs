@@ -7,6 +7,9 @@
 //! materialising kernel is checked on too (`benches/tests/materialising.rs`).
 
 #[macro_use]
+#[path = "common/errors.rs"]
+mod errors;
+#[macro_use]
 #[path = "common/macros.rs"]
 mod macros;
 #[path = "attention/cases.rs"]
@@ -293,69 +296,38 @@ fn argument_errors() {
     let v = ctx.zeros(DType::F32, &[1, 2, 5, 6]).unwrap();
     let o = AttentionOpts::default();
     let bad_k = ctx.zeros(DType::F32, &[1, 2, 5, 3]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &bad_k, &v, None, o),
-        Err(Error::ShapeMismatch { .. })
-    ));
+    assert_err!(ctx.attention(&q, &bad_k, &v, None, o) => Error::ShapeMismatch { .. });
     let bad_v = ctx.zeros(DType::F32, &[1, 2, 4, 6]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k, &bad_v, None, o),
-        Err(Error::ShapeMismatch { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k, &bad_v, None, o) => Error::ShapeMismatch { .. });
     let k64 = ctx.zeros(DType::F64, &[1, 2, 5, 4]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k64, &v, None, o),
-        Err(Error::DTypeMismatch { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k64, &v, None, o) => Error::DTypeMismatch { .. });
     let r3 = ctx.zeros(DType::F32, &[2, 3, 4]).unwrap();
-    assert!(matches!(
-        ctx.attention(&r3, &k, &v, None, o),
-        Err(Error::InvalidArgument { .. })
-    ));
+    assert_err!(ctx.attention(&r3, &k, &v, None, o) => Error::InvalidArgument { .. });
     let bad_mask = ctx.zeros(DType::F32, &[1, 1, 1, 4]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k, &v, Some(&bad_mask), o),
-        Err(Error::Broadcast { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k, &v, Some(&bad_mask), o) => Error::Broadcast { .. });
     let int_mask = ctx.zeros(DType::I32, &[1, 1, 1, 5]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k, &v, Some(&int_mask), o),
-        Err(Error::UnsupportedDType { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k, &v, Some(&int_mask), o) => Error::UnsupportedDType { .. });
     let qi = ctx.zeros(DType::I64, &[1, 2, 3, 4]).unwrap();
     let ki = ctx.zeros(DType::I64, &[1, 2, 5, 4]).unwrap();
     let vi = ctx.zeros(DType::I64, &[1, 2, 5, 6]).unwrap();
-    assert!(matches!(
-        ctx.attention(&qi, &ki, &vi, None, o),
-        Err(Error::UnsupportedDType { .. })
-    ));
+    assert_err!(ctx.attention(&qi, &ki, &vi, None, o) => Error::UnsupportedDType { .. });
     // An f64 bias on f32 inputs is converted.
     let m64 = ctx.zeros(DType::F64, &[1, 1, 1, 5]).unwrap();
     let (out, lse) = ctx.attention(&q, &k, &v, Some(&m64), o).unwrap();
     let g = ctx.zeros(DType::F32, &[1, 2, 3, 6]).unwrap();
     let bad = ctx.zeros(DType::F32, &[1, 2, 3, 4]).unwrap();
     let m = Some(&m64);
-    assert!(matches!(
-        ctx.attention_backward(&q, &k, &v, m, &bad, &lse, &g, o, [true; 3]),
-        Err(Error::ShapeMismatch { .. })
-    ));
-    assert!(matches!(
-        ctx.attention_backward(&q, &k, &v, m, &out, &bad, &g, o, [true; 3]),
-        Err(Error::ShapeMismatch { .. })
-    ));
-    assert!(matches!(
-        ctx.attention_backward(&q, &k, &v, m, &out, &lse, &bad, o, [true; 3]),
-        Err(Error::ShapeMismatch { .. })
-    ));
-    assert!(matches!(
-        ctx.attention_backward(&q, &k, &v, Some(&bad_mask), &out, &lse, &g, o, [true; 3]),
-        Err(Error::Broadcast { .. })
-    ));
+    assert_err!(ctx.attention_backward(&q, &k, &v, m, &bad, &lse, &g, o, [true; 3])
+        => Error::ShapeMismatch { .. });
+    assert_err!(ctx.attention_backward(&q, &k, &v, m, &out, &bad, &g, o, [true; 3])
+        => Error::ShapeMismatch { .. });
+    assert_err!(ctx.attention_backward(&q, &k, &v, m, &out, &lse, &bad, o, [true; 3])
+        => Error::ShapeMismatch { .. });
+    assert_err!(ctx.attention_backward(&q, &k, &v, Some(&bad_mask), &out, &lse, &g, o, [true; 3])
+        => Error::Broadcast { .. });
     let lse64 = ctx.zeros(DType::F64, &[1, 2, 3]).unwrap();
-    assert!(matches!(
-        ctx.attention_backward(&q, &k, &v, m, &out, &lse64, &g, o, [true; 3]),
-        Err(Error::DTypeMismatch { .. })
-    ));
+    assert_err!(ctx.attention_backward(&q, &k, &v, m, &out, &lse64, &g, o, [true; 3])
+        => Error::DTypeMismatch { .. });
     drop((
         q, k, v, bad_k, bad_v, k64, r3, bad_mask, int_mask, qi, ki, vi, m64, out, lse, g, bad,
         lse64,
@@ -374,13 +346,14 @@ fn peak_bytes(t: usize, causal: bool) -> usize {
         scale: None,
     };
     let base = ctx.stats().live_bytes;
-    ctx.pool().reset_peak();
-    let (o, lse) = ctx.attention(&q, &k, &v, None, opts).unwrap();
-    let grads = ctx
-        .attention_backward(&q, &k, &v, None, &o, &lse, &g, opts, [true; 3])
-        .unwrap();
-    let peak = ctx.stats().peak_live_bytes - base;
-    drop((q, k, v, g, o, lse, grads));
+    let (outs, peak) = peak_above(&ctx, base, || {
+        let (o, lse) = ctx.attention(&q, &k, &v, None, opts).unwrap();
+        let grads = ctx
+            .attention_backward(&q, &k, &v, None, &o, &lse, &g, opts, [true; 3])
+            .unwrap();
+        (o, lse, grads)
+    });
+    drop((q, k, v, g, outs));
     peak
 }
 

@@ -7,8 +7,11 @@
 
 #[path = "attention/cases.rs"]
 mod cases;
+#[macro_use]
+#[path = "common/errors.rs"]
+mod errors;
 
-use cases::{bits, close, heads_view, rand_vec};
+use cases::{bits, close, heads_view, peak_above, rand_vec};
 use fucina_core::kernels::fused::attention::reference::{self, AttnDims, RefMask};
 use fucina_core::kernels::fused::attention::AttentionOpts;
 use fucina_core::rng::SplitMix64;
@@ -39,29 +42,18 @@ fn grouped_query_argument_errors() {
         assert!(msg.contains("[1, 4, 3, 8]") && msg.contains(&format!("[1, {hkv}, 5, 8]")));
         let g = ctx.zeros(DType::F32, &[1, 4, 3, 8]).unwrap();
         let lse = ctx.zeros(DType::F32, &[1, 4, 3]).unwrap();
-        assert!(matches!(
-            ctx.attention_backward(&q, &k, &v, None, &g, &lse, &g, o, [true; 3]),
-            Err(Error::InvalidArgument {
-                op: "attention_backward",
-                ..
-            })
-        ));
+        assert_err!(ctx.attention_backward(&q, &k, &v, None, &g, &lse, &g, o, [true; 3])
+            => Error::InvalidArgument { op: "attention_backward", .. });
         drop((k, v, g, lse));
     }
     // k and v must agree on the k/v heads.
     let k = ctx.zeros(DType::F32, &[1, 2, 5, 8]).unwrap();
     let v = ctx.zeros(DType::F32, &[1, 4, 5, 8]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k, &v, None, o),
-        Err(Error::ShapeMismatch { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k, &v, None, o) => Error::ShapeMismatch { .. });
     // The mask broadcasts to the query heads [B, H, T, S], not to the k/v heads.
     let v2 = ctx.zeros(DType::F32, &[1, 2, 5, 8]).unwrap();
     let m_kv = ctx.zeros(DType::F32, &[1, 2, 3, 5]).unwrap();
-    assert!(matches!(
-        ctx.attention(&q, &k, &v2, Some(&m_kv), o),
-        Err(Error::Broadcast { .. })
-    ));
+    assert_err!(ctx.attention(&q, &k, &v2, Some(&m_kv), o) => Error::Broadcast { .. });
     let m_q = ctx.zeros(DType::F32, &[1, 4, 3, 5]).unwrap();
     let (out, lse) = ctx.attention(&q, &k, &v2, Some(&m_q), o).unwrap();
     assert_eq!(out.shape(), &[1, 4, 3, 8]);
@@ -98,13 +90,13 @@ fn narrowed_cache_case<T: Float>(h: usize, hkv: usize, t: usize, s: usize, causa
         scale: None,
     };
     let base = ctx.stats().live_bytes;
-    ctx.pool().reset_peak();
-    let (o1, l1) = ctx.attention(&q, &k, &v, None, opts).unwrap();
-    let peak_view = ctx.stats().peak_live_bytes - base;
-    drop((o1, l1));
-    ctx.pool().reset_peak();
-    let (o2, l2) = ctx.attention(&q, &kk, &vv, None, opts).unwrap();
-    let peak_copy = ctx.stats().peak_live_bytes - base;
+    let (view_out, peak_view) = peak_above(&ctx, base, || {
+        ctx.attention(&q, &k, &v, None, opts).unwrap()
+    });
+    drop(view_out);
+    let ((o2, l2), peak_copy) = peak_above(&ctx, base, || {
+        ctx.attention(&q, &kk, &vv, None, opts).unwrap()
+    });
     assert_eq!(
         peak_view, peak_copy,
         "a copy of the narrowed k or v was made"

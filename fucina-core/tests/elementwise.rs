@@ -5,12 +5,18 @@
 use fucina_core::kernels::elementwise::reference as r;
 use fucina_core::kernels::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use fucina_core::testing::TestCtx;
-use fucina_core::{DType, Error, ExecContext, Float};
+use fucina_core::{DType, Error, ExecContext, Float, RawTensor};
 
 #[macro_use]
 mod common;
 use common::ew::{all_binary, assert_bits, broadcast_pairs, data};
 use common::{make, Layout, LAYOUTS, SIZES};
+
+/// Zeros of `shape` (2-D) seen transposed: a non-contiguous tensor, which
+/// an in-place accumulation refuses.
+fn transposed_zeros(ctx: &ExecContext, dtype: DType, shape: &[usize]) -> RawTensor {
+    ctx.zeros(dtype, shape).unwrap().transpose(0, 1).unwrap()
+}
 
 #[test]
 fn structured_errors() {
@@ -21,69 +27,25 @@ fn structured_errors() {
         let c = ctx.zeros(DType::F64, &[3]).unwrap();
         let h = ctx.zeros(DType::F16, &[3]).unwrap();
         let m = ctx.zeros(DType::U8, &[3]).unwrap();
-        assert!(matches!(
-            ctx.binary(&a, &b, BinaryOp::Add),
-            Err(Error::Broadcast { op: "add", .. })
-        ));
-        assert!(matches!(
-            ctx.binary(&a, &c, BinaryOp::Mul),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.binary(&h, &h, BinaryOp::Mul),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary(&h, UnaryOp::Exp),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary(&m, UnaryOp::Exp),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.unary_backward(&a, &b, UnaryOp::Exp),
-            Err(Error::ShapeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.unary_backward(&a, &c, UnaryOp::Exp),
-            Err(Error::DTypeMismatch { .. })
-        ));
+        assert_err!(ctx.binary(&a, &b, BinaryOp::Add) => Error::Broadcast { op: "add", .. });
+        assert_err!(ctx.binary(&a, &c, BinaryOp::Mul) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.binary(&h, &h, BinaryOp::Mul) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary(&h, UnaryOp::Exp) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary(&m, UnaryOp::Exp) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.unary_backward(&a, &b, UnaryOp::Exp) => Error::ShapeMismatch { .. });
+        assert_err!(ctx.unary_backward(&a, &c, UnaryOp::Exp) => Error::DTypeMismatch { .. });
         let gy_bad = ctx.zeros(DType::F32, &[2, 3]).unwrap();
-        assert!(matches!(
-            ctx.binary_backward(&a, &a, &a, &gy_bad, BinaryOp::Mul, [true, true]),
-            Err(Error::ShapeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&a, &b, CmpOp::Eq),
-            Err(Error::Broadcast { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&a, &c, CmpOp::Eq),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.compare(&h, &h, CmpOp::Eq),
-            Err(Error::UnsupportedDType { .. })
-        ));
-        assert!(matches!(
-            ctx.where_cond(&a, &a, &a),
-            Err(Error::DTypeMismatch { .. })
-        ));
-        assert!(matches!(
-            ctx.where_cond(&m, &a, &b),
-            Err(Error::Broadcast { .. })
-        ));
+        assert_err!(ctx.binary_backward(&a, &a, &a, &gy_bad, BinaryOp::Mul, [true, true])
+            => Error::ShapeMismatch { .. });
+        assert_err!(ctx.compare(&a, &b, CmpOp::Eq) => Error::Broadcast { .. });
+        assert_err!(ctx.compare(&a, &c, CmpOp::Eq) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.compare(&h, &h, CmpOp::Eq) => Error::UnsupportedDType { .. });
+        assert_err!(ctx.where_cond(&a, &a, &a) => Error::DTypeMismatch { .. });
+        assert_err!(ctx.where_cond(&m, &a, &b) => Error::Broadcast { .. });
         // The mask must broadcast to x, not the other way round.
         let m23 = ctx.zeros(DType::U8, &[2, 3]).unwrap();
-        assert!(matches!(
-            ctx.masked_fill(&a, &m23, 1.0),
-            Err(Error::Broadcast { .. })
-        ));
-        assert!(matches!(
-            ctx.masked_fill(&a, &a, 1.0),
-            Err(Error::DTypeMismatch { .. })
-        ));
+        assert_err!(ctx.masked_fill(&a, &m23, 1.0) => Error::Broadcast { .. });
+        assert_err!(ctx.masked_fill(&a, &a, 1.0) => Error::DTypeMismatch { .. });
     }
     assert_eq!(ctx.stats().outstanding, 0);
 }
@@ -121,25 +83,12 @@ fn add_assign_any_strides_and_ownership_rules() {
         let mut acc = ctx.zeros(DType::F64, &[4]).unwrap();
         let g = ctx.ones(DType::F64, &[4]).unwrap();
         let view = acc.clone_view();
-        assert!(matches!(
-            ctx.add_assign(&mut acc, &g),
-            Err(Error::SharedBuffer { .. })
-        ));
+        assert_err!(ctx.add_assign(&mut acc, &g) => Error::SharedBuffer { .. });
         drop(view);
-        let mut t = ctx
-            .zeros(DType::F64, &[2, 2])
-            .unwrap()
-            .transpose(0, 1)
-            .unwrap();
+        let mut t = transposed_zeros(&ctx, DType::F64, &[2, 2]);
         let g2 = ctx.ones(DType::F64, &[2, 2]).unwrap();
-        assert!(matches!(
-            ctx.add_assign(&mut t, &g2),
-            Err(Error::NotContiguous { .. })
-        ));
-        assert!(matches!(
-            ctx.add_assign(&mut acc, &g2),
-            Err(Error::ShapeMismatch { .. })
-        ));
+        assert_err!(ctx.add_assign(&mut t, &g2) => Error::NotContiguous { .. });
+        assert_err!(ctx.add_assign(&mut acc, &g2) => Error::ShapeMismatch { .. });
         ctx.add_assign(&mut acc, &g).unwrap();
         assert_eq!(acc.to_vec::<f64>().unwrap(), vec![1.0; 4]);
     }
@@ -363,30 +312,14 @@ fn add_assign_narrow_adds_into_the_window_only() {
                 assert!(ctx.add_assign_narrow(&mut acc, axis, start, &g).is_err());
             }
             let g3 = ctx.ones(DType::F32, &[3, 3]).unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g3),
-                Err(Error::ShapeMismatch { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g3) => Error::ShapeMismatch { .. });
             let g64 = ctx.ones(DType::F64, &[4, 3]).unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g64),
-                Err(Error::DTypeMismatch { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g64) => Error::DTypeMismatch { .. });
             let view = acc.clone_view();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut acc, 1, 0, &g),
-                Err(Error::SharedBuffer { .. })
-            ));
+            assert_err!(ctx.add_assign_narrow(&mut acc, 1, 0, &g) => Error::SharedBuffer { .. });
             drop(view);
-            let mut t = ctx
-                .zeros(DType::F32, &[6, 4])
-                .unwrap()
-                .transpose(0, 1)
-                .unwrap();
-            assert!(matches!(
-                ctx.add_assign_narrow(&mut t, 1, 0, &g),
-                Err(Error::NotContiguous { .. })
-            ));
+            let mut t = transposed_zeros(&ctx, DType::F32, &[6, 4]);
+            assert_err!(ctx.add_assign_narrow(&mut t, 1, 0, &g) => Error::NotContiguous { .. });
         }
     }
 }

@@ -130,6 +130,12 @@ impl Mpi {
     }
 }
 
+/// The items of `bufs` (one per rank, in rank order) with their rank, but
+/// `me`'s: what this rank exchanges with each peer.
+fn others<B>(me: usize, bufs: impl IntoIterator<Item = B>) -> impl Iterator<Item = (usize, B)> {
+    bufs.into_iter().enumerate().filter(move |&(q, _)| q != me)
+}
+
 impl Transport for Mpi {
     fn rank(&self) -> usize {
         self.rank
@@ -164,26 +170,16 @@ impl Transport for Mpi {
         let deadline = start + self.timeout;
         let mut bad: Option<Error> = None;
         mpi::request::scope(|scope| {
-            let mut recvs = Vec::with_capacity(recv.len());
-            for (q, buf) in recv.iter_mut().enumerate() {
-                if q != me {
-                    let req = self
-                        .world
-                        .process_at_rank(q as i32)
-                        .immediate_receive_into_with_tag(scope, &mut buf[..], TAG);
-                    recvs.push((q, req));
-                }
-            }
-            let mut sends = Vec::with_capacity(send.len());
-            for (q, buf) in send.iter().enumerate() {
-                if q != me {
-                    let req = self
-                        .world
-                        .process_at_rank(q as i32)
-                        .immediate_send_with_tag(scope, *buf, TAG);
-                    sends.push(req);
-                }
-            }
+            let peer = |q: usize| self.world.process_at_rank(q as i32);
+            let mut recvs: Vec<_> = others(me, recv.iter_mut())
+                .map(|(q, buf)| {
+                    let req = peer(q).immediate_receive_into_with_tag(scope, &mut buf[..], TAG);
+                    (q, req)
+                })
+                .collect();
+            let mut sends: Vec<_> = others(me, send.iter())
+                .map(|(q, buf)| peer(q).immediate_send_with_tag(scope, *buf, TAG))
+                .collect();
             let (mut spins, mut naps) = (0u32, 0u32);
             loop {
                 let before = recvs.len() + sends.len();

@@ -15,9 +15,6 @@ struct ConcatBackward {
 }
 
 impl Backward for ConcatBackward {
-    fn name(&self) -> &'static str {
-        "concat"
-    }
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let mut out = Grads::new();
         let mut start = 0;
@@ -52,9 +49,6 @@ struct PadBackward {
 }
 
 impl Backward for PadBackward {
-    fn name(&self) -> &'static str {
-        "pad"
-    }
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let mut g = gy.clone();
         for (a, &(before, after)) in self.pads.iter().enumerate() {

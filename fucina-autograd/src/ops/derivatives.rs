@@ -31,9 +31,6 @@ struct DerivativeNode {
 }
 
 impl Backward for DerivativeNode {
-    fn name(&self) -> &'static str {
-        "unary_derivative"
-    }
     fn backward(&self, ctx: &ExecContext, gd: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let x = Tensor::new_internal(ctx, self.x.clone(), false, None);
         let gd = Tensor::new_internal(ctx, gd.clone(), false, None);

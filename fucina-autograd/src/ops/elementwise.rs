@@ -20,9 +20,6 @@ struct UnaryBackward {
 }
 
 impl Backward for UnaryBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         // A constant derivative reads nothing: gy stands in for the saved value.
         let saved = self.saved.as_ref().unwrap_or(gy);
@@ -53,9 +50,6 @@ struct DerivativeBackward {
 }
 
 impl Backward for DerivativeBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(ctx.binary(
             gy,
@@ -85,9 +79,6 @@ struct BinaryBackward {
 }
 
 impl Backward for BinaryBackward {
-    fn name(&self) -> &'static str {
-        self.op.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         // What the op does not save its partials do not read: gy stands in
         // (same dtype, and a shape that broadcasts to gy's).
@@ -229,9 +220,6 @@ struct WhereBackward {
 }
 
 impl Backward for WhereBackward {
-    fn name(&self) -> &'static str {
-        "where"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let zero = ctx.zeros(gy.dtype(), &[])?;
         let ga = if needs[0] {
@@ -262,9 +250,6 @@ struct MaskedFillBackward {
 }
 
 impl Backward for MaskedFillBackward {
-    fn name(&self) -> &'static str {
-        "masked_fill"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(
             ctx.masked_fill(gy, &self.mask, 0.0)?

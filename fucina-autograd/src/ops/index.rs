@@ -30,9 +30,6 @@ struct EmbeddingBackward {
 }
 
 impl Backward for EmbeddingBackward {
-    fn name(&self) -> &'static str {
-        "embedding"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let gw = if needs[0] {
             Some(ctx.embedding_backward(self.vocab, &self.ids, gy)?)
@@ -123,9 +120,6 @@ struct IndexReadBackward {
 }
 
 impl Backward for IndexReadBackward {
-    fn name(&self) -> &'static str {
-        self.read.name()
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![
             Some(
@@ -162,9 +156,6 @@ struct ScatterAddBackward {
 }
 
 impl Backward for ScatterAddBackward {
-    fn name(&self) -> &'static str {
-        "scatter_add"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let gx = if needs[0] { Some(gy.clone()) } else { None };
         let gs = if needs[2] {

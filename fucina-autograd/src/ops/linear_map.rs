@@ -27,9 +27,6 @@ struct LinearMapBackward {
 }
 
 impl Backward for LinearMapBackward {
-    fn name(&self) -> &'static str {
-        self.name
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some((self.adjoint)(ctx, gy)?)])
     }

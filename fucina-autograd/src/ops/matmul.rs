@@ -31,9 +31,6 @@ struct MatmulBackward {
 }
 
 impl Backward for MatmulBackward {
-    fn name(&self) -> &'static str {
-        "matmul"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let ga = match (&self.b, needs[0]) {
             (Some(b), true) => Some(ctx.matmul(gy, &t_last(b)?)?),
@@ -69,9 +66,6 @@ struct LinearBackward {
 }
 
 impl Backward for LinearBackward {
-    fn name(&self) -> &'static str {
-        "linear"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let (n, k) = (self.n, self.k);
         let rows = gy.numel() / n.max(1);

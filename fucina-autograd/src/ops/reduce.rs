@@ -29,13 +29,6 @@ struct SumBackward {
 }
 
 impl Backward for SumBackward {
-    fn name(&self) -> &'static str {
-        if self.scale.is_some() {
-            "mean"
-        } else {
-            "sum"
-        }
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let kd = keepdim_shape(&self.in_shape, &self.axes);
         let g = ctx.reshape(gy, &kd)?;
@@ -66,9 +59,6 @@ struct LogsumexpBackward {
 }
 
 impl Backward for LogsumexpBackward {
-    fn name(&self) -> &'static str {
-        "logsumexp"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         use fucina_core::kernels::elementwise::{BinaryOp, UnaryOp};
         let p = ctx.unary(
@@ -181,9 +171,6 @@ impl ExtremumBackward {
 }
 
 impl Backward for ExtremumBackward {
-    fn name(&self) -> &'static str {
-        "max/min"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let idx = self.idx()?;
         let g = ctx.reshape(gy, idx.shape())?;
@@ -215,9 +202,6 @@ struct NormBackward {
 }
 
 impl Backward for NormBackward {
-    fn name(&self) -> &'static str {
-        "norm"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         use fucina_core::kernels::elementwise::{BinaryOp, CmpOp};
         let gy = ctx.reshape(gy, self.y_keepdim.shape())?;

@@ -17,9 +17,6 @@ struct ReshapeBackward {
 }
 
 impl Backward for ReshapeBackward {
-    fn name(&self) -> &'static str {
-        "reshape"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(ctx.reshape(gy, &self.in_shape)?)])
     }
@@ -34,9 +31,6 @@ struct PermuteBackward {
 }
 
 impl Backward for PermuteBackward {
-    fn name(&self) -> &'static str {
-        "permute"
-    }
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(gy.permute(&self.inverse)?)])
     }
@@ -50,9 +44,6 @@ impl Backward for PermuteBackward {
 struct BroadcastBackward;
 
 impl Backward for BroadcastBackward {
-    fn name(&self) -> &'static str {
-        "broadcast_to"
-    }
     fn backward(&self, _ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         Ok(smallvec::smallvec![Some(gy.clone())])
     }
@@ -69,9 +60,6 @@ struct NarrowBackward {
 }
 
 impl Backward for NarrowBackward {
-    fn name(&self) -> &'static str {
-        "narrow"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let mut pads = vec![(0usize, 0usize); self.in_shape.len()];
         let len = gy.shape()[self.axis];

@@ -60,9 +60,10 @@ pub(crate) fn take_grad<G>(grads: &mut [Option<G>], op: &'static str, i: usize) 
 /// broadcast output shape; the engine reduces it to the input's shape.
 /// Return `None` for inputs whose flag is false. `Send + Sync` because the
 /// node travels with its tensors between threads.
+///
+/// A node has no name of its own: the op names it once, when it is recorded
+/// (`record`'s `name`, kept on the node for errors and debugging).
 pub trait Backward: Send + Sync {
-    /// The op's name, for errors and debugging.
-    fn name(&self) -> &'static str;
     /// Computes the input gradients.
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads>;
     /// For a narrow view of its one input: `(axis, start)` of the window, whose gradient is
@@ -81,8 +82,10 @@ pub trait Backward: Send + Sync {
     /// `ctx.needs_input_grad`); `gy` carries its own history. The default is
     /// [`crate::Error::NoDoubleBackward`] naming the op: never a silently first-order result.
     fn backward_graph(&self, saved: &SavedTensors<'_>, gy: &Tensor) -> Result<TensorGrads> {
-        let _ = (saved, gy);
-        Err(crate::error::Error::NoDoubleBackward { op: self.name() })
+        let _ = gy;
+        Err(crate::error::Error::NoDoubleBackward {
+            op: saved.op_name(),
+        })
     }
 }
 
@@ -103,6 +106,12 @@ impl SavedTensors<'_> {
     /// The context the backward runs in.
     pub fn ctx(&self) -> &ExecContext {
         self.ctx
+    }
+
+    /// The name the node's op was recorded under (`record`'s `name`: the one
+    /// place a node is named).
+    pub fn op_name(&self) -> &'static str {
+        self.node.name
     }
 
     /// Whether input `i` wants a gradient. Panics when `i` is not an input index.
@@ -323,35 +332,34 @@ fn edge_for(t: &Tensor) -> Option<Edge> {
     })
 }
 
-/// Wraps an op result: records a node built by `make` (called only when
-/// recording, so inference pays nothing) and lets the innermost exec scope
-/// adopt the result.
-pub(crate) fn record<F>(
-    ctx: &ExecContext,
-    name: &'static str,
-    value: RawTensor,
-    inputs: &[&Tensor],
-    make: F,
-) -> Tensor
-where
-    F: FnOnce(&RawTensor) -> Box<dyn Backward>,
-{
-    record_op(ctx, name, value, inputs, |v| Op::Formula(make(v)))
+/// A formula node, boxed as its op builds it, is an [`Op::Formula`].
+impl<B: Backward + 'static> From<Box<B>> for Op {
+    fn from(b: Box<B>) -> Op {
+        Op::Formula(b)
+    }
 }
 
-/// [`record`] for any [`Op`] (a checkpoint records a [`Op::Recompute`]).
-pub(crate) fn record_op<F>(
+/// A formula node already behind `dyn Backward` is an [`Op::Formula`].
+impl From<Box<dyn Backward>> for Op {
+    fn from(b: Box<dyn Backward>) -> Op {
+        Op::Formula(b)
+    }
+}
+
+/// Wraps an op result: records a node built by `make` (called only when
+/// recording, so inference pays nothing) and lets the innermost exec scope
+/// adopt the result. `make` returns the node's [`Op`] or anything that
+/// becomes one: a boxed [`Backward`] formula (every op), an
+/// [`Op::Recompute`] (a checkpoint).
+pub(crate) fn record<O: Into<Op>>(
     ctx: &ExecContext,
     name: &'static str,
     value: RawTensor,
     inputs: &[&Tensor],
-    make: F,
-) -> Tensor
-where
-    F: FnOnce(&RawTensor) -> Op,
-{
+    make: impl FnOnce(&RawTensor) -> O,
+) -> Tensor {
     let t = if should_record(inputs) {
-        let op = make(&value);
+        let op = make(&value).into();
         let edges = inputs.iter().map(|t| edge_for(t)).collect();
         let node = Arc::new(Node::new(name, op, edges));
         Tensor::new_internal(ctx, value, true, Some(node))

@@ -17,25 +17,34 @@ pub fn ctx() -> TestCtx {
     TestCtx::with_threads(1).unwrap()
 }
 
-/// A custom op's forward: the context and the input values.
-type Forward = dyn Fn(&ExecContext, &[&RawTensor]) -> Result<RawTensor> + Send + Sync;
-/// A custom op's backward: the context, the inputs, the output, the upstream
-/// gradient and which inputs need a gradient.
-type BackwardFn = dyn Fn(
-        &ExecContext,
-        &[&RawTensor],
-        &RawTensor,
-        &RawTensor,
-        &[bool],
-    ) -> Result<Vec<Option<RawTensor>>>
-    + Send
-    + Sync;
+/// Declares `$name` as an alias of the closure bound `$bound + Send + Sync`:
+/// a trait with a blanket impl, so that the boxed field and [`fn_op`]'s
+/// `impl` parameter name the one bound.
+macro_rules! closure_alias {
+    ($(#[$doc:meta])* $name:ident = $($bound:tt)+) => {
+        $(#[$doc])*
+        pub trait $name: $($bound)+ + Send + Sync {}
+        impl<F: $($bound)+ + Send + Sync> $name for F {}
+    };
+}
+
+closure_alias! {
+    /// A custom op's forward: the context and the input values.
+    ForwardFn = Fn(&ExecContext, &[&RawTensor]) -> Result<RawTensor>
+}
+
+closure_alias! {
+    /// A custom op's backward: the context, the inputs, the output, the
+    /// upstream gradient and which inputs need a gradient.
+    BackwardFn = Fn(&ExecContext, &[&RawTensor], &RawTensor, &RawTensor, &[bool])
+        -> Result<Vec<Option<RawTensor>>>
+}
 
 /// A [`CustomOp`] whose forward and backward are closures (see [`fn_op`]).
 struct FnOp {
     name: &'static str,
-    forward: Box<Forward>,
-    backward: Box<BackwardFn>,
+    forward: Box<dyn ForwardFn>,
+    backward: Box<dyn BackwardFn>,
 }
 
 impl CustomOp for FnOp {
@@ -61,17 +70,8 @@ impl CustomOp for FnOp {
 /// (`backward(ctx, inputs, output, gy, needs)`).
 pub fn fn_op(
     name: &'static str,
-    forward: impl Fn(&ExecContext, &[&RawTensor]) -> Result<RawTensor> + Send + Sync + 'static,
-    backward: impl Fn(
-            &ExecContext,
-            &[&RawTensor],
-            &RawTensor,
-            &RawTensor,
-            &[bool],
-        ) -> Result<Vec<Option<RawTensor>>>
-        + Send
-        + Sync
-        + 'static,
+    forward: impl ForwardFn + 'static,
+    backward: impl BackwardFn + 'static,
 ) -> Arc<dyn CustomOp> {
     Arc::new(FnOp {
         name,
@@ -188,4 +188,12 @@ pub fn uniform_var(ctx: &ExecContext, rng: &mut SplitMix64, shape: &[usize]) -> 
 pub fn released(ctx: &ExecContext, f: impl FnOnce() -> Result<Tensor>) -> Tensor {
     let _scope = ctx.scope();
     f().unwrap()
+}
+
+/// Runs `f` in a fresh test context of one thread, then of two (each
+/// checked when it drops): the thread-count sweep of the determinism tests.
+pub fn on_one_and_two_threads(mut f: impl FnMut(&TestCtx)) {
+    for threads in [1, 2] {
+        f(&TestCtx::with_threads(threads).unwrap());
+    }
 }

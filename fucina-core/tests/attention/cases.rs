@@ -43,6 +43,14 @@ pub fn last_strided<T: Element>(
         .unwrap()
 }
 
+/// Runs `f` after resetting the pool's peak: its result, and the peak live
+/// bytes while it ran above `base` (what was live before the measured step).
+pub fn peak_above<R>(ctx: &ExecContext, base: usize, f: impl FnOnce() -> R) -> (R, usize) {
+    ctx.pool().reset_peak();
+    let r = f();
+    (r, ctx.stats().peak_live_bytes - base)
+}
+
 pub fn close<T: Float>(got: &[T], want: &[T], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {

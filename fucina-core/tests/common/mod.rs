@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 #[macro_use]
+mod errors;
+#[macro_use]
 mod macros;
 pub mod ew;
 pub mod gemm;

@@ -32,9 +32,6 @@ struct AttentionBackward {
 }
 
 impl Backward for AttentionBackward {
-    fn name(&self) -> &'static str {
-        "scaled_dot_product_attention"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let (gq, gk, gv) = ctx.attention_backward(
             &self.q,

@@ -25,9 +25,6 @@ struct CrossEntropyBackward {
 }
 
 impl Backward for CrossEntropyBackward {
-    fn name(&self) -> &'static str {
-        "cross_entropy"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let g =
             ctx.cross_entropy_backward(&self.logits, &self.targets, &self.saved, gy, self.opts)?;

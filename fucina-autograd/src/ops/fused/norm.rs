@@ -24,9 +24,6 @@ struct LayerNormBackward {
 }
 
 impl Backward for LayerNormBackward {
-    fn name(&self) -> &'static str {
-        "layer_norm"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
         let nb_idx = if self.w.is_some() { 2 } else { 1 };
@@ -93,9 +90,6 @@ struct RmsNormBackward {
 }
 
 impl Backward for RmsNormBackward {
-    fn name(&self) -> &'static str {
-        "rms_norm"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         let nw = self.w.is_some() && needs.get(1).copied().unwrap_or(false);
         let (gx, gw) =

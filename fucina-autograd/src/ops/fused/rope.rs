@@ -23,9 +23,6 @@ struct RopeBackward {
 }
 
 impl Backward for RopeBackward {
-    fn name(&self) -> &'static str {
-        "rope"
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, needs: &[bool]) -> Result<Grads> {
         if !needs[0] {
             return Ok(smallvec::smallvec![None]);

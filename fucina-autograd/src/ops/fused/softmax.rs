@@ -24,13 +24,6 @@ struct SoftmaxBackward {
 }
 
 impl Backward for SoftmaxBackward {
-    fn name(&self) -> &'static str {
-        if self.log {
-            "log_softmax"
-        } else {
-            "softmax"
-        }
-    }
     fn backward(&self, ctx: &ExecContext, gy: &RawTensor, _needs: &[bool]) -> Result<Grads> {
         let g = match (self.log, self.causal) {
             // Masked entries (y = −∞) must not pass gy through.
