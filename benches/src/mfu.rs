@@ -49,6 +49,34 @@ pub struct TransformerShape {
 }
 
 impl TransformerShape {
+    /// A stack of `layers` blocks of `heads`-head attention (every head its
+    /// own K/V, `d_model / heads` wide) and a two-matrix MLP `ffn` wide, as
+    /// GPT and BERT have: bidirectional, no LM head, fully trained (a
+    /// caller changes those fields with struct update syntax).
+    pub fn multi_head(
+        batch: usize,
+        seq: usize,
+        layers: usize,
+        d_model: usize,
+        heads: usize,
+        ffn: usize,
+    ) -> TransformerShape {
+        TransformerShape {
+            batch,
+            seq,
+            layers,
+            d_model,
+            heads,
+            kv_heads: heads,
+            head_dim: d_model / heads,
+            ffn,
+            mlp_matrices: 2,
+            vocab: 0,
+            causal: false,
+            lora_rank: None,
+        }
+    }
+
     /// Tokens per step.
     pub fn tokens(&self) -> usize {
         self.batch * self.seq
