@@ -27,11 +27,11 @@ fn main() {
             r.val_after.map_or("(stopped early)".to_string(), |v| format!("{v:.4}")),
             r.trainable,
             r.total,
-            r.train_secs,
+            r.run.train_secs,
             r.peak_rss_mib
         );
-        if !r.sample.is_empty() {
-            println!("--- sample ---\n{}", r.sample);
+        if !r.run.sample.is_empty() {
+            println!("--- sample ---\n{}", r.run.sample);
         }
         Ok(())
     })());

@@ -21,10 +21,10 @@ use fucina_examples::{exit_on_error, Result};
 fn run() -> Result<()> {
     let args = TrainGptArgs::parse();
     let r = train_gpt(&args, true)?;
-    if r.last_step < args.steps {
+    if r.run.last_step < args.steps {
         println!(
             "stopped after step {} of {} (checkpoint in {}); continue with --resume",
-            r.last_step,
+            r.run.last_step,
             args.steps,
             args.out.join("checkpoints").display()
         );
@@ -34,7 +34,7 @@ fn run() -> Result<()> {
         "\n--- sample (temperature {}, top-k {}) ---",
         args.temperature, args.top_k
     );
-    println!("{}", r.sample);
+    println!("{}", r.run.sample);
     println!("---");
     if let (Some(first), Some(last)) = (r.mem.first(), r.mem.last()) {
         let max_rss = r.mem.iter().map(|m| m.rss_mib).fold(f64::NAN, f64::max);
@@ -53,7 +53,7 @@ fn run() -> Result<()> {
     }
     println!(
         "{} parameters, {:.1} s training ({:.0} tokens/s)",
-        r.num_params, r.train_secs, r.tokens_per_sec
+        r.num_params, r.run.train_secs, r.tokens_per_sec
     );
     println!("wrote {}", args.out.join("loss.png").display());
     println!("unigram baseline: {:.4} nats", r.unigram);

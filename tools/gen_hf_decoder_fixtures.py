@@ -123,6 +123,24 @@ def configs(eot):
         initializer_range=INIT,
         **ids,
     )
+
+    def rope_model(cls, widths, **options):
+        """A Llama, Qwen2 or Qwen3 config: the shared `rope_family` fields, the family's
+        widths (hidden size, MLP size, query heads) and its own options (copied)."""
+        hidden, intermediate, heads = widths
+        return cls(
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            num_attention_heads=heads,
+            **copy.deepcopy(options),
+            **rope_family,
+        )
+
+    # What Qwen2 and Qwen3 share: the default rope at theta 1e6, no sliding window.
+    qwen = dict(
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        use_sliding_window=False,
+    )
     return {
         "gpt2": GPT2Config(
             vocab_size=VOCAB,
@@ -139,10 +157,9 @@ def configs(eot):
             tie_word_embeddings=True,
             **ids,
         ),
-        "llama": LlamaConfig(
-            hidden_size=64,
-            intermediate_size=96,
-            num_attention_heads=4,
+        "llama": rope_model(
+            LlamaConfig,
+            (64, 96, 4),
             head_dim=16,
             rope_parameters={
                 "rope_type": "llama3",
@@ -155,27 +172,15 @@ def configs(eot):
             tie_word_embeddings=False,
             attention_bias=False,
             mlp_bias=False,
-            **rope_family,
         ),
-        "qwen2": Qwen2Config(
-            hidden_size=48,
-            intermediate_size=80,
-            num_attention_heads=6,
-            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-            tie_word_embeddings=True,
-            use_sliding_window=False,
-            **rope_family,
-        ),
-        "qwen3": Qwen3Config(
-            hidden_size=32,
-            intermediate_size=64,
-            num_attention_heads=4,
+        "qwen2": rope_model(Qwen2Config, (48, 80, 6), tie_word_embeddings=True, **qwen),
+        "qwen3": rope_model(
+            Qwen3Config,
+            (32, 64, 4),
             head_dim=16,
-            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             tie_word_embeddings=False,
             attention_bias=False,
-            use_sliding_window=False,
-            **rope_family,
+            **qwen,
         ),
     }
 

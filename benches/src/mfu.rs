@@ -49,6 +49,34 @@ pub struct TransformerShape {
 }
 
 impl TransformerShape {
+    /// A stack of `layers` blocks of `heads`-head attention (every head its
+    /// own K/V, `d_model / heads` wide) and a two-matrix MLP `ffn` wide, as
+    /// GPT and BERT have: bidirectional, no LM head, fully trained (a
+    /// caller changes those fields with struct update syntax).
+    pub fn multi_head(
+        batch: usize,
+        seq: usize,
+        layers: usize,
+        d_model: usize,
+        heads: usize,
+        ffn: usize,
+    ) -> TransformerShape {
+        TransformerShape {
+            batch,
+            seq,
+            layers,
+            d_model,
+            heads,
+            kv_heads: heads,
+            head_dim: d_model / heads,
+            ffn,
+            mlp_matrices: 2,
+            vocab: 0,
+            causal: false,
+            lora_rank: None,
+        }
+    }
+
     /// Tokens per step.
     pub fn tokens(&self) -> usize {
         self.batch * self.seq
@@ -104,50 +132,55 @@ impl TransformerShape {
 mod chains {
     use std::arch::x86_64::*;
 
-    /// 12 independent 8-lane FMA chains for `steps` steps.
-    ///
-    /// # Safety
-    /// AVX2 and FMA are available.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn avx2(steps: usize) -> f32 {
-        let mut acc = [_mm256_set1_ps(0.0); 12];
-        let a = _mm256_set1_ps(1.000_001);
-        let b = _mm256_set1_ps(0.999_999);
-        for _ in 0..steps {
-            for r in acc.iter_mut() {
-                *r = _mm256_fmadd_ps(*r, a, b);
+    /// One FMA-chain kernel per instruction set, from one template: 12
+    /// independent chains of `set1`-wide registers, `fmadd` per step, the
+    /// chains summed with `add`, then the lanes by `reduce`.
+    macro_rules! fma_chains {
+        ($(#[$doc:meta])* $name:ident, $feature:literal, $set1:ident, $fmadd:ident, $add:ident,
+         $zero:ident, |$s:ident| $reduce:expr) => {
+            $(#[$doc])*
+            #[target_feature(enable = $feature)]
+            // SAFETY: the caller's to keep: each kernel's `# Safety` names the ISA it needs.
+            pub unsafe fn $name(steps: usize) -> f32 {
+                let mut acc = [$set1(0.0); 12];
+                let a = $set1(1.000_001);
+                let b = $set1(0.999_999);
+                for _ in 0..steps {
+                    for r in acc.iter_mut() {
+                        *r = $fmadd(*r, a, b);
+                    }
+                }
+                let mut $s = $zero();
+                for r in acc {
+                    $s = $add($s, r);
+                }
+                $reduce
             }
-        }
-        let mut s = _mm256_setzero_ps();
-        for r in acc {
-            s = _mm256_add_ps(s, r);
-        }
-        let mut out = [0f32; 8];
-        // SAFETY: `out` holds 8 floats.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
-        out.iter().sum()
+        };
     }
 
-    /// 12 independent 16-lane FMA chains for `steps` steps.
-    ///
-    /// # Safety
-    /// AVX-512F is available.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn avx512(steps: usize) -> f32 {
-        let mut acc = [_mm512_set1_ps(0.0); 12];
-        let a = _mm512_set1_ps(1.000_001);
-        let b = _mm512_set1_ps(0.999_999);
-        for _ in 0..steps {
-            for r in acc.iter_mut() {
-                *r = _mm512_fmadd_ps(*r, a, b);
-            }
+    fma_chains!(
+        /// 12 independent 8-lane FMA chains for `steps` steps.
+        ///
+        /// # Safety
+        /// AVX2 and FMA are available.
+        avx2, "avx2,fma", _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_setzero_ps,
+        |s| {
+            let mut out = [0f32; 8];
+            // SAFETY: `out` holds 8 floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+            out.iter().sum()
         }
-        let mut s = _mm512_setzero_ps();
-        for r in acc {
-            s = _mm512_add_ps(s, r);
-        }
-        _mm512_reduce_add_ps(s)
-    }
+    );
+
+    fma_chains!(
+        /// 12 independent 16-lane FMA chains for `steps` steps.
+        ///
+        /// # Safety
+        /// AVX-512F is available.
+        avx512, "avx512f", _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_setzero_ps,
+        |s| _mm512_reduce_add_ps(s)
+    );
 }
 
 /// FMA steps per trial (each step: 12 chains × lanes × 2 FLOPs).

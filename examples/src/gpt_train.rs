@@ -24,10 +24,7 @@ use std::time::Instant;
 use fucina_autograd::{no_grad, ScopeExt, Tensor};
 use fucina_core::ExecContext;
 use fucina_nn::GptConfig;
-use fucina_optim::{
-    clip_grad_norm, save_checkpoint, AdamConfig, Optimizer, Schedule, TrainerState,
-};
-use fucina_train::progress::{Progress, ProgressMode};
+use fucina_optim::{clip_grad_norm, AdamConfig, Optimizer, Schedule};
 use fucina_train::{
     DataLoader, KeepBest, KeepLast, LoaderOptions, MetricMode, MetricsLogger, TextWindows,
 };
@@ -40,7 +37,8 @@ pub use crate::gpt_args::TrainGptArgs;
 use crate::hf_export::save_hf;
 use crate::llm_step::adamw_decay_split;
 use crate::plot::{loss_curve_png, LossCurve};
-use crate::resume::resume_latest;
+use crate::resume::{Resumed, RunCheckpoints};
+use crate::run::{context, RunOutcome, RunProgress};
 use crate::sys::rss_mib;
 
 /// Seed of the validation windows' starts (fixed: every evaluation sees the same windows).
@@ -109,27 +107,19 @@ pub struct MemPoint {
 /// The outcome of [`train_gpt`].
 #[derive(Debug, Clone)]
 pub struct TrainReport {
-    /// Training loss of step `i + 1` at index `i` (every step, resumed ones included).
-    pub losses: Vec<f32>,
-    /// `(step, validation loss)` at every evaluation.
-    pub val: Vec<(u64, f64)>,
+    /// The histories, the last step, the training time and the sample.
+    pub run: RunOutcome,
     /// The unigram baseline: entropy of the training characters, nats.
     pub unigram: f64,
     /// Loss over the whole validation text at the end ([`evaluate_full`];
     /// `None` when the run stopped early).
     pub final_val: Option<f64>,
-    /// The last step this run took.
-    pub last_step: u64,
     /// Parameters of the model.
     pub num_params: usize,
-    /// The generated text (empty when the run stopped early).
-    pub sample: String,
     /// Memory at each evaluation of this process.
     pub mem: Vec<MemPoint>,
     /// Training tokens per second of this process (steps it ran).
     pub tokens_per_sec: f64,
-    /// Wall time of this process's training steps, seconds.
-    pub train_secs: f64,
 }
 
 /// The model `args` describe, fresh from the seed.
@@ -224,11 +214,7 @@ pub fn train_gpt(args: &TrainGptArgs, progress: bool) -> Result<TrainReport> {
 /// [`train_gpt`], also returning the trained model.
 pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainReport, CharLm)> {
     args.validate()?;
-    let ctx = if args.threads == 0 {
-        ExecContext::new()?
-    } else {
-        ExecContext::with_threads(args.threads)?
-    };
+    let ctx = context(args.threads)?;
     let data_path = args.data_path();
     let data = CharData::load(&data_path, args.val_frac, args.block_size)?;
     let unigram = data.unigram_entropy();
@@ -295,16 +281,12 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
         grad_clip: args.grad_clip,
         seed: args.seed,
     };
-    let ckpt_root = args.out.join("checkpoints");
-    std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, e))?;
-
-    let mut losses: Vec<f32> = Vec::new();
-    let mut val: Vec<(u64, f64)> = Vec::new();
-    let mut step0 = 0u64;
-    if args.resume {
-        let r = resume_latest(&ckpt_root, &identity, &named, &mut opt)?;
-        (losses, val, step0) = (r.losses, r.val, r.step);
-    }
+    let ckpts = RunCheckpoints::create(&args.out, &named, &identity, args.seed)?;
+    let Resumed {
+        step: step0,
+        mut losses,
+        mut val,
+    } = ckpts.start(args.resume, &mut opt)?;
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
     // The best validation loss so far (the resumed history replayed).
     let mut best = KeepBest::new(MetricMode::Min);
@@ -314,34 +296,17 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
     let keep = KeepLast::new(args.keep_last)?;
     let mut log = MetricsLogger::create(&args.out)?.histograms_every(args.histograms_every);
 
-    let mode = if !progress {
-        ProgressMode::Hidden
-    } else if args.no_progress {
-        ProgressMode::Plain {
-            every: (args.eval_every / 4).max(1),
-        }
-    } else {
-        ProgressMode::auto((args.eval_every / 4).max(1))
-    };
-    let mut pb = Progress::new(args.steps, mode);
-    pb.start_at(step0);
-    let say = |pb: &Progress, line: String| {
-        if progress {
-            pb.println(&line);
-        }
-    };
-    say(
-        &pb,
-        format!(
-            "train_gpt: {} ({} chars, vocab {}; train {}, validation {} = last {:.0}%)",
-            data_path.display(),
-            data.train.len() + data.val.len(),
-            data.vocab_size(),
-            data.train.len(),
-            data.val.len(),
-            100.0 * args.val_frac
-        ),
-    );
+    let mut pb = RunProgress::new(progress, args.no_progress, args.eval_every, args.steps);
+    pb.bar.start_at(step0);
+    pb.say(&format!(
+        "train_gpt: {} ({} chars, vocab {}; train {}, validation {} = last {:.0}%)",
+        data_path.display(),
+        data.train.len() + data.val.len(),
+        data.vocab_size(),
+        data.train.len(),
+        data.val.len(),
+        100.0 * args.val_frac
+    ));
     let shape_line = match &model {
         CharLm::Gpt(_) => format!("GPT {} layers, {} heads", args.n_layer, args.n_head),
         CharLm::Llama(l) => format!(
@@ -357,22 +322,18 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
             }
         ),
     };
-    say(
-        &pb,
-        format!(
-            "model: {shape_line}, width {}, context {} -> {} parameters; {} threads",
-            args.n_embd,
-            args.block_size,
-            num_params,
-            ctx.num_threads()
-        ),
-    );
-    say(
-        &pb,
-        format!("unigram baseline (entropy of the training characters): {unigram:.4} nats"),
-    );
+    pb.say(&format!(
+        "model: {shape_line}, width {}, context {} -> {} parameters; {} threads",
+        args.n_embd,
+        args.block_size,
+        num_params,
+        ctx.num_threads()
+    ));
+    pb.say(&format!(
+        "unigram baseline (entropy of the training characters): {unigram:.4} nats"
+    ));
     if step0 > 0 {
-        say(&pb, format!("resumed from step {step0}"));
+        pb.say(&format!("resumed from step {step0}"));
     }
 
     let mut mem = Vec::new();
@@ -408,7 +369,8 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
 
         let done = (step - step0) as f64;
         let tps = done * tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9);
-        pb.step(&format!("loss {loss:.4} | {:.1}k tok/s", tps / 1e3));
+        pb.bar
+            .step(&format!("loss {loss:.4} | {:.1}k tok/s", tps / 1e3));
         let mut new_best = false;
         if step % args.eval_every == 0 || step == args.steps {
             let v = mean_loss(&ctx, &model, &val_batches)?;
@@ -422,7 +384,7 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
                 live_bytes: s.live_bytes,
                 rss_mib: rss_mib(),
             });
-            say(&pb, format!(
+            pb.say(&format!(
                 "step {step:>5}: train loss {loss:.4}, validation loss {v:.4}  ({:.0} tok/s, pool outstanding {}, RSS {:.0} MiB)",
                 tps, s.outstanding, rss_mib()
             ));
@@ -430,28 +392,17 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
         let ckpt_now =
             (args.ckpt_every > 0 && step % args.ckpt_every == 0) || step == last || new_best;
         if ckpt_now {
-            let state = TrainerState {
-                step,
-                seeds: [("seed".to_string(), args.seed)].into(),
-                data_position: step,
-                lr: opt.lr(0)?,
-                extra: serde_json::json!({
-                    "run": identity,
-                    "losses": losses,
-                    "val": val,
-                }),
-            };
-            save_checkpoint(&ckpt_root, &named, &opt, &state)?;
-            keep.prune(&ckpt_root, best.best().map(|(s, _)| s))?;
+            ckpts.save(&opt, step, &losses, &val)?;
+            keep.prune(&ckpts.root, best.best().map(|(s, _)| s))?;
             log.flush()?;
         }
         // Evaluations and saves are not part of a step's time.
-        pb.pause_clock();
+        pb.bar.pause_clock();
     }
     drop(batches);
     let train_secs = t0.elapsed().as_secs_f64();
     let ran = last.saturating_sub(step0) as f64;
-    pb.finish();
+    pb.bar.finish();
 
     let curve = LossCurve {
         train: &losses,
@@ -498,25 +449,27 @@ pub fn train_gpt_model(args: &TrainGptArgs, progress: bool) -> Result<(TrainRepo
         std::fs::write(&p, &sample).map_err(|e| Error::io(&p, e))?;
         if let Some(dir) = &args.save_hf {
             save_hf(&model, &data, dir)?;
-            say(
-                &pb,
-                format!("wrote the Hugging Face model directory {}", dir.display()),
-            );
+            pb.say(&format!(
+                "wrote the Hugging Face model directory {}",
+                dir.display()
+            ));
         }
     }
     log.flush()?;
     drop((named, params, opt));
     let report = TrainReport {
-        losses,
-        val,
+        run: RunOutcome {
+            losses,
+            val,
+            last_step: last,
+            train_secs,
+            sample,
+        },
         unigram,
         final_val,
-        last_step: last,
         num_params,
-        sample,
         mem,
         tokens_per_sec: ran * tokens_per_step / train_secs.max(1e-9),
-        train_secs,
     };
     Ok((report, model))
 }

@@ -2,7 +2,8 @@
 //! character-level text data, the character models and the training run
 //! behind `train_gpt` (a library function so a test can run it at a tiny
 //! size) with its Hugging Face export, the decoder-LLM fine-tuning run
-//! behind `finetune_llm` (the same), the pictures, and process memory.
+//! behind `finetune_llm` (the same) with what the two runs share, the
+//! pictures, and process memory.
 
 pub mod char_lm;
 pub mod chardata;
@@ -16,6 +17,7 @@ pub mod llm_step;
 pub mod minilm;
 pub mod plot;
 pub mod resume;
+pub mod run;
 pub mod second_order;
 pub mod sys;
 

@@ -29,9 +29,8 @@ use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::Tokenizer;
 use fucina_nn::linear::lora::{merge_and_unload, save_adapter};
 use fucina_nn::{apply_lora, CausalLm, GenerateOptions, Init, Module, Sampling};
-use fucina_optim::{save_checkpoint, AdamConfig, Optimizer, TrainerState};
+use fucina_optim::{AdamConfig, Optimizer};
 use fucina_train::causal::{collate_causal, CausalExample};
-use fucina_train::progress::{Progress, ProgressMode};
 use fucina_train::{DataLoader, Dataset, InMemory, KeepLast, LoaderOptions, MetricsLogger};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +40,8 @@ use crate::gpt_train::train_gpt;
 use crate::llm_args::FinetuneArgs;
 use crate::llm_step::{evaluate, load_blocks, optimizer, train_step};
 use crate::plot::{loss_curve_png, LossCurve};
-use crate::resume::resume_latest;
+use crate::resume::{Resumed, RunCheckpoints};
+use crate::run::{context, RunOutcome, RunProgress};
 use crate::sys::{peak_rss_mib, rss_mib};
 
 /// What a run shares with the checkpoint it resumes (threads, output and
@@ -67,26 +67,19 @@ struct RunIdentity {
 /// The outcome of [`finetune_llm`].
 #[derive(Debug, Clone)]
 pub struct FinetuneReport {
-    /// Training loss of step `i + 1` at index `i` (resumed steps included).
-    pub losses: Vec<f32>,
-    /// `(step, validation loss)` at each evaluation (step 0: before training).
-    pub val: Vec<(u64, f64)>,
+    /// The histories (validation at step 0: before training), the last
+    /// step, the training time and the sample.
+    pub run: RunOutcome,
     /// The validation loss of the model as loaded.
     pub val_before: f64,
     /// The validation loss at the end (`None` when the run stopped early).
     pub val_after: Option<f64>,
-    /// The last step this run took.
-    pub last_step: u64,
     /// Parameters that train.
     pub trainable: usize,
     /// Every parameter (adapters included).
     pub total: usize,
-    /// Wall time of this process's training steps, seconds.
-    pub train_secs: f64,
     /// Peak resident set size of the process, MiB (`NaN` off Linux).
     pub peak_rss_mib: f64,
-    /// The generated text (empty when the run stopped early).
-    pub sample: String,
 }
 
 /// What a checkpoint holds: the trainable parameters and every persistent
@@ -129,11 +122,7 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
             format!("{} has no tokenizer.json", model_dir.display()),
         ));
     }
-    let ctx = if args.threads == 0 {
-        ExecContext::new()?
-    } else {
-        ExecContext::with_threads(args.threads)?
-    };
+    let ctx = context(args.threads)?;
     let tok = Tokenizer::from_file(&tok_path)?;
     let mut lm = if args.bf16_base {
         CausalLm::from_pretrained_frozen(&ctx, &model_dir, DType::F32, DType::BF16)?
@@ -212,36 +201,19 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         });
     }
 
-    let ckpt_root = args.out.join("checkpoints");
-    std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, e))?;
+    let ckpts = RunCheckpoints::create(&args.out, &named, &identity, args.seed)?;
     let keep = KeepLast::new(args.keep_last)?;
-    let mut losses: Vec<f32> = Vec::new();
-    let mut val_hist: Vec<(u64, f64)> = Vec::new();
-    let mut step0 = 0u64;
-    if args.resume {
-        let r = resume_latest(&ckpt_root, &identity, &named, &mut opt)?;
-        (losses, val_hist, step0) = (r.losses, r.val, r.step);
-    }
+    let Resumed {
+        step: step0,
+        mut losses,
+        val: mut val_hist,
+    } = ckpts.start(args.resume, &mut opt)?;
     let last = args.stop_after.unwrap_or(args.steps).min(args.steps);
     let mut log = MetricsLogger::create(&args.out)?;
 
-    let mode = if !progress {
-        ProgressMode::Hidden
-    } else if args.no_progress {
-        ProgressMode::Plain {
-            every: (args.eval_every / 4).max(1),
-        }
-    } else {
-        ProgressMode::auto((args.eval_every / 4).max(1))
-    };
-    let mut pb = Progress::new(args.steps, mode);
-    pb.start_at(step0);
-    let say = |pb: &Progress, line: String| {
-        if progress {
-            pb.println(&line);
-        }
-    };
-    say(&pb, format!(
+    let mut pb = RunProgress::new(progress, args.no_progress, args.eval_every, args.steps);
+    pb.bar.start_at(step0);
+    pb.say(&format!(
         "finetune_llm: {} ({:?}, {} layers, width {}) on {}: {} training and {} validation blocks of {block} tokens",
         model_dir.display(),
         lm.config.model_type,
@@ -251,19 +223,16 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         loader.dataset().len(),
         val.len()
     ));
-    say(
-        &pb,
-        format!(
-            "{}: {trainable} of {total} parameters train ({:.2}%); {} threads",
-            if args.full {
-                "full fine-tuning".to_string()
-            } else {
-                format!("LoRA r={} alpha={}", args.lora_r, args.lora_alpha)
-            },
-            100.0 * trainable as f64 / total.max(1) as f64,
-            ctx.num_threads()
-        ),
-    );
+    pb.say(&format!(
+        "{}: {trainable} of {total} parameters train ({:.2}%); {} threads",
+        if args.full {
+            "full fine-tuning".to_string()
+        } else {
+            format!("LoRA r={} alpha={}", args.lora_r, args.lora_alpha)
+        },
+        100.0 * trainable as f64 / total.max(1) as f64,
+        ctx.num_threads()
+    ));
     let val_before = match val_hist.first() {
         Some(&(0, v)) => v,
         _ => {
@@ -273,10 +242,9 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
             v
         }
     };
-    say(
-        &pb,
-        format!("validation loss before fine-tuning: {val_before:.4}"),
-    );
+    pb.say(&format!(
+        "validation loss before fine-tuning: {val_before:.4}"
+    ));
 
     let mut twin = match (&args.export_twin, &lora) {
         (Some(dir), Some(cfg)) => {
@@ -304,14 +272,14 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
             losses.push(loss);
             log.scalar("train/loss", step, loss as f64)?;
             log.scalar("train/lr", step, opt.lr(0)?)?;
-            pb.step(&format!("loss {loss:.4}"));
+            pb.bar.step(&format!("loss {loss:.4}"));
             if step.is_multiple_of(args.eval_every) || step == args.steps {
-                pb.pause_clock();
+                pb.bar.pause_clock();
                 let v = evaluate(&lm, &val, args.batch_size, pad)?;
                 val_hist.push((step, v));
                 log.scalar("val/loss", step, v)?;
                 let st = ctx.stats();
-                say(&pb, format!(
+                pb.say(&format!(
                     "step {step:>5}: train loss {loss:.4}, validation loss {v:.4}  (pool outstanding {}, peak live {:.0} MiB, cached {:.0} MiB, RSS {:.0} MiB)",
                     st.outstanding,
                     st.peak_live_bytes as f64 / 1048576.0,
@@ -320,16 +288,9 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
                 ));
             }
             if step.is_multiple_of(args.ckpt_every) || step == last {
-                pb.pause_clock();
-                let state = TrainerState {
-                    step,
-                    seeds: [("seed".to_string(), args.seed)].into(),
-                    data_position: step,
-                    lr: opt.lr(0)?,
-                    extra: serde_json::json!({"run": identity, "losses": losses, "val": val_hist}),
-                };
-                save_checkpoint(&ckpt_root, &named, &opt, &state)?;
-                keep.prune(&ckpt_root, None)?;
+                pb.bar.pause_clock();
+                ckpts.save(&opt, step, &losses, &val_hist)?;
+                keep.prune(&ckpts.root, None)?;
             }
             if step == last {
                 break 'epochs;
@@ -340,15 +301,12 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     let train_secs = t0.elapsed().as_secs_f64();
     if let (Some(t), Some(dir)) = (&twin, &args.export_twin) {
         t.write(&ctx, dir, args, &losses)?;
-        say(
-            &pb,
-            format!(
-                "twin run: {} (replay with tools/finetune_llm_torch.py)",
-                dir.display()
-            ),
-        );
+        pb.say(&format!(
+            "twin run: {} (replay with tools/finetune_llm_torch.py)",
+            dir.display()
+        ));
     }
-    pb.finish();
+    pb.bar.finish();
 
     let png = args.out.join("loss.png");
     loss_curve_png(
@@ -365,26 +323,25 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
     if last == args.steps {
         let v = val_hist.last().map(|&(_, v)| v).unwrap_or(val_before);
         val_after = Some(v);
-        say(
-            &pb,
-            format!("validation loss after fine-tuning: {v:.4} (before: {val_before:.4})"),
-        );
+        pb.say(&format!(
+            "validation loss after fine-tuning: {v:.4} (before: {val_before:.4})"
+        ));
         if let Some(cfg) = &lora {
             let dir = args.out.join("adapter");
             save_adapter(&lm, cfg, &dir)?;
-            say(&pb, format!("adapter (PEFT format): {}", dir.display()));
+            pb.say(&format!("adapter (PEFT format): {}", dir.display()));
             if args.merge {
                 // The adapters folded into the base weights and dropped, so
                 // the directory holds the family's own keys only.
                 merge_and_unload(&mut lm)?;
                 let dir = args.out.join("merged");
                 lm.save_pretrained(&dir)?;
-                say(&pb, format!("merged model: {}", dir.display()));
+                pb.say(&format!("merged model: {}", dir.display()));
             }
         } else {
             let dir = args.out.join("model");
             lm.save_pretrained(&dir)?;
-            say(&pb, format!("model: {}", dir.display()));
+            pb.say(&format!("model: {}", dir.display()));
         }
         if args.sample_len > 0 {
             sample = generate_sample(&lm, &tok, args)?;
@@ -393,16 +350,18 @@ pub fn finetune_llm(args: &FinetuneArgs, progress: bool) -> Result<FinetuneRepor
         }
     }
     Ok(FinetuneReport {
-        losses,
-        val: val_hist,
+        run: RunOutcome {
+            losses,
+            val: val_hist,
+            last_step: last,
+            train_secs,
+            sample,
+        },
         val_before,
         val_after,
-        last_step: last,
         trainable,
         total,
-        train_secs,
         peak_rss_mib: peak_rss_mib(),
-        sample,
     })
 }
 
@@ -458,7 +417,7 @@ pub fn default_base(args: &FinetuneArgs, progress: bool) -> Result<PathBuf> {
     if progress {
         println!(
             "pre-trained in {:.0} s: validation loss {:.4} on Shakespeare",
-            r.train_secs,
+            r.run.train_secs,
             r.final_val.unwrap_or(f64::NAN)
         );
     }

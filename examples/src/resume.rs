@@ -1,13 +1,14 @@
-//! Bit-exact `--resume` for the examples' training loops: the newest
-//! complete checkpoint under a root, checked to come from the same run
-//! (its identity: data, model and training knobs), loaded into the model
-//! and the optimizer, with the loss and validation histories the run keeps
-//! in `trainer_state.json` (`extra.run`, `extra.losses`, `extra.val`).
+//! Bit-exact `--resume` for the examples' training loops: the checkpoint a
+//! run saves, with the loss and validation histories it keeps in
+//! `trainer_state.json` (`extra.run`, `extra.losses`, `extra.val`), and the
+//! newest complete one under a root, checked to come from the same run (its
+//! identity: data, model and training knobs), loaded into the model and the
+//! optimizer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fucina_autograd::Tensor;
-use fucina_optim::{load_latest, Optimizer};
+use fucina_optim::{load_latest, save_checkpoint, Optimizer, TrainerState};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -68,6 +69,71 @@ pub fn resume_latest<I: DeserializeOwned + Serialize + PartialEq>(
         losses,
         val,
     })
+}
+
+/// Where a run checkpoints and what every checkpoint of it holds besides
+/// its step: the tensors, the run's identity and its one seed.
+pub struct RunCheckpoints<'a, I> {
+    /// The directory the step directories go in (`OUT/checkpoints`).
+    pub root: PathBuf,
+    /// The tensors saved and loaded (parameters and persistent buffers).
+    pub named: &'a [(String, Tensor)],
+    /// What a resumed run must share with this one.
+    pub identity: &'a I,
+    /// The run's seed (`seeds.seed` of the trainer state).
+    pub seed: u64,
+}
+
+impl<'a, I: DeserializeOwned + Serialize + PartialEq> RunCheckpoints<'a, I> {
+    /// The checkpoints of a run writing to `out` (created if missing), under
+    /// `out/checkpoints`.
+    pub fn create(
+        out: &Path,
+        named: &'a [(String, Tensor)],
+        identity: &'a I,
+        seed: u64,
+    ) -> Result<RunCheckpoints<'a, I>> {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        Ok(RunCheckpoints {
+            root: out.join("checkpoints"),
+            named,
+            identity,
+            seed,
+        })
+    }
+
+    /// Where the run starts: with `resume`, [`resume_latest`] from this
+    /// run's root; else step 0 with empty histories.
+    pub fn start(&self, resume: bool, opt: &mut dyn Optimizer) -> Result<Resumed> {
+        if !resume {
+            return Ok(Resumed {
+                step: 0,
+                losses: Vec::new(),
+                val: Vec::new(),
+            });
+        }
+        resume_latest(&self.root, self.identity, self.named, opt)
+    }
+
+    /// Saves the checkpoint after `step`, with the histories so far, that
+    /// [`resume_latest`] reads back (the data position is the step).
+    pub fn save(
+        &self,
+        opt: &dyn Optimizer,
+        step: u64,
+        losses: &[f32],
+        val: &[(u64, f64)],
+    ) -> Result<()> {
+        let state = TrainerState {
+            step,
+            seeds: [("seed".to_string(), self.seed)].into(),
+            data_position: step,
+            lr: opt.lr(0)?,
+            extra: serde_json::json!({"run": self.identity, "losses": losses, "val": val}),
+        };
+        save_checkpoint(&self.root, self.named, opt, &state)?;
+        Ok(())
+    }
 }
 
 fn to_json<I: Serialize>(v: &I) -> Result<Value> {

@@ -42,24 +42,30 @@ fn check_resume(kind: &str, extra: &[&str]) {
     let dir = tmp(kind);
     let data = small_text(&dir);
     let whole = run(&data, &dir.join("whole"), extra);
-    assert_eq!(whole.losses.len(), 12);
+    assert_eq!(whole.run.losses.len(), 12);
     assert!(
         whole.val_after.unwrap() < whole.val_before,
         "{kind}: validation loss did not fall"
     );
     let cut = dir.join("cut");
     let first = run(&data, &cut, &[extra, &["--stop-after", "8"]].concat());
-    assert_eq!(first.last_step, 8);
-    assert!(first.val_after.is_none() && first.sample.is_empty());
+    assert_eq!(first.run.last_step, 8);
+    assert!(first.val_after.is_none() && first.run.sample.is_empty());
     // The rest on two threads: the same bits.
     let rest = run(
         &data,
         &cut,
         &[extra, &["--resume", "--threads", "2"]].concat(),
     );
-    assert_eq!(rest.losses, whole.losses, "{kind}: resumed losses differ");
-    assert_eq!(rest.val, whole.val, "{kind}: resumed validation differs");
-    assert_eq!(rest.sample, whole.sample);
+    assert_eq!(
+        rest.run.losses, whole.run.losses,
+        "{kind}: resumed losses differ"
+    );
+    assert_eq!(
+        rest.run.val, whole.run.val,
+        "{kind}: resumed validation differs"
+    );
+    assert_eq!(rest.run.sample, whole.run.sample);
     // KeepLast(2): only the newest two complete checkpoints stay.
     let kept: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
         .unwrap()

@@ -34,8 +34,8 @@ fn args(data: &Path, out: &Path, extra: &[&str]) -> TrainGptArgs {
 
 fn bits(r: &TrainReport) -> (Vec<u32>, Vec<(u64, u64)>) {
     (
-        r.losses.iter().map(|l| l.to_bits()).collect(),
-        r.val.iter().map(|&(s, v)| (s, v.to_bits())).collect(),
+        r.run.losses.iter().map(|l| l.to_bits()).collect(),
+        r.run.val.iter().map(|&(s, v)| (s, v.to_bits())).collect(),
     )
 }
 
@@ -44,11 +44,11 @@ fn resume_is_bit_exact() {
     let (root, data) = scratch("resume");
 
     let full = train_gpt(&args(&data, &root.join("a"), &[]), false).unwrap();
-    assert_eq!(full.losses.len(), 12);
-    assert!(full.losses.iter().all(|l| l.is_finite()));
+    assert_eq!(full.run.losses.len(), 12);
+    assert!(full.run.losses.iter().all(|l| l.is_finite()));
     assert!(full.final_val.is_some_and(f64::is_finite));
-    assert_eq!(full.sample.chars().count(), 24 + 1); // the prompt "\n" + 24
-                                                     // memory is flat: the same buffers are outstanding at every evaluation
+    assert_eq!(full.run.sample.chars().count(), 24 + 1); // the prompt "\n" + 24
+                                                         // memory is flat: the same buffers are outstanding at every evaluation
     assert!(full.mem.len() >= 3);
     assert!(full
         .mem
@@ -58,7 +58,7 @@ fn resume_is_bit_exact() {
     // stopped after step 6 (a checkpoint there), then resumed
     let b = root.join("b");
     let stopped = train_gpt(&args(&data, &b, &["--stop-after", "6"]), false).unwrap();
-    assert_eq!(stopped.last_step, 6);
+    assert_eq!(stopped.run.last_step, 6);
     assert_eq!(stopped.final_val, None);
     let resumed = train_gpt(&args(&data, &b, &["--resume"]), false).unwrap();
     assert_eq!(bits(&resumed), bits(&full));
@@ -66,7 +66,7 @@ fn resume_is_bit_exact() {
         resumed.final_val.map(f64::to_bits),
         full.final_val.map(f64::to_bits)
     );
-    assert_eq!(resumed.sample, full.sample);
+    assert_eq!(resumed.run.sample, full.run.sample);
 
     // "killed" after step 7: the newest checkpoint is step 4's; resume from there
     let c = root.join("c");
@@ -104,7 +104,7 @@ fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
     let (root, data) = scratch("llama");
     let llama = ["--arch", "llama", "--n-kv-head", "1"];
     let full = train_gpt(&args(&data, &root.join("a"), &llama), false).unwrap();
-    assert!(full.losses.iter().all(|l| l.is_finite()));
+    assert!(full.run.losses.iter().all(|l| l.is_finite()));
     let b = root.join("b");
     let mut stop = llama.to_vec();
     stop.extend(["--stop-after", "5"]);
@@ -113,7 +113,7 @@ fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
     resume.push("--resume");
     let resumed = train_gpt(&args(&data, &b, &resume), false).unwrap();
     assert_eq!(bits(&resumed), bits(&full));
-    assert_eq!(resumed.sample, full.sample);
+    assert_eq!(resumed.run.sample, full.run.sample);
     // A Llama checkpoint does not resume as a GPT.
     let e = train_gpt(&args(&data, &b, &["--resume"]), false).unwrap_err();
     assert!(matches!(e, Error::Resume { .. }), "{e}");
@@ -124,6 +124,7 @@ fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
     keep.extend(["--keep-last", "1"]);
     let r = train_gpt(&args(&data, &c, &keep), false).unwrap();
     let (best_step, _) = r
+        .run
         .val
         .iter()
         .copied()
@@ -141,13 +142,13 @@ fn llama_resume_is_bit_exact_and_old_checkpoints_are_pruned() {
         .collect();
     let tagged = |t: &str| rows.iter().filter(|r| r["tag"] == t).count();
     assert_eq!(tagged("train/loss"), 12);
-    assert_eq!(tagged("val/loss"), r.val.len());
+    assert_eq!(tagged("val/loss"), r.run.val.len());
     let logged: Vec<f32> = rows
         .iter()
         .filter(|r| r["tag"] == "train/loss")
         .map(|r| r["value"].as_f64().unwrap() as f32)
         .collect();
-    assert_eq!(logged, r.losses);
+    assert_eq!(logged, r.run.losses);
     std::fs::remove_dir_all(&root).unwrap();
 }
 

@@ -73,7 +73,7 @@ pub use linear::Linear;
 pub use models::{mean_pool, BertConfig, BertModel, CausalLm, Gpt, GptConfig};
 pub use module::{Forward, Layer, Mode, Module};
 pub use norm::{LayerNorm, RmsNorm};
-pub use rope::{Rope, RopeScaling};
+pub use rope::{Llama3Scaling, Rope, RopeScaling};
 pub use sequential::{Mlp, Sequential};
 pub use state::StateDict;
 /// The `tokenizers` crate behind [`hf::Tokenizer`] (re-exported so the

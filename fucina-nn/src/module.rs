@@ -513,51 +513,34 @@ impl<T: Module + Forward> Layer for T {}
 /// optional `output_head = expr` (with the same `|s|` binding) implements
 /// [`Module::output_head`].
 macro_rules! module_children {
+    // One visitor: `Module::$method` (taking `&self`, or `&mut self` with
+    // `mut`) calls `f` with items of type `$item`; each child is visited under
+    // `join(prefix, name)`, in list order, after the struct itself with `self_first`.
+    (@visit $method:ident($($mut:tt)?), $item:ty, |$s:ident| [$($name:expr => $field:ident),*]
+        $(, $first:ident)?) => {
+        fn $method(&$($mut)? self, prefix: &str, f: &mut dyn FnMut(&str, $item)) {
+            $( $crate::module::module_children!(@$first f(prefix, self)); )?
+            let $s = self;
+            // A method call, so each child is borrowed as the receiver says.
+            $( let n = $crate::module::join(prefix, $name);
+               $s.$field.$method(&n, f); )*
+        }
+    };
+    (@self_first $f:ident($prefix:ident, $me:ident)) => {
+        $f($prefix, $me)
+    };
     ($ty:ty, |$s:ident| [$($name:expr => $field:ident),* $(,)?] $(, output_head = $head:expr)?) => {
         impl $crate::module::Module for $ty {
-            fn visit_params(
-                &self,
-                prefix: &str,
-                f: &mut dyn FnMut(&str, &fucina_autograd::Tensor),
-            ) {
-                let $s = self;
-                $( $crate::module::Module::visit_params(
-                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
-            }
-            fn visit_params_mut(
-                &mut self,
-                prefix: &str,
-                f: &mut dyn FnMut(&str, &mut fucina_autograd::Tensor),
-            ) {
-                let $s = self;
-                $( let n = $crate::module::join(prefix, $name);
-                   $crate::module::Module::visit_params_mut(&mut $s.$field, &n, f); )*
-            }
-            fn visit_buffers(
-                &self,
-                prefix: &str,
-                f: &mut dyn FnMut(&str, &$crate::buffer::Buffer),
-            ) {
-                let $s = self;
-                $( $crate::module::Module::visit_buffers(
-                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
-            }
-            fn visit_modules(&self, prefix: &str, f: &mut dyn FnMut(&str, &dyn std::any::Any)) {
-                f(prefix, self);
-                let $s = self;
-                $( $crate::module::Module::visit_modules(
-                    &$s.$field, &$crate::module::join(prefix, $name), f); )*
-            }
-            fn visit_modules_mut(
-                &mut self,
-                prefix: &str,
-                f: &mut dyn FnMut(&str, &mut dyn std::any::Any),
-            ) {
-                f(prefix, self);
-                let $s = self;
-                $( let n = $crate::module::join(prefix, $name);
-                   $crate::module::Module::visit_modules_mut(&mut $s.$field, &n, f); )*
-            }
+            $crate::module::module_children!(@visit visit_params(), &fucina_autograd::Tensor,
+                |$s| [$($name => $field),*]);
+            $crate::module::module_children!(@visit visit_params_mut(mut), &mut fucina_autograd::Tensor,
+                |$s| [$($name => $field),*]);
+            $crate::module::module_children!(@visit visit_buffers(), &$crate::buffer::Buffer,
+                |$s| [$($name => $field),*]);
+            $crate::module::module_children!(@visit visit_modules(), &dyn std::any::Any,
+                |$s| [$($name => $field),*], self_first);
+            $crate::module::module_children!(@visit visit_modules_mut(mut), &mut dyn std::any::Any,
+                |$s| [$($name => $field),*], self_first);
             fn set_training(&self, training: bool) {
                 let $s = self;
                 $( $crate::module::Module::set_training(&$s.$field, training); )*

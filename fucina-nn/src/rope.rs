@@ -11,7 +11,7 @@
 //! two; F64 tables compute everything in f64 ([`inv_freq`]).
 
 use fucina_autograd::Tensor;
-use fucina_core::{DType, ExecContext};
+use fucina_core::{DType, ExecContext, Float};
 use serde_json::Value;
 
 use crate::buffer::Buffer;
@@ -27,20 +27,24 @@ pub enum RopeScaling {
         /// The divisor of every frequency (> 0).
         factor: f64,
     },
-    /// Llama 3.1's scaling: wavelengths above `original_max_position_embeddings /
-    /// low_freq_factor` are divided by `factor`, those below
-    /// `original_max_position_embeddings / high_freq_factor` are kept, and the band
-    /// between is interpolated smoothly.
-    Llama3 {
-        /// The divisor of the low frequencies (> 0).
-        factor: f64,
-        /// Sets the long-wavelength threshold (> 0, < `high_freq_factor`).
-        low_freq_factor: f64,
-        /// Sets the short-wavelength threshold (> `low_freq_factor`).
-        high_freq_factor: f64,
-        /// The context length the model was pretrained with (> 0).
-        original_max_position_embeddings: usize,
-    },
+    /// Llama 3.1's scaling ([`Llama3Scaling`]).
+    Llama3(Llama3Scaling),
+}
+
+/// Llama 3.1's scaling: wavelengths above `original_max_position_embeddings /
+/// low_freq_factor` are divided by `factor`, those below
+/// `original_max_position_embeddings / high_freq_factor` are kept, and the band
+/// between is interpolated smoothly.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Scaling {
+    /// The divisor of the low frequencies (> 0).
+    pub factor: f64,
+    /// Sets the long-wavelength threshold (> 0, < `high_freq_factor`).
+    pub low_freq_factor: f64,
+    /// Sets the short-wavelength threshold (> `low_freq_factor`).
+    pub high_freq_factor: f64,
+    /// The context length the model was pretrained with (> 0).
+    pub original_max_position_embeddings: usize,
 }
 
 const SUPPORTED: &str = "supported: default, linear, llama3";
@@ -130,12 +134,12 @@ impl RopeScaling {
                             format!("rope_scaling field `{field}` must be an integer > 0, got {v}"),
                         )
                     })?;
-                RopeScaling::Llama3 {
+                RopeScaling::Llama3(Llama3Scaling {
                     factor: positive(obj, kind, "factor")?,
                     low_freq_factor: positive(obj, kind, "low_freq_factor")?,
                     high_freq_factor: positive(obj, kind, "high_freq_factor")?,
                     original_max_position_embeddings: original,
-                }
+                })
             }
             other => {
                 return Err(Error::config(
@@ -152,45 +156,10 @@ impl RopeScaling {
     /// `low_freq_factor < high_freq_factor` (the smooth band's denominator)
     /// and `original_max_position_embeddings > 0`.
     pub fn validate(&self) -> Result<()> {
-        let check = |name: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(Error::config(
-                    "RopeScaling",
-                    format!("rope_scaling field `{name}` must be a finite number > 0, got {v}"),
-                ))
-            }
-        };
-        match *self {
+        match self {
             RopeScaling::Default => Ok(()),
-            RopeScaling::Linear { factor } => check("factor", factor),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            } => {
-                check("factor", factor)?;
-                check("low_freq_factor", low_freq_factor)?;
-                check("high_freq_factor", high_freq_factor)?;
-                if low_freq_factor >= high_freq_factor {
-                    return Err(Error::config(
-                        "RopeScaling",
-                        format!(
-                            "rope_scaling field `low_freq_factor` ({low_freq_factor}) must be \
-                             below `high_freq_factor` ({high_freq_factor})"
-                        ),
-                    ));
-                }
-                if original_max_position_embeddings == 0 {
-                    return Err(Error::config(
-                        "RopeScaling",
-                        "rope_scaling field `original_max_position_embeddings` must be > 0",
-                    ));
-                }
-                Ok(())
-            }
+            RopeScaling::Linear { factor } => check_positive("factor", *factor),
+            RopeScaling::Llama3(p) => p.validate(),
         }
     }
 
@@ -202,19 +171,90 @@ impl RopeScaling {
             RopeScaling::Linear { factor } => {
                 serde_json::json!({"rope_type": "linear", "factor": factor})
             }
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            } => serde_json::json!({
+            RopeScaling::Llama3(p) => serde_json::json!({
                 "rope_type": "llama3",
-                "factor": factor,
-                "low_freq_factor": low_freq_factor,
-                "high_freq_factor": high_freq_factor,
-                "original_max_position_embeddings": original_max_position_embeddings,
+                "factor": p.factor,
+                "low_freq_factor": p.low_freq_factor,
+                "high_freq_factor": p.high_freq_factor,
+                "original_max_position_embeddings": p.original_max_position_embeddings,
             }),
         }
+    }
+
+    /// The base frequencies `base` (`theta^(−2i/d)`) scaled, in `T`: each
+    /// parameter is an f64 (a Python scalar in transformers) rounded to `T`
+    /// where it meets the frequencies, every step after that in `T` (so in
+    /// f64 every step is f64, in f32 these are transformers' float32 ops).
+    fn scale<T: Float>(&self, base: Vec<T>) -> Vec<T> {
+        match *self {
+            RopeScaling::Default => base,
+            RopeScaling::Linear { factor } => {
+                let factor = T::from_f64(factor);
+                base.into_iter().map(|f| f / factor).collect()
+            }
+            RopeScaling::Llama3(p) => p.scale(base),
+        }
+    }
+}
+
+/// `Ok` when `v` is finite and > 0, else the error naming `rope_scaling`'s field `name`.
+fn check_positive(name: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            "RopeScaling",
+            format!("rope_scaling field `{name}` must be a finite number > 0, got {v}"),
+        ))
+    }
+}
+
+impl Llama3Scaling {
+    /// [`RopeScaling::validate`] for llama3.
+    fn validate(&self) -> Result<()> {
+        check_positive("factor", self.factor)?;
+        check_positive("low_freq_factor", self.low_freq_factor)?;
+        check_positive("high_freq_factor", self.high_freq_factor)?;
+        let (low, high) = (self.low_freq_factor, self.high_freq_factor);
+        if low >= high {
+            return Err(Error::config(
+                "RopeScaling",
+                format!(
+                    "rope_scaling field `low_freq_factor` ({low}) must be \
+                     below `high_freq_factor` ({high})"
+                ),
+            ));
+        }
+        if self.original_max_position_embeddings == 0 {
+            return Err(Error::config(
+                "RopeScaling",
+                "rope_scaling field `original_max_position_embeddings` must be > 0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `_compute_llama3_parameters` over `base`, as [`RopeScaling::scale`] rounds.
+    fn scale<T: Float>(&self, base: Vec<T>) -> Vec<T> {
+        let old64 = self.original_max_position_embeddings as f64;
+        let low_wavelen = T::from_f64(old64 / self.low_freq_factor);
+        let high_wavelen = T::from_f64(old64 / self.high_freq_factor);
+        let band = T::from_f64(self.high_freq_factor - self.low_freq_factor);
+        let (old, factor) = (T::from_f64(old64), T::from_f64(self.factor));
+        let low = T::from_f64(self.low_freq_factor);
+        let two_pi = T::from_f64(2.0 * std::f64::consts::PI);
+        base.into_iter()
+            .map(|f| {
+                let wavelen = two_pi / f;
+                let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                if wavelen >= high_wavelen && wavelen <= low_wavelen {
+                    let smooth = (old / wavelen - low) / band;
+                    (T::ONE - smooth) * scaled / factor + smooth * scaled
+                } else {
+                    scaled
+                }
+            })
+            .collect()
     }
 }
 
@@ -228,33 +268,7 @@ pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f64> 
     let base: Vec<f64> = (0..head_dim / 2)
         .map(|i| 1.0 / theta.powf((2 * i) as f64 / d))
         .collect();
-    match *scaling {
-        RopeScaling::Default => base,
-        RopeScaling::Linear { factor } => base.into_iter().map(|f| f / factor).collect(),
-        RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } => {
-            let old = original_max_position_embeddings as f64;
-            let low_wavelen = old / low_freq_factor;
-            let high_wavelen = old / high_freq_factor;
-            base.into_iter()
-                .map(|f| {
-                    let wavelen = 2.0 * std::f64::consts::PI / f;
-                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
-                    if wavelen >= high_wavelen && wavelen <= low_wavelen {
-                        let smooth = (old / wavelen - low_freq_factor)
-                            / (high_freq_factor - low_freq_factor);
-                        (1.0 - smooth) * scaled / factor + smooth * scaled
-                    } else {
-                        scaled
-                    }
-                })
-                .collect()
-        }
-    }
+    scaling.scale(base)
 }
 
 /// The inverse frequencies as transformers computes them in float32, op by
@@ -270,39 +284,7 @@ pub fn inv_freq_f32(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f
             1.0f32 / (th.powf(e as f64) as f32)
         })
         .collect();
-    match *scaling {
-        RopeScaling::Default => base,
-        RopeScaling::Linear { factor } => {
-            let factor = factor as f32;
-            base.into_iter().map(|f| f / factor).collect()
-        }
-        RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } => {
-            // Python scalars (f64 arithmetic) meet f32 tensors: rounded to f32 there.
-            let old64 = original_max_position_embeddings as f64;
-            let low_wavelen = (old64 / low_freq_factor) as f32;
-            let high_wavelen = (old64 / high_freq_factor) as f32;
-            let band = (high_freq_factor - low_freq_factor) as f32;
-            let (old, factor, low) = (old64 as f32, factor as f32, low_freq_factor as f32);
-            let two_pi = (2.0 * std::f64::consts::PI) as f32;
-            base.into_iter()
-                .map(|f| {
-                    let wavelen = two_pi / f;
-                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
-                    if wavelen >= high_wavelen && wavelen <= low_wavelen {
-                        let smooth = (old / wavelen - low) / band;
-                        (1.0 - smooth) * scaled / factor + smooth * scaled
-                    } else {
-                        scaled
-                    }
-                })
-                .collect()
-        }
-    }
+    scaling.scale(base)
 }
 
 /// Rotary embedding tables: `cos` and `sin` of shape `[max_positions,

@@ -288,12 +288,12 @@ fn lora_applies_to_any_module_by_path_gpt() {
 
 #[test]
 fn unmerge_after_new_base_weights_keeps_them_and_takes_out_the_delta() {
-    use fucina_nn::linear::lora::LoraAdapter;
+    use fucina_nn::linear::lora::{LoraAdapter, LoraInit};
     use fucina_nn::{Init, Linear};
     let ctx = ExecContext::with_threads(1).unwrap();
     let mut init = Init::new(&ctx, fucina_core::DType::F64, 3);
     let mut lin = Linear::new(&mut init, 3, 2, false).unwrap();
-    let ad = LoraAdapter::new(&mut init, 3, 2, 1, 0.5, 0.0).unwrap();
+    let ad = LoraAdapter::new(&mut init, 3, 2, 1, 0.5, 0.0, LoraInit::Default).unwrap();
     // A non-zero B, so the delta 0.5·B·A is not zero.
     ad.lora_b
         .weight

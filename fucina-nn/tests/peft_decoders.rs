@@ -482,7 +482,7 @@ fn init_false_draws_both_matrices() {
         assert_eq!(logits(&again, &ids, &mask), logits(&lm, &ids, &mask));
         // The adapter's own constructor agrees.
         let mut init = Init::new(&ctx, DType::F32, 1);
-        let ad = LoraAdapter::with_init(
+        let ad = LoraAdapter::new(
             &mut init,
             3,
             2,

@@ -7,7 +7,7 @@
 use fucina_autograd::Tensor;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::rope::{inv_freq, inv_freq_f32};
-use fucina_nn::{Error, Rope, RopeScaling};
+use fucina_nn::{Error, Llama3Scaling, Rope, RopeScaling};
 use serde_json::{json, Value};
 
 fn golden() -> Value {
@@ -88,7 +88,7 @@ fn matches_transformers() {
         let want_kind = match name.as_str() {
             "default" => matches!(scaling, RopeScaling::Default),
             "linear" => scaling == RopeScaling::Linear { factor: 2.0 },
-            "llama3" => matches!(scaling, RopeScaling::Llama3 { .. }),
+            "llama3" => matches!(scaling, RopeScaling::Llama3(_)),
             other => panic!("unexpected case {other}"),
         };
         assert!(want_kind, "{name}: parsed {scaling:?}");
@@ -146,12 +146,12 @@ fn matches_transformers() {
 /// the eight there).
 #[test]
 fn llama3_bands() {
-    let s = RopeScaling::Llama3 {
+    let s = RopeScaling::Llama3(Llama3Scaling {
         factor: 8.0,
         low_freq_factor: 1.0,
         high_freq_factor: 4.0,
         original_max_position_embeddings: 64,
-    };
+    });
     let base = inv_freq(16, 10000.0, &RopeScaling::Default);
     let l = inv_freq(16, 10000.0, &s);
     assert_eq!(l[0], base[0], "wavelength 2π < 16: unchanged");
@@ -205,12 +205,12 @@ fn parser_accepts_hf_forms() {
                    "original_max_position_embeddings": 8192, "rope_type": "llama3"});
     assert_eq!(
         RopeScaling::from_hf(Some(&v)).unwrap(),
-        RopeScaling::Llama3 {
+        RopeScaling::Llama3(Llama3Scaling {
             factor: 8.0,
             low_freq_factor: 1.0,
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192
-        }
+        })
     );
 }
 

@@ -12,12 +12,13 @@
 
 use fucina::Result;
 use fucina_autograd::Tensor;
-use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::{Gpt, GptConfig, Init, Module};
 use fucina_optim::AdamW;
 
-use super::train::{adamw, train_step};
+use crate::mfu::TransformerShape;
+
+use super::train::{adamw, random_ids, train_step};
 
 /// The workload's AdamW learning rate.
 pub const LR: f64 = 3e-4;
@@ -45,13 +46,7 @@ impl GptTrain {
     pub fn workload(ctx: &ExecContext) -> Result<GptTrain> {
         let cfg = GptConfig::default();
         let model = Gpt::new(&mut Init::new(ctx, DType::F32, 0), &cfg)?;
-        let mut rng = SplitMix64::new(0);
-        let mut ids = || -> Vec<i64> {
-            (0..BATCH * SEQ)
-                .map(|_| rng.below(cfg.vocab_size as u64) as i64)
-                .collect()
-        };
-        let (idx, tgt) = (ids(), ids());
+        let (idx, tgt) = random_ids(BATCH * SEQ, cfg.vocab_size);
         Self::from_parts(
             ctx,
             model,
@@ -96,21 +91,14 @@ impl crate::Workload for GptTrain {
     fn step(&mut self) -> Result<()> {
         self.train_step().map(|_| ())
     }
-    fn shape(&self) -> Option<crate::mfu::TransformerShape> {
+    fn shape(&self) -> Option<TransformerShape> {
         let c = &self.model.config;
-        Some(crate::mfu::TransformerShape {
-            batch: BATCH,
-            seq: SEQ,
-            layers: c.n_layer,
-            d_model: c.n_embd,
-            heads: c.n_head,
-            kv_heads: c.n_head,
-            head_dim: c.n_embd / c.n_head,
-            ffn: 4 * c.n_embd,
-            mlp_matrices: 2,
+        let blocks =
+            TransformerShape::multi_head(BATCH, SEQ, c.n_layer, c.n_embd, c.n_head, 4 * c.n_embd);
+        Some(TransformerShape {
             vocab: c.vocab_size,
             causal: true,
-            lora_rank: None,
+            ..blocks
         })
     }
 }

@@ -15,14 +15,13 @@ use std::path::Path;
 
 use fucina::Result;
 use fucina_autograd::{CrossEntropyOpts, Tensor};
-use fucina_core::rng::SplitMix64;
 use fucina_core::{DType, ExecContext};
 use fucina_nn::hf::DecoderConfig;
 use fucina_nn::models::decoder::names::LLAMA_BLOCK_LINEARS;
 use fucina_nn::{apply_lora, CausalLm, Init, LoraConfig, Module};
 use fucina_optim::AdamW;
 
-use super::train::{adamw, train_step};
+use super::train::{adamw, random_ids, train_step};
 
 /// Batch size.
 pub const BATCH: usize = 4;
@@ -85,13 +84,7 @@ impl LlamaTrain {
         } else {
             adamw(model.parameters(), 3e-4, 0.1)?
         };
-        let mut rng = SplitMix64::new(0);
-        let mut ids = || -> Vec<i64> {
-            (0..BATCH * SEQ)
-                .map(|_| rng.below(cfg.vocab_size as u64) as i64)
-                .collect()
-        };
-        let (idx, tgt) = (ids(), ids());
+        let (idx, tgt) = random_ids(BATCH * SEQ, cfg.vocab_size);
         Ok(LlamaTrain {
             ctx: ctx.clone(),
             model,

@@ -31,6 +31,8 @@ use fucina_nn::module::for_each_mut;
 use fucina_nn::{mean_pool, BertConfig, BertModel, Embedding, Init, Linear, Module};
 use fucina_optim::AdamW;
 
+use crate::mfu::TransformerShape;
+
 use super::train::{adamw, train_step};
 
 /// The workload's AdamW learning rate.
@@ -213,22 +215,16 @@ impl crate::Workload for MiniLmTrain {
     fn step(&mut self) -> Result<()> {
         self.train_step().map(|_| ())
     }
-    fn shape(&self) -> Option<crate::mfu::TransformerShape> {
+    fn shape(&self) -> Option<TransformerShape> {
         let c = &self.model.bert.config;
         // Every position is computed (padding included); the 2-class head is not counted.
-        Some(crate::mfu::TransformerShape {
-            batch: BATCH,
-            seq: SEQ,
-            layers: c.num_hidden_layers,
-            d_model: c.hidden_size,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_attention_heads,
-            head_dim: c.hidden_size / c.num_attention_heads,
-            ffn: c.intermediate_size,
-            mlp_matrices: 2,
-            vocab: 0,
-            causal: false,
-            lora_rank: None,
-        })
+        Some(TransformerShape::multi_head(
+            BATCH,
+            SEQ,
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.intermediate_size,
+        ))
     }
 }

@@ -1,6 +1,7 @@
-//! The training step every training workload shares, in `torch_workloads.py`'s
-//! order: zero_grad (gradients dropped, PyTorch's `set_to_none=True`) + forward +
-//! loss + backward + optimizer step.
+//! What the training workloads share: their AdamW, the token workloads' random
+//! ids, and the training step, in `torch_workloads.py`'s order: zero_grad
+//! (gradients dropped, PyTorch's `set_to_none=True`) + forward + loss + backward +
+//! optimizer step.
 //!
 //! The forward, loss and backward run inside one exec scope, which owns the step's
 //! intermediates and returns them to the pool when it closes, before the optimizer
@@ -8,6 +9,7 @@
 
 use fucina::Result;
 use fucina_autograd::{ScopeExt, Tensor};
+use fucina_core::rng::SplitMix64;
 use fucina_core::ExecContext;
 use fucina_optim::{AdamConfig, AdamW, Optimizer};
 
@@ -22,6 +24,14 @@ pub fn adamw(params: Vec<Tensor>, lr: f64, weight_decay: f64) -> Result<AdamW> {
             ..AdamConfig::adamw(lr)
         },
     )?)
+}
+
+/// The inputs and targets of a token workload: two draws of `n` ids below
+/// `vocab` from one SplitMix64 seeded 0, inputs first.
+pub fn random_ids(n: usize, vocab: usize) -> (Vec<i64>, Vec<i64>) {
+    let mut rng = SplitMix64::new(0);
+    let mut ids = || -> Vec<i64> { (0..n).map(|_| rng.below(vocab as u64) as i64).collect() };
+    (ids(), ids())
 }
 
 /// One step: drops `opt`'s gradients, runs `loss` (forward + loss) and its

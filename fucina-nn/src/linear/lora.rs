@@ -140,29 +140,10 @@ pub struct LoraAdapter {
 }
 
 impl LoraAdapter {
-    /// A fresh adapter for a `in → out` layer: A kaiming-uniform, B zero.
+    /// A fresh adapter for a `in → out` layer, drawn as `how` says (PEFT's
+    /// `reset_lora_parameters`; [`LoraInit::Default`]: A kaiming-uniform, B
+    /// zero): A first, then B, then the dropout's seed, one stream each.
     pub fn new(
-        init: &mut Init,
-        in_features: usize,
-        out_features: usize,
-        r: usize,
-        scale: f64,
-        dropout: f64,
-    ) -> Result<LoraAdapter> {
-        Self::with_init(
-            init,
-            in_features,
-            out_features,
-            r,
-            scale,
-            dropout,
-            LoraInit::Default,
-        )
-    }
-
-    /// A fresh adapter drawn as `how` says (PEFT's `reset_lora_parameters`):
-    /// A first, then B, then the dropout's seed, one stream each.
-    pub fn with_init(
         init: &mut Init,
         in_features: usize,
         out_features: usize,
@@ -638,7 +619,7 @@ pub(crate) fn apply<M: Module + ?Sized>(
     // Build every adapter and copy first, then attach them (no partial application).
     let mut adapters = Vec::with_capacity(plan.targets.len());
     for (_, i, o) in &plan.targets {
-        adapters.push(LoraAdapter::with_init(
+        adapters.push(LoraAdapter::new(
             init,
             *i,
             *o,
