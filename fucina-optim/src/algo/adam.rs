@@ -35,9 +35,7 @@ hyperparams! {
         /// Learning rate (PyTorch default 1e-3).
         lr: f64 = lr, in NonNegative;
         /// (β1, β2), default (0.9, 0.999).
-        betas: (f64, f64) = (0.9, 0.999),
-            .0 as beta1 in HalfOpen(0.0, 1.0),
-            .1 as beta2 in HalfOpen(0.0, 1.0);
+        betas: (f64, f64) = (0.9, 0.999), each (beta1, beta2) in HalfOpen(0.0, 1.0);
         /// Added after the bias-corrected square root, default 1e-8.
         eps: f64 = 1e-8, in NonNegative;
         /// Weight decay: coupled L2 for Adam (default 0), decoupled for AdamW (default 0.01).

@@ -76,9 +76,8 @@ pub(crate) fn check_bounds(
 ///     pub struct SgdConfig {
 ///         /// A field's docs.
 ///         momentum: f64 = 0.0, in NonNegative;     // field: type = default, range
-///         betas: (f64, f64) = (0.9, 0.999),        // a tuple: a range per part,
-///             .0 as beta1 in HalfOpen(0.0, 1.0),   //   each under its own name
-///             .1 as beta2 in HalfOpen(0.0, 1.0);
+///         betas: (f64, f64) = (0.9, 0.999),        // a tuple: one range for its
+///             each (beta1, beta2) in HalfOpen(0.0, 1.0); // parts, each named
 ///         nesterov: bool = false;                  // no range
 ///     }
 ///     validate: lr, momentum; then nesterov_rule; // the ranges' check order, then
@@ -118,7 +117,7 @@ macro_rules! hyperparams {
                 $(#[$fmeta:meta])*
                 $field:ident: $ty:ty = $default:expr
                     $(, in $bound:ident $(($($barg:expr),+))?)?
-                    $(, .$idx:tt as $part:ident in $pbound:ident $(($($parg:expr),+))?)*
+                    $(, each ($($part:ident),+) in $pbound:ident $(($($parg:expr),+))?)?
                 ;
             )*
         }
@@ -145,11 +144,11 @@ macro_rules! hyperparams {
                         self.$field,
                         Bound::$bound $(($($barg),+))?,
                     );)?
-                    $(let $part = (
-                        stringify!($part),
-                        self.$field.$idx,
-                        Bound::$pbound $(($($parg),+))?,
-                    );)*
+                    $(
+                        let bound = Bound::$pbound $(($($parg),+))?;
+                        let ($($part),+) = self.$field;
+                        $(let $part = (stringify!($part), $part, bound);)+
+                    )?
                 )*
                 vec![$($checked),+]
             }

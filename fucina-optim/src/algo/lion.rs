@@ -23,9 +23,7 @@ hyperparams! {
         /// Learning rate (typically 3–10× smaller than AdamW's), default 1e-4.
         lr: f64 = lr, in NonNegative;
         /// (β1, β2): interpolation for the update and for the moment, default (0.9, 0.99).
-        betas: (f64, f64) = (0.9, 0.99),
-            .0 as beta1 in Closed(0.0, 1.0),
-            .1 as beta2 in Closed(0.0, 1.0);
+        betas: (f64, f64) = (0.9, 0.99), each (beta1, beta2) in Closed(0.0, 1.0);
         /// Decoupled weight decay, default 0.
         weight_decay: f64 = 0.0, in NonNegative;
         /// Store the moment in bf16 (opt-in).
