@@ -9,29 +9,19 @@
 //! conversions unwrap those), so [`Error::Nn`] and [`Error::Optim`] hold only
 //! their crate's own errors.
 
+fucina_autograd::one_error_route! {
 /// Any fucina error: core (shapes, dtypes, memory), autograd (graph and
 /// scope misuse), nn (modules and state dicts) or optim (optimizers and
 /// checkpoints).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A shape, dtype, bounds or memory error from the kernels.
-    #[error(transparent)]
-    Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd; never
-    /// `fucina_autograd::Error::Core`.
-    #[error(transparent)]
-    Autograd(fucina_autograd::Error),
-    /// A module, layer or init error from nn; never `fucina_nn::Error::Core`
-    /// or `::Autograd`.
-    #[error(transparent)]
+#[derive(Debug)]
+pub enum Error {}
+wraps {
+    /// A module, layer or init error from nn.
     Nn(fucina_nn::Error),
-    /// An optimizer, schedule or checkpoint error; never
-    /// `fucina_optim::Error::Core` or `::Autograd`.
-    #[error(transparent)]
+    /// An optimizer, schedule or checkpoint error.
     Optim(fucina_optim::Error),
 }
-
-fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn; fucina_optim::Error => Optim);
+}
 
 /// The one `Result` of a fucina program, exported by the prelude: the error
 /// defaults to the umbrella [`Error`]; a trait impl whose signature fixes a

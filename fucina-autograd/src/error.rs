@@ -375,33 +375,72 @@ impl From<StateDictError> for Error {
     }
 }
 
-/// The one-route conversions of a higher crate's error (ARCHITECTURE.md,
-/// "One error route"): a failure is wrapped once, under the crate that
-/// raised it. `one_error_route!(Error; fucina_nn::Error => Nn)` implements,
-/// for an `Error` with variants `Core(fucina_core::Error)` and
-/// `Autograd(fucina_autograd::Error)`:
+/// The error enum of a crate above fucina-autograd, with its one route
+/// (ARCHITECTURE.md, "One error route"): a failure is wrapped once, under
+/// the crate that raised it. The invocation is the enum as the crate would
+/// write it, holding only its own variants, then (optionally) `wraps { .. }`,
+/// the variants of the lower crates above autograd whose errors it wraps,
+/// each `Variant(crate::Error)` with its doc. The macro declares the enum
+/// with, first, the variants every such error has:
 ///
-/// - `From<fucina_autograd::Error>`: autograd's `Core(c)` becomes `Core(c)`,
-///   anything else `Autograd(e)`;
-/// - for each `Lower => Variant` (a crate whose error has the same `Core`
-///   and `Autograd` variants): `From<Lower>`, its `Core` and `Autograd`
-///   lifted into this error's own, anything else `Variant(e)`.
+/// - `Core(fucina_core::Error)`, `#[from]` (so `From<fucina_core::Error>`);
+/// - `Autograd(fucina_autograd::Error)`, whose `From` unwraps autograd's
+///   `Core(c)` into `Core(c)`;
 ///
-/// `From<fucina_core::Error>` stays a `#[from]` on the `Core` variant.
+/// then each wrapped variant, whose `From` lifts that crate's `Core` and
+/// `Autograd` (a crate whose error has them: one declared by this macro)
+/// into this error's own and anything else into `Variant(e)`; then the
+/// crate's own. The macro derives `thiserror::Error` itself (the crate
+/// depends on thiserror) and every generated variant is
+/// `#[error(transparent)]`: thiserror matches the `transparent` of a variant
+/// with its own derive by hygiene, so the two come from one place, here; the
+/// crate's variants keep their `#[error(..)]` messages.
 ///
 /// ```
-/// #[derive(Debug)]
-/// enum Error {
-///     Core(fucina_core::Error),
-///     Autograd(fucina_autograd::Error),
+/// fucina_autograd::one_error_route! {
+///     /// A crate's error.
+///     #[derive(Debug)]
+///     pub enum Error {
+///         /// Its own failure.
+///         #[error("bad: {0}")]
+///         Bad(String),
+///     }
 /// }
-/// fucina_autograd::one_error_route!(Error);
 /// let c = fucina_core::Error::InvalidArgument { op: "probe", msg: "x".into() };
 /// assert!(matches!(Error::from(fucina_autograd::Error::Core(c)), Error::Core(_)));
 /// ```
 #[macro_export]
 macro_rules! one_error_route {
-    ($E:ident $(; $($lower:ident)::+ => $Var:ident)* $(,)?) => {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $E:ident { $($own:tt)* }
+        $(wraps { $($(#[$vmeta:meta])* $Var:ident($($lower:ident)::+)),+ $(,)? })?
+    ) => {
+        $(#[$meta])*
+        #[derive(thiserror::Error)]
+        $vis enum $E {
+            /// A shape, dtype, bounds or memory error from the core kernels.
+            #[error(transparent)]
+            Core(#[from] fucina_core::Error),
+            /// A graph, scope, gradient or state-dict error from autograd
+            /// (a released tensor, a gradient of the wrong shape, a bad
+            /// file, ...); never `fucina_autograd::Error::Core`, which
+            /// arrives as `Core`.
+            #[error(transparent)]
+            Autograd($crate::Error),
+            $($(
+                $(#[$vmeta])*
+                #[doc = ""]
+                #[doc = concat!(
+                    "Never `", stringify!($($lower)::+),
+                    "`'s `Core` or `Autograd`, which arrive as this error's own."
+                )]
+                #[error(transparent)]
+                $Var($($lower)::+),
+            )+)?
+            $($own)*
+        }
+
         impl From<$crate::Error> for $E {
             /// Autograd's errors, with a core error unwrapped to `Core`.
             fn from(e: $crate::Error) -> Self {
@@ -411,7 +450,7 @@ macro_rules! one_error_route {
                 }
             }
         }
-        $(
+        $($(
             impl From<$($lower)::+> for $E {
                 /// That crate's own errors under its variant; its core and
                 /// autograd errors under this error's own.
@@ -423,6 +462,6 @@ macro_rules! one_error_route {
                     }
                 }
             }
-        )*
+        )+)?
     };
 }

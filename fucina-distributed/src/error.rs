@@ -12,21 +12,11 @@
 //! it came straight from that crate or through fucina-optim's error (the
 //! conversions unwrap it), so [`Error::Optim`] holds only optim's own.
 
+fucina_autograd::one_error_route! {
 /// Errors raised by the transports, the gradient averaging, the sampler and
 /// the rank-0 checkpoints.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum Error {
-    /// A shape, dtype or memory error from the core kernels.
-    #[error(transparent)]
-    Core(#[from] fucina_core::Error),
-    /// An error from autograd (a released tensor, a gradient of the wrong
-    /// shape, ...); never `fucina_autograd::Error::Core`.
-    #[error(transparent)]
-    Autograd(fucina_autograd::Error),
-    /// An error from an optimizer or a checkpoint file; never
-    /// `fucina_optim::Error::Core` or `::Autograd`.
-    #[error(transparent)]
-    Optim(fucina_optim::Error),
     /// Peers that did not deliver their part of a collective before the deadline.
     #[error("rank {rank}: `{what}`: no message from rank(s) {missing:?} after {waited_s:.1} s; those ranks have failed or stalled")]
     PeerTimeout {
@@ -102,8 +92,11 @@ pub enum Error {
     #[error("mpi: {0}")]
     Mpi(String),
 }
-
-fucina_autograd::one_error_route!(Error; fucina_optim::Error => Optim);
+wraps {
+    /// An error from an optimizer or a checkpoint file.
+    Optim(fucina_optim::Error),
+}
+}
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,16 +10,10 @@
 //! autograd op (the conversion from autograd's error unwraps
 //! `fucina_autograd::Error::Core`), so [`Error::Autograd`] never holds one.
 
+fucina_autograd::one_error_route! {
 /// Errors raised by fucina-nn.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Error {
-    /// A shape, dtype, range or memory error from the kernels.
-    #[error(transparent)]
-    Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd; never
-    /// `fucina_autograd::Error::Core`, which arrives as [`Error::Core`].
-    #[error(transparent)]
-    Autograd(fucina_autograd::Error),
     /// A module was configured with an invalid value.
     #[error("{module}: invalid config: {msg}")]
     InvalidConfig {
@@ -71,8 +65,7 @@ pub enum Error {
         failure: Box<fucina_autograd::gradcheck::GradcheckFailure>,
     },
 }
-
-fucina_autograd::one_error_route!(Error);
+}
 
 impl Error {
     /// An [`Error::InvalidConfig`].

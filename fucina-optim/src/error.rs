@@ -11,17 +11,10 @@
 
 use std::path::PathBuf;
 
+fucina_autograd::one_error_route! {
 /// Errors raised by optimizers, schedules, clipping and checkpoints.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum Error {
-    /// An error from autograd (a released tensor, a gradient of the wrong
-    /// shape, a state dict, ...); never `fucina_autograd::Error::Core`, which
-    /// arrives as [`Error::Core`].
-    #[error(transparent)]
-    Autograd(fucina_autograd::Error),
-    /// A shape, dtype or memory error from the core kernels.
-    #[error(transparent)]
-    Core(#[from] fucina_core::Error),
     /// A file system error, with the path it concerns.
     #[error("{path}: {source}")]
     Io {
@@ -104,8 +97,7 @@ pub enum Error {
     #[error("injected failure at `{0}`")]
     Injected(&'static str),
 }
-
-fucina_autograd::one_error_route!(Error);
+}
 
 impl From<safetensors::SafeTensorError> for Error {
     fn from(e: safetensors::SafeTensorError) -> Self {

@@ -269,19 +269,24 @@ impl BufElem for f32 {}
 impl BufElem for f64 {}
 impl BufElem for bf16 {}
 
-/// The typed elements of `b`, or a state-mismatch error naming `what`.
+/// The `n` typed elements of `optimizer`'s buffer `name`, `b`, or a
+/// state-mismatch error naming both.
 pub(crate) fn typed<'b, M: BufElem>(
     b: &'b mut Buf,
-    what: &str,
+    optimizer: &str,
+    name: &str,
     n: usize,
 ) -> crate::Result<&'b mut [M]> {
     let dt = b.dtype();
     let s = M::slice(b)?.ok_or_else(|| {
-        crate::Error::StateMismatch(format!("{what}: stored as {dt}, expected {}", M::DTYPE))
+        crate::Error::StateMismatch(format!(
+            "{optimizer} {name}: stored as {dt}, expected {}",
+            M::DTYPE
+        ))
     })?;
     if s.len() != n {
         return Err(crate::Error::StateMismatch(format!(
-            "{what}: {} elements, parameter has {n}",
+            "{optimizer} {name}: {} elements, parameter has {n}",
             s.len()
         )));
     }

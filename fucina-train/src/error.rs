@@ -9,8 +9,9 @@
 
 use std::path::PathBuf;
 
+fucina_autograd::one_error_route! {
 /// A failure of the training kit.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum Error {
     /// A loader, dataset or policy was configured wrongly.
     #[error("{what}: invalid config: {msg}")]
@@ -31,20 +32,12 @@ pub enum Error {
     /// A worker thread panicked or went away while prefetching.
     #[error("data loader: {0}")]
     Worker(String),
-    /// A shape, dtype or memory error from the core kernels.
-    #[error(transparent)]
-    Core(#[from] fucina_core::Error),
-    /// A graph, scope or gradient error from autograd; never
-    /// `fucina_autograd::Error::Core`.
-    #[error(transparent)]
-    Autograd(fucina_autograd::Error),
-    /// A module, layer or state-dict error from fucina-nn; never
-    /// `fucina_nn::Error::Core` or `::Autograd`.
-    #[error(transparent)]
+}
+wraps {
+    /// A module, layer or state-dict error from fucina-nn.
     Nn(fucina_nn::Error),
 }
-
-fucina_autograd::one_error_route!(Error; fucina_nn::Error => Nn);
+}
 
 impl Error {
     pub(crate) fn config(what: &'static str, msg: impl Into<String>) -> Error {

@@ -7,64 +7,53 @@
 //! Each step rounds as ATen's CPU kernels do (`add` with alpha, `lerp` and
 //! `addcmul` fuse their last multiply-add; `addcdiv` is `p + (value·m)/d`).
 
-use fucina_core::{DType, ExecContext, Float};
-use serde::{Deserialize, Serialize};
+use fucina_core::{DType, Float};
 
-use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
+use crate::algo::config::{hyperparam_glue, hyperparams};
+use crate::algo::{dispatch_step, Algorithm, Step, Update};
 use crate::error::Result;
-use crate::kernel::{
-    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
-};
+use crate::kernel::{lerp, moment_dtype, run_chunks, BufElem, ChunkKernel, Moment};
 use crate::optimizer::Optim;
 
-/// Hyperparameters of Adam / AdamW (one parameter group).
-///
-/// ```
-/// use fucina_autograd::Tensor;
-/// use fucina_optim::{AdamConfig, AdamW, Optimizer};
-/// let ctx = fucina_core::ExecContext::with_threads(1)?;
-/// let w = Tensor::variable(&ctx, &[1.0f32, -1.0], &[2])?;
-/// let mut opt = AdamW::single(vec![w.clone()], AdamConfig::adamw(0.1))?;
-/// w.set_grad(Some(ctx.from_slice(&[0.5f32, -0.5], &[2])?))?;
-/// opt.step()?;
-/// opt.zero_grad();
-/// let v = w.to_vec::<f32>()?;
-/// assert!((v[0] - (1.0 * (1.0 - 0.1 * 0.01) - 0.1)).abs() < 1e-6); // first Adam step moves by lr
-/// # Ok::<(), fucina_optim::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AdamConfig {
-    /// Learning rate (PyTorch default 1e-3).
-    pub lr: f64,
-    /// (β1, β2), default (0.9, 0.999).
-    pub betas: (f64, f64),
-    /// Added after the bias-corrected square root, default 1e-8.
-    pub eps: f64,
-    /// Weight decay: coupled L2 for Adam (default 0), decoupled for AdamW (default 0.01).
-    pub weight_decay: f64,
-    /// True for AdamW (decoupled decay applied to the parameter before the moments).
-    pub decoupled: bool,
-    /// Store the first moment in bf16 (opt-in).
-    pub bf16_exp_avg: bool,
-    /// Store the second moment in bf16 (opt-in; with β2 = 0.999 its per-step change
-    /// is below bf16 resolution, so prefer keeping it in full precision).
-    pub bf16_exp_avg_sq: bool,
+hyperparams! {
+    /// Hyperparameters of Adam / AdamW (one parameter group).
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_optim::{AdamConfig, AdamW, Optimizer};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let w = Tensor::variable(&ctx, &[1.0f32, -1.0], &[2])?;
+    /// let mut opt = AdamW::single(vec![w.clone()], AdamConfig::adamw(0.1))?;
+    /// w.set_grad(Some(ctx.from_slice(&[0.5f32, -0.5], &[2])?))?;
+    /// opt.step()?;
+    /// opt.zero_grad();
+    /// let v = w.to_vec::<f32>()?;
+    /// assert!((v[0] - (1.0 * (1.0 - 0.1 * 0.01) - 0.1)).abs() < 1e-6); // first Adam step moves by lr
+    /// # Ok::<(), fucina_optim::Error>(())
+    /// ```
+    pub struct AdamConfig {
+        /// Learning rate (PyTorch default 1e-3).
+        lr: f64 = lr, in NonNegative;
+        /// (β1, β2), default (0.9, 0.999).
+        betas: (f64, f64) = (0.9, 0.999), each (beta1, beta2) in HalfOpen(0.0, 1.0);
+        /// Added after the bias-corrected square root, default 1e-8.
+        eps: f64 = 1e-8, in NonNegative;
+        /// Weight decay: coupled L2 for Adam (default 0), decoupled for AdamW (default 0.01).
+        weight_decay: f64 = 0.0, in NonNegative;
+        /// True for AdamW (decoupled decay applied to the parameter before the moments).
+        decoupled: bool = false;
+        /// Store the first moment in bf16 (opt-in).
+        bf16_exp_avg: bool = false;
+        /// Store the second moment in bf16 (opt-in; with β2 = 0.999 its per-step change
+        /// is below bf16 resolution, so prefer keeping it in full precision).
+        bf16_exp_avg_sq: bool = false;
+    }
+    validate: beta1, beta2, lr, eps, weight_decay;
+    /// PyTorch's `Adam` defaults with learning rate `lr`.
+    pub fn adam(lr);
 }
 
 impl AdamConfig {
-    /// PyTorch's `Adam` defaults with learning rate `lr`.
-    pub fn adam(lr: f64) -> Self {
-        AdamConfig {
-            lr,
-            betas: (0.9, 0.999),
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decoupled: false,
-            bf16_exp_avg: false,
-            bf16_exp_avg_sq: false,
-        }
-    }
-
     /// PyTorch's `AdamW` defaults (weight decay 0.01) with learning rate `lr`.
     pub fn adamw(lr: f64) -> Self {
         AdamConfig {
@@ -87,19 +76,6 @@ impl Default for AdamConfig {
 /// there is no separate `Adam` name.
 pub type AdamW = Optim<AdamConfig>;
 
-impl Hyperparams for AdamConfig {
-    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
-        let (b1, b2) = self.betas;
-        vec![
-            ("beta1", b1, Bound::HalfOpen(0.0, 1.0)),
-            ("beta2", b2, Bound::HalfOpen(0.0, 1.0)),
-            ("lr", self.lr, Bound::NonNegative),
-            ("eps", self.eps, Bound::NonNegative),
-            ("weight_decay", self.weight_decay, Bound::NonNegative),
-        ]
-    }
-}
-
 impl Algorithm for AdamConfig {
     hyperparam_glue!("adam");
 
@@ -111,15 +87,9 @@ impl Algorithm for AdamConfig {
     }
 
     fn update(&self, u: Update<'_>) -> Result<()> {
-        let [m, v] = u.bufs else {
-            return Err(wrong_buffer_count("adam", u.bufs.len(), 2));
-        };
-        let s = AdamScalars::new(self, self.lr * u.lr_factor, u.step);
-        let (dm, dv) = (m.dtype(), v.dtype());
-        fucina_core::dispatch_float!(u.param.dtype(), "adam", T => {
-            dispatch_moment!(dm, T, M1 => dispatch_moment!(dv, T, M2 => {
-                adam_kernel::<T, M1, M2>(u.ctx, &s, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, m, v)
-            }))
+        let s = u.checked(self)?;
+        dispatch_step!(s: T, "exp_avg" => M1, "exp_avg_sq" => M2 => {
+            adam_kernel::<T, M1, M2>(&AdamScalars::new(self, s.lr, s.step), s)
         })
     }
 }
@@ -158,36 +128,28 @@ impl AdamScalars {
 }
 
 /// The fused single-pass Adam/AdamW loop (see the module docs for the math).
-pub(crate) fn adam_kernel<T, M1, M2>(
-    ctx: &ExecContext,
-    s: &AdamScalars,
-    param: &mut [T],
-    grad: &[T],
-    m: &mut Buf,
-    v: &mut Buf,
-) -> Result<()>
+pub(crate) fn adam_kernel<T, M1, M2>(sc: &AdamScalars, mut s: Step<'_, [T]>) -> Result<()>
 where
     T: Float,
     M1: Moment<T> + BufElem,
     M2: Moment<T> + BufElem,
 {
-    let n = param.len();
-    let m = typed::<M1>(m, "adam exp_avg", n)?;
-    let v = typed::<M2>(v, "adam exp_avg_sq", n)?;
+    let m = s.bufs.take::<M1>("exp_avg")?;
+    let v = s.bufs.take::<M2>("exp_avg_sq")?;
     let c = |x: f64| T::from_f64(x);
     let k = AdamChunk {
-        g: grad,
-        decay: s.decay.map(c),
-        l2: s.l2.map(c),
-        w1: c(s.w1),
-        w1m1: c(s.w1) - T::ONE,
-        b2: c(s.beta2),
-        omb2: c(s.one_minus_beta2),
-        bc2s: c(s.bc2_sqrt),
-        eps: c(s.eps),
-        nss: c(s.neg_step_size),
+        g: s.grad,
+        decay: sc.decay.map(c),
+        l2: sc.l2.map(c),
+        w1: c(sc.w1),
+        w1m1: c(sc.w1) - T::ONE,
+        b2: c(sc.beta2),
+        omb2: c(sc.one_minus_beta2),
+        bc2s: c(sc.bc2_sqrt),
+        eps: c(sc.eps),
+        nss: c(sc.neg_step_size),
     };
-    run_chunks(ctx, n, (param, m, v), &k);
+    run_chunks(s.ctx, s.param.len(), (s.param, m, v), &k);
     Ok(())
 }
 

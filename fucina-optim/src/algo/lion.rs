@@ -3,61 +3,39 @@
 //! Per element: `c ← β1·m + (1 − β1)·g`; `p ← p·(1 − lr·wd)`;
 //! `p ← p − lr·sign(c)` (sign(0) = 0); `m ← β2·m + (1 − β2)·g`.
 
-use fucina_core::{DType, ExecContext, Float};
-use serde::{Deserialize, Serialize};
+use fucina_core::{DType, Float};
 
-use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
+use crate::algo::config::{hyperparam_glue, hyperparams};
+use crate::algo::{dispatch_step, Algorithm, Step, Update};
 use crate::error::Result;
-use crate::kernel::{
-    dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
-};
+use crate::kernel::{moment_dtype, run_chunks, BufElem, ChunkKernel, Moment};
 use crate::optimizer::Optim;
 
-/// Hyperparameters of Lion (one parameter group).
-///
-/// ```
-/// use fucina_optim::LionConfig;
-/// let c = LionConfig::new(1e-4);
-/// assert_eq!(c.betas, (0.9, 0.99));
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LionConfig {
-    /// Learning rate (typically 3–10× smaller than AdamW's), default 1e-4.
-    pub lr: f64,
-    /// (β1, β2): interpolation for the update and for the moment, default (0.9, 0.99).
-    pub betas: (f64, f64),
-    /// Decoupled weight decay, default 0.
-    pub weight_decay: f64,
-    /// Store the moment in bf16 (opt-in).
-    pub bf16_exp_avg: bool,
-}
-
-impl LionConfig {
-    /// The paper's defaults with learning rate `lr`.
-    pub fn new(lr: f64) -> Self {
-        LionConfig {
-            lr,
-            betas: (0.9, 0.99),
-            weight_decay: 0.0,
-            bf16_exp_avg: false,
-        }
+hyperparams! {
+    /// Hyperparameters of Lion (one parameter group).
+    ///
+    /// ```
+    /// use fucina_optim::LionConfig;
+    /// let c = LionConfig::new(1e-4);
+    /// assert_eq!(c.betas, (0.9, 0.99));
+    /// ```
+    pub struct LionConfig {
+        /// Learning rate (typically 3–10× smaller than AdamW's), default 1e-4.
+        lr: f64 = lr, in NonNegative;
+        /// (β1, β2): interpolation for the update and for the moment, default (0.9, 0.99).
+        betas: (f64, f64) = (0.9, 0.99), each (beta1, beta2) in Closed(0.0, 1.0);
+        /// Decoupled weight decay, default 0.
+        weight_decay: f64 = 0.0, in NonNegative;
+        /// Store the moment in bf16 (opt-in).
+        bf16_exp_avg: bool = false;
     }
+    validate: beta1, beta2, lr, weight_decay;
+    /// The paper's defaults with learning rate `lr`.
+    pub fn new(lr);
 }
 
 /// Lion.
 pub type Lion = Optim<LionConfig>;
-
-impl Hyperparams for LionConfig {
-    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
-        let (b1, b2) = self.betas;
-        vec![
-            ("beta1", b1, Bound::Closed(0.0, 1.0)),
-            ("beta2", b2, Bound::Closed(0.0, 1.0)),
-            ("lr", self.lr, Bound::NonNegative),
-            ("weight_decay", self.weight_decay, Bound::NonNegative),
-        ]
-    }
-}
 
 impl Algorithm for LionConfig {
     hyperparam_glue!("lion");
@@ -67,14 +45,8 @@ impl Algorithm for LionConfig {
     }
 
     fn update(&self, u: Update<'_>) -> Result<()> {
-        let [m] = u.bufs else {
-            return Err(wrong_buffer_count("lion", u.bufs.len(), 1));
-        };
-        let dt = m.dtype();
-        let lr = self.lr * u.lr_factor;
-        fucina_core::dispatch_float!(u.param.dtype(), "lion", T => dispatch_moment!(dt, T, M => {
-            lion_kernel::<T, M>(u.ctx, self, lr, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, m)
-        }))
+        let s = u.checked(self)?;
+        dispatch_step!(s: T, "exp_avg" => M => lion_kernel::<T, M>(self, s))
     }
 }
 
@@ -90,27 +62,22 @@ fn sign<T: Float>(x: T) -> T {
 }
 
 fn lion_kernel<T: Float, M: Moment<T> + BufElem>(
-    ctx: &ExecContext,
     c: &LionConfig,
-    lr: f64,
-    param: &mut [T],
-    grad: &[T],
-    m: &mut Buf,
+    mut s: Step<'_, [T]>,
 ) -> Result<()> {
-    let n = param.len();
-    let m = typed::<M>(m, "lion exp_avg", n)?;
+    let m = s.bufs.take::<M>("exp_avg")?;
     let f = |x: f64| T::from_f64(x);
     let (b1, b2) = c.betas;
     let k = LionChunk {
-        g: grad,
+        g: s.grad,
         b1: f(b1),
         omb1: f(1.0 - b1),
         b2: f(b2),
         omb2: f(1.0 - b2),
-        decay: (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay)),
-        neg_lr: f(-lr),
+        decay: (c.weight_decay != 0.0).then(|| f(1.0 - s.lr * c.weight_decay)),
+        neg_lr: f(-s.lr),
     };
-    run_chunks(ctx, n, (param, m), &k);
+    run_chunks(s.ctx, s.param.len(), (s.param, m), &k);
     Ok(())
 }
 

@@ -13,11 +13,10 @@ use fucina_core::{DType, ExecContext, Float};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::adam::AdamConfig;
-use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
+use crate::algo::config::{hyperparam_glue, hyperparams};
+use crate::algo::{dispatch_step, Algorithm, Step, Update};
 use crate::error::{Error, Result};
-use crate::kernel::{
-    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
-};
+use crate::kernel::{lerp, moment_dtype, run_chunks, BufElem, ChunkKernel, Moment};
 use crate::optimizer::Optim;
 
 /// How Muon scales its learning rate by the matrix shape.
@@ -31,86 +30,58 @@ pub enum MuonLrAdjust {
     MatchRmsAdamW,
 }
 
-/// Hyperparameters of Muon (one parameter group), with the AdamW fallback's.
-///
-/// ```
-/// use fucina_autograd::Tensor;
-/// use fucina_optim::{Muon, MuonConfig, Optimizer};
-/// let ctx = fucina_core::ExecContext::with_threads(1)?;
-/// let w = Tensor::variable(&ctx, &[0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3])?; // Muon
-/// let b = Tensor::variable(&ctx, &[0.0f32; 2], &[2])?; // AdamW fallback
-/// let mut opt = Muon::single(vec![w.clone(), b.clone()], MuonConfig::default())?;
-/// w.set_grad(Some(ctx.from_slice(&[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3])?))?;
-/// b.set_grad(Some(ctx.from_slice(&[1.0f32, -1.0], &[2])?))?;
-/// opt.step()?;
-/// assert_eq!(opt.param_state(0, 0).unwrap().bufs.len(), 1); // momentum
-/// assert_eq!(opt.param_state(0, 1).unwrap().bufs.len(), 2); // Adam moments
-/// # Ok::<(), fucina_optim::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MuonConfig {
-    /// Learning rate of the Muon update, default 0.02.
-    pub lr: f64,
-    /// Momentum μ, default 0.95.
-    pub momentum: f64,
-    /// Nesterov momentum, default true.
-    pub nesterov: bool,
-    /// Newton–Schulz iterations, default 5.
-    pub ns_steps: usize,
-    /// Newton–Schulz quintic coefficients (a, b, c), default (3.4445, −4.7750, 2.0315).
-    pub ns_coefficients: (f64, f64, f64),
-    /// Floor of the norm the momentum is divided by, default 1e-7.
-    pub eps: f64,
-    /// Decoupled weight decay of Muon parameters, default 0.
-    pub weight_decay: f64,
-    /// Learning-rate scaling by shape.
-    pub adjust_lr: MuonLrAdjust,
-    /// False sends every parameter of the group to the AdamW fallback.
-    pub use_muon: bool,
-    /// Store the momentum in bf16 (opt-in).
-    pub bf16_momentum: bool,
-    /// The fallback for non-matrix parameters (its lr is scheduled like Muon's).
-    pub adamw: AdamConfig,
-}
-
-impl Default for MuonConfig {
-    fn default() -> Self {
-        MuonConfig {
-            lr: 0.02,
-            momentum: 0.95,
-            nesterov: true,
-            ns_steps: 5,
-            ns_coefficients: (3.4445, -4.7750, 2.0315),
-            eps: 1e-7,
-            weight_decay: 0.0,
-            adjust_lr: MuonLrAdjust::Original,
-            use_muon: true,
-            bf16_momentum: false,
-            adamw: AdamConfig::adamw(1e-3),
-        }
+hyperparams! {
+    /// Hyperparameters of Muon (one parameter group), with the AdamW fallback's.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_optim::{Muon, MuonConfig, Optimizer};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let w = Tensor::variable(&ctx, &[0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3])?; // Muon
+    /// let b = Tensor::variable(&ctx, &[0.0f32; 2], &[2])?; // AdamW fallback
+    /// let mut opt = Muon::single(vec![w.clone(), b.clone()], MuonConfig::default())?;
+    /// w.set_grad(Some(ctx.from_slice(&[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3])?))?;
+    /// b.set_grad(Some(ctx.from_slice(&[1.0f32, -1.0], &[2])?))?;
+    /// opt.step()?;
+    /// assert_eq!(opt.param_state(0, 0).unwrap().bufs.len(), 1); // momentum
+    /// assert_eq!(opt.param_state(0, 1).unwrap().bufs.len(), 2); // Adam moments
+    /// # Ok::<(), fucina_optim::Error>(())
+    /// ```
+    pub struct MuonConfig {
+        /// Learning rate of the Muon update, default 0.02.
+        lr: f64 = 0.02, in NonNegative;
+        /// Momentum μ, default 0.95.
+        momentum: f64 = 0.95, in HalfOpen(0.0, 1.0);
+        /// Nesterov momentum, default true.
+        nesterov: bool = true;
+        /// Newton–Schulz iterations, default 5.
+        ns_steps: usize = 5;
+        /// Newton–Schulz quintic coefficients (a, b, c), default (3.4445, −4.7750, 2.0315).
+        ns_coefficients: (f64, f64, f64) = (3.4445, -4.7750, 2.0315);
+        /// Floor of the norm the momentum is divided by, default 1e-7.
+        eps: f64 = 1e-7, in NonNegative;
+        /// Decoupled weight decay of Muon parameters, default 0.
+        weight_decay: f64 = 0.0, in NonNegative;
+        /// Learning-rate scaling by shape.
+        adjust_lr: MuonLrAdjust = MuonLrAdjust::Original;
+        /// False sends every parameter of the group to the AdamW fallback.
+        use_muon: bool = true;
+        /// Store the momentum in bf16 (opt-in).
+        bf16_momentum: bool = false;
+        /// The fallback for non-matrix parameters (its lr is scheduled like Muon's).
+        adamw: AdamConfig = AdamConfig::adamw(1e-3);
     }
+    validate: lr, weight_decay, eps, momentum; then finite_coefficients, fallback_valid;
+    impl Default;
 }
 
 impl MuonConfig {
     fn is_muon(&self, shape: &[usize]) -> bool {
         self.use_muon && shape.len() >= 2 && shape.iter().all(|&d| d > 0)
     }
-}
 
-/// Muon with an AdamW fallback.
-pub type Muon = Optim<MuonConfig>;
-
-impl Hyperparams for MuonConfig {
-    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
-        vec![
-            ("lr", self.lr, Bound::NonNegative),
-            ("weight_decay", self.weight_decay, Bound::NonNegative),
-            ("eps", self.eps, Bound::NonNegative),
-            ("momentum", self.momentum, Bound::HalfOpen(0.0, 1.0)),
-        ]
-    }
-
-    fn cross_checks(&self) -> Result<()> {
+    /// The Newton–Schulz coefficients are finite.
+    fn finite_coefficients(&self) -> Result<()> {
         let (a, b, c) = self.ns_coefficients;
         if !(a.is_finite() && b.is_finite() && c.is_finite()) {
             return Err(Error::config(
@@ -118,9 +89,17 @@ impl Hyperparams for MuonConfig {
                 "Newton–Schulz coefficients must be finite",
             ));
         }
+        Ok(())
+    }
+
+    /// The AdamW fallback's own config is valid.
+    fn fallback_valid(&self) -> Result<()> {
         self.adamw.validate()
     }
 }
+
+/// Muon with an AdamW fallback.
+pub type Muon = Optim<MuonConfig>;
 
 impl Algorithm for MuonConfig {
     hyperparam_glue!("muon");
@@ -137,32 +116,23 @@ impl Algorithm for MuonConfig {
         if !self.is_muon(u.param.shape()) {
             return self.adamw.update(u);
         }
-        let [b] = u.bufs else {
-            return Err(wrong_buffer_count("muon", u.bufs.len(), 1));
-        };
         let rows = u.param.shape()[0];
         let cols = u.param.numel() / rows;
-        let dt = b.dtype();
-        let lr = self.lr * u.lr_factor;
-        fucina_core::dispatch_float!(u.param.dtype(), "muon", T => dispatch_moment!(dt, T, M => {
-            muon_kernel::<T, M>(u.ctx, self, lr, rows, cols, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, b)
-        }))
+        let s = u.checked(self)?;
+        dispatch_step!(s: T, "momentum_buffer" => M => muon_kernel::<T, M>(self, rows, cols, s))
     }
 }
 
 fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
-    ctx: &ExecContext,
     c: &MuonConfig,
-    lr: f64,
     rows: usize,
     cols: usize,
-    param: &mut [T],
-    grad: &[T],
-    buf: &mut Buf,
+    mut s: Step<'_, [T]>,
 ) -> Result<()> {
-    let n = param.len();
-    let b = typed::<M>(buf, "muon momentum_buffer", n)?;
+    let n = s.param.len();
+    let b = s.bufs.take::<M>("momentum_buffer")?;
     let f = |x: f64| T::from_f64(x);
+    let (ctx, lr, grad) = (s.ctx, s.lr, s.grad);
     // 1. momentum and the (Nesterov) update direction
     let mut u = vec![T::ZERO; n];
     let (w, wm1) = (f(1.0 - c.momentum), f(1.0 - c.momentum) - T::ONE);
@@ -193,7 +163,7 @@ fn muon_kernel<T: Float, M: Moment<T> + BufElem>(
     };
     let decay = (c.weight_decay != 0.0).then(|| f(1.0 - lr * c.weight_decay));
     let neg = f(-(lr * ratio));
-    run_chunks(ctx, n, param, &ApplyChunk { x: &x, decay, neg });
+    run_chunks(ctx, n, s.param, &ApplyChunk { x: &x, decay, neg });
     Ok(())
 }
 

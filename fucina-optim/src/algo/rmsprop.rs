@@ -4,70 +4,45 @@
 //! `a ← lerp(a, g, 1 − α)`, `d ← √(s − a·a) + ε`, else `d ← √s + ε`; with
 //! momentum `b ← μ·b + g/d`, `p ← p − lr·b`, else `p ← p − lr·(g/d)`.
 
-use fucina_core::{DType, ExecContext, Float};
-use serde::{Deserialize, Serialize};
+use fucina_core::{DType, Float};
 
-use crate::algo::{hyperparam_glue, wrong_buffer_count, Algorithm, Bound, Hyperparams, Update};
-use crate::error::{Error, Result};
-use crate::kernel::{
-    dispatch_moment, lerp, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
-};
+use crate::algo::config::{hyperparam_glue, hyperparams};
+use crate::algo::{dispatch_step, Algorithm, Step, Update};
+use crate::error::Result;
+use crate::kernel::{lerp, moment_dtype, run_chunks, BufElem, ChunkKernel, Moment};
 use crate::optimizer::Optim;
 
-/// Hyperparameters of RMSprop (one parameter group); defaults are PyTorch's.
-///
-/// ```
-/// use fucina_optim::RmsPropConfig;
-/// let c = RmsPropConfig::new(1e-2);
-/// assert_eq!((c.alpha, c.eps, c.centered), (0.99, 1e-8, false));
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RmsPropConfig {
-    /// Learning rate (PyTorch default 1e-2).
-    pub lr: f64,
-    /// Smoothing constant α, default 0.99.
-    pub alpha: f64,
-    /// Added to the denominator, default 1e-8.
-    pub eps: f64,
-    /// Coupled L2 weight decay, default 0.
-    pub weight_decay: f64,
-    /// Momentum μ, default 0.
-    pub momentum: f64,
-    /// Normalise by the centered second moment (variance estimate).
-    pub centered: bool,
-    /// Store all state buffers in bf16 (opt-in).
-    pub bf16_state: bool,
-}
-
-impl RmsPropConfig {
-    /// PyTorch's defaults with learning rate `lr`.
-    pub fn new(lr: f64) -> Self {
-        RmsPropConfig {
-            lr,
-            alpha: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            momentum: 0.0,
-            centered: false,
-            bf16_state: false,
-        }
+hyperparams! {
+    /// Hyperparameters of RMSprop (one parameter group); defaults are PyTorch's.
+    ///
+    /// ```
+    /// use fucina_optim::RmsPropConfig;
+    /// let c = RmsPropConfig::new(1e-2);
+    /// assert_eq!((c.alpha, c.eps, c.centered), (0.99, 1e-8, false));
+    /// ```
+    pub struct RmsPropConfig {
+        /// Learning rate (PyTorch default 1e-2).
+        lr: f64 = lr, in NonNegative;
+        /// Smoothing constant α, default 0.99.
+        alpha: f64 = 0.99, in NonNegative;
+        /// Added to the denominator, default 1e-8.
+        eps: f64 = 1e-8, in NonNegative;
+        /// Coupled L2 weight decay, default 0.
+        weight_decay: f64 = 0.0, in NonNegative;
+        /// Momentum μ, default 0.
+        momentum: f64 = 0.0, in NonNegative;
+        /// Normalise by the centered second moment (variance estimate).
+        centered: bool = false;
+        /// Store all state buffers in bf16 (opt-in).
+        bf16_state: bool = false;
     }
+    validate: lr, eps, weight_decay, momentum, alpha;
+    /// PyTorch's defaults with learning rate `lr`.
+    pub fn new(lr);
 }
 
 /// RMSprop.
 pub type RmsProp = Optim<RmsPropConfig>;
-
-impl Hyperparams for RmsPropConfig {
-    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
-        vec![
-            ("lr", self.lr, Bound::NonNegative),
-            ("eps", self.eps, Bound::NonNegative),
-            ("weight_decay", self.weight_decay, Bound::NonNegative),
-            ("momentum", self.momentum, Bound::NonNegative),
-            ("alpha", self.alpha, Bound::NonNegative),
-        ]
-    }
-}
 
 impl Algorithm for RmsPropConfig {
     hyperparam_glue!("rmsprop");
@@ -85,55 +60,31 @@ impl Algorithm for RmsPropConfig {
     }
 
     fn update(&self, u: Update<'_>) -> Result<()> {
-        let want = 1 + usize::from(self.momentum > 0.0) + usize::from(self.centered);
-        if u.bufs.len() != want {
-            return Err(wrong_buffer_count("rmsprop", u.bufs.len(), want));
-        }
-        let dt = u.bufs[0].dtype();
-        let lr = self.lr * u.lr_factor;
-        fucina_core::dispatch_float!(u.param.dtype(), "rmsprop", T => dispatch_moment!(dt, T, M => {
-            rmsprop_kernel::<T, M>(u.ctx, self, lr, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, u.bufs)
-        }))
+        let s = u.checked(self)?;
+        // every buffer is stored alike (`bf16_state`)
+        dispatch_step!(s: T, "square_avg" => M => rmsprop_kernel::<T, M>(self, s))
     }
 }
 
 fn rmsprop_kernel<T: Float, M: Moment<T> + BufElem>(
-    ctx: &ExecContext,
     c: &RmsPropConfig,
-    lr: f64,
-    param: &mut [T],
-    grad: &[T],
-    bufs: &mut [Buf],
+    mut s: Step<'_, [T]>,
 ) -> Result<()> {
-    let n = param.len();
-    let mut it = bufs.iter_mut();
-    let mut next = |what: &str| match it.next() {
-        Some(b) => typed::<M>(b, what, n),
-        None => Err(Error::StateMismatch(format!("rmsprop: missing {what}"))),
-    };
-    let sq = next("rmsprop square_avg")?;
-    let mb = if c.momentum > 0.0 {
-        Some(next("rmsprop momentum_buffer")?)
-    } else {
-        None
-    };
-    let ga = if c.centered {
-        Some(next("rmsprop grad_avg")?)
-    } else {
-        None
-    };
+    let sq = s.bufs.take::<M>("square_avg")?;
+    let mb = s.bufs.take_opt::<M>("momentum_buffer")?;
+    let ga = s.bufs.take_opt::<M>("grad_avg")?;
     let f = |x: f64| T::from_f64(x);
     let k = RmsPropChunk {
-        g: grad,
+        g: s.grad,
         wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
         alpha: f(c.alpha),
         oma: f(1.0 - c.alpha),
         oma_m1: f(1.0 - c.alpha) - T::ONE,
         eps: f(c.eps),
         mu: f(c.momentum),
-        neg_lr: f(-lr),
+        neg_lr: f(-s.lr),
     };
-    run_chunks(ctx, n, (param, sq, mb, ga), &k);
+    run_chunks(s.ctx, s.param.len(), (s.param, sq, mb, ga), &k);
     Ok(())
 }
 

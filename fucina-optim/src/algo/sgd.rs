@@ -5,76 +5,53 @@
 //! (decayed) gradient, then `b ← μ·b + (1 − τ)·g`; `g ← g + μ·b` (Nesterov) or
 //! `g ← b`; finally `p ← p − lr·g`.
 
-use fucina_core::{DType, ExecContext, Float};
-use serde::{Deserialize, Serialize};
+use fucina_core::{DType, Float};
 
-use crate::algo::{hyperparam_glue, Algorithm, Bound, Hyperparams, Update};
+use crate::algo::config::{hyperparam_glue, hyperparams};
+use crate::algo::{dispatch_step, Algorithm, Step, Update};
 use crate::error::{Error, Result};
-use crate::kernel::{
-    dispatch_moment, moment_dtype, run_chunks, typed, Buf, BufElem, ChunkKernel, Moment,
-};
+use crate::kernel::{moment_dtype, run_chunks, BufElem, ChunkKernel, Moment};
 use crate::optimizer::Optim;
 
-/// Hyperparameters of SGD (one parameter group); defaults are PyTorch's.
-///
-/// ```
-/// use fucina_autograd::Tensor;
-/// use fucina_optim::{Optimizer, Sgd, SgdConfig};
-/// let ctx = fucina_core::ExecContext::with_threads(1)?;
-/// let w = Tensor::variable(&ctx, &[1.0f64], &[1])?;
-/// let mut opt = Sgd::single(vec![w.clone()], SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
-/// for _ in 0..2 {
-///     w.set_grad(Some(ctx.from_slice(&[1.0f64], &[1])?))?;
-///     opt.step()?;
-/// }
-/// // buffer 1, then 0.9·1 + 1 = 1.9: w = 1 − 0.1 − 0.19
-/// assert!((w.to_vec::<f64>()?[0] - 0.71).abs() < 1e-12);
-/// # Ok::<(), fucina_optim::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SgdConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor μ (0 = plain SGD).
-    pub momentum: f64,
-    /// Dampening τ of the momentum.
-    pub dampening: f64,
-    /// Coupled L2 weight decay.
-    pub weight_decay: f64,
-    /// Nesterov momentum (needs momentum > 0 and dampening 0).
-    pub nesterov: bool,
-    /// Store the momentum buffer in bf16 (opt-in).
-    pub bf16_momentum: bool,
+hyperparams! {
+    /// Hyperparameters of SGD (one parameter group); defaults are PyTorch's.
+    ///
+    /// ```
+    /// use fucina_autograd::Tensor;
+    /// use fucina_optim::{Optimizer, Sgd, SgdConfig};
+    /// let ctx = fucina_core::ExecContext::with_threads(1)?;
+    /// let w = Tensor::variable(&ctx, &[1.0f64], &[1])?;
+    /// let mut opt = Sgd::single(vec![w.clone()], SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
+    /// for _ in 0..2 {
+    ///     w.set_grad(Some(ctx.from_slice(&[1.0f64], &[1])?))?;
+    ///     opt.step()?;
+    /// }
+    /// // buffer 1, then 0.9·1 + 1 = 1.9: w = 1 − 0.1 − 0.19
+    /// assert!((w.to_vec::<f64>()?[0] - 0.71).abs() < 1e-12);
+    /// # Ok::<(), fucina_optim::Error>(())
+    /// ```
+    pub struct SgdConfig {
+        /// Learning rate.
+        lr: f64 = lr, in NonNegative;
+        /// Momentum factor μ (0 = plain SGD).
+        momentum: f64 = 0.0, in NonNegative;
+        /// Dampening τ of the momentum.
+        dampening: f64 = 0.0, in Finite;
+        /// Coupled L2 weight decay.
+        weight_decay: f64 = 0.0, in NonNegative;
+        /// Nesterov momentum (needs momentum > 0 and dampening 0).
+        nesterov: bool = false;
+        /// Store the momentum buffer in bf16 (opt-in).
+        bf16_momentum: bool = false;
+    }
+    validate: lr, momentum, weight_decay, dampening; then nesterov_rule;
+    /// Plain SGD with learning rate `lr` (PyTorch defaults: no momentum, no decay).
+    pub fn new(lr);
 }
 
 impl SgdConfig {
-    /// Plain SGD with learning rate `lr` (PyTorch defaults: no momentum, no decay).
-    pub fn new(lr: f64) -> Self {
-        SgdConfig {
-            lr,
-            momentum: 0.0,
-            dampening: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
-            bf16_momentum: false,
-        }
-    }
-}
-
-/// Stochastic gradient descent.
-pub type Sgd = Optim<SgdConfig>;
-
-impl Hyperparams for SgdConfig {
-    fn bounds(&self) -> Vec<(&'static str, f64, Bound)> {
-        vec![
-            ("lr", self.lr, Bound::NonNegative),
-            ("momentum", self.momentum, Bound::NonNegative),
-            ("weight_decay", self.weight_decay, Bound::NonNegative),
-            ("dampening", self.dampening, Bound::Finite),
-        ]
-    }
-
-    fn cross_checks(&self) -> Result<()> {
+    /// Nesterov needs momentum and no dampening.
+    fn nesterov_rule(&self) -> Result<()> {
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::config(
                 "sgd",
@@ -84,6 +61,9 @@ impl Hyperparams for SgdConfig {
         Ok(())
     }
 }
+
+/// Stochastic gradient descent.
+pub type Sgd = Optim<SgdConfig>;
 
 impl Algorithm for SgdConfig {
     hyperparam_glue!("sgd");
@@ -97,53 +77,31 @@ impl Algorithm for SgdConfig {
     }
 
     fn update(&self, u: Update<'_>) -> Result<()> {
-        let lr = self.lr * u.lr_factor;
-        match u.bufs {
-            [] if self.momentum == 0.0 => {
-                fucina_core::dispatch_float!(u.param.dtype(), "sgd", T => {
-                    sgd_kernel::<T, T>(u.ctx, self, lr, u.step, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, None)
-                })
-            }
-            [b] if self.momentum != 0.0 => {
-                let db = b.dtype();
-                fucina_core::dispatch_float!(u.param.dtype(), "sgd", T => dispatch_moment!(db, T, M => {
-                    sgd_kernel::<T, M>(u.ctx, self, lr, u.step, u.param.as_mut_slice::<T>()?, u.grad.as_slice::<T>()?, Some(b))
-                }))
-            }
-            _ => Err(Error::StateMismatch(format!(
-                "sgd: {} state buffers for momentum {}",
-                u.bufs.len(),
+        let got = u.bufs.len();
+        // The count follows the momentum, so the error names it.
+        let s = u.checked(self).map_err(|_| {
+            Error::StateMismatch(format!(
+                "sgd: {got} state buffers for momentum {}",
                 self.momentum
-            ))),
-        }
+            ))
+        })?;
+        dispatch_step!(s: T, "momentum_buffer" => M => sgd_kernel::<T, M>(self, s))
     }
 }
 
-fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(
-    ctx: &ExecContext,
-    c: &SgdConfig,
-    lr: f64,
-    step: u64,
-    param: &mut [T],
-    grad: &[T],
-    buf: Option<&mut Buf>,
-) -> Result<()> {
-    let n = param.len();
-    let b = match buf {
-        Some(b) => Some(typed::<M>(b, "sgd momentum_buffer", n)?),
-        None => None,
-    };
+fn sgd_kernel<T: Float, M: Moment<T> + BufElem>(c: &SgdConfig, mut s: Step<'_, [T]>) -> Result<()> {
+    let b = s.bufs.take_opt::<M>("momentum_buffer")?;
     let f = |x: f64| T::from_f64(x);
     let k = SgdChunk {
-        g: grad,
+        g: s.grad,
         wd: (c.weight_decay != 0.0).then(|| f(c.weight_decay)),
         mu: f(c.momentum),
         one_minus_damp: f(1.0 - c.dampening),
-        neg_lr: f(-lr),
-        first: step == 1,
+        neg_lr: f(-s.lr),
+        first: s.step == 1,
         nesterov: c.nesterov,
     };
-    run_chunks(ctx, n, (param, b), &k);
+    run_chunks(s.ctx, s.param.len(), (s.param, b), &k);
     Ok(())
 }
 

@@ -99,64 +99,54 @@ pub const CASES: [&str; 18] = [
     "clip_value",
 ];
 
-fn one<A: Algorithm>(ts: Vec<Tensor>, c: A, s: Schedule) -> Box<dyn Optimizer> {
-    Box::new(Optim::new(vec![ParamGroup::new(ts, c).with_schedule(s)]).unwrap())
+/// The parameters a single-group case optimizes.
+struct One(Vec<Tensor>);
+
+impl One {
+    /// One group of every parameter under `c`, at a constant learning rate.
+    fn of<A: Algorithm>(&self, c: A) -> Box<dyn Optimizer> {
+        self.scheduled(c, Schedule::Constant)
+    }
+
+    /// One group of every parameter under `c` and schedule `s`.
+    fn scheduled<A: Algorithm>(&self, c: A, s: Schedule) -> Box<dyn Optimizer> {
+        Box::new(Optim::new(vec![ParamGroup::new(self.0.clone(), c).with_schedule(s)]).unwrap())
+    }
 }
 
 /// The optimizer (and clipping) of a case, over `ps`, with the moments stored as `bf16` when asked.
 pub fn build(case: &str, ps: &[(String, Tensor)]) -> (Box<dyn Optimizer>, Clip) {
-    let all: Vec<Tensor> = ps.iter().map(|(_, t)| t.clone()).collect();
-    let c = Schedule::Constant;
+    let one = One(ps.iter().map(|(_, t)| t.clone()).collect());
     let opt = match case {
-        "sgd" | "clip_value" => one(all, SgdConfig::new(0.1), c),
-        "sgd_momentum" => one(
-            all,
-            SgdConfig {
-                momentum: 0.9,
-                dampening: 0.1,
-                weight_decay: 0.01,
-                ..SgdConfig::new(0.05)
-            },
-            c,
-        ),
-        "sgd_nesterov" => one(
-            all,
-            SgdConfig {
-                momentum: 0.9,
-                nesterov: true,
-                weight_decay: 0.01,
-                ..SgdConfig::new(0.05)
-            },
-            c,
-        ),
-        "adam" => one(all, AdamConfig::adam(0.01), c),
-        "adam_l2" => one(
-            all,
-            AdamConfig {
-                weight_decay: 0.1,
-                ..AdamConfig::adam(0.01)
-            },
-            c,
-        ),
-        "adamw" => one(
-            all,
-            AdamConfig {
-                betas: (0.8, 0.99),
-                weight_decay: 0.1,
-                ..AdamConfig::adamw(0.01)
-            },
-            c,
-        ),
-        "adamw_small_beta1" => one(
-            all,
-            AdamConfig {
-                betas: (0.3, 0.9),
-                weight_decay: 0.1,
-                eps: 1e-6,
-                ..AdamConfig::adamw(0.01)
-            },
-            c,
-        ),
+        "sgd" | "clip_value" => one.of(SgdConfig::new(0.1)),
+        "sgd_momentum" => one.of(SgdConfig {
+            momentum: 0.9,
+            dampening: 0.1,
+            weight_decay: 0.01,
+            ..SgdConfig::new(0.05)
+        }),
+        "sgd_nesterov" => one.of(SgdConfig {
+            momentum: 0.9,
+            nesterov: true,
+            weight_decay: 0.01,
+            ..SgdConfig::new(0.05)
+        }),
+        "adam" => one.of(AdamConfig::adam(0.01)),
+        "adam_l2" => one.of(AdamConfig {
+            weight_decay: 0.1,
+            ..AdamConfig::adam(0.01)
+        }),
+        "adamw" => one.of(AdamConfig {
+            betas: (0.8, 0.99),
+            weight_decay: 0.1,
+            ..AdamConfig::adamw(0.01)
+        }),
+        "adamw_small_beta1" => one.of(AdamConfig {
+            betas: (0.3, 0.9),
+            weight_decay: 0.1,
+            eps: 1e-6,
+            ..AdamConfig::adamw(0.01)
+        }),
         "adamw_groups" => {
             let cfg = AdamConfig {
                 weight_decay: 0.1,
@@ -177,45 +167,31 @@ pub fn build(case: &str, ps: &[(String, Tensor)]) -> (Box<dyn Optimizer>, Clip) 
                 .unwrap(),
             )
         }
-        "rmsprop" => one(all, RmsPropConfig::new(0.01), c),
-        "rmsprop_centered_momentum" => one(
-            all,
-            RmsPropConfig {
-                centered: true,
-                momentum: 0.9,
+        "rmsprop" => one.of(RmsPropConfig::new(0.01)),
+        "rmsprop_centered_momentum" => one.of(RmsPropConfig {
+            centered: true,
+            momentum: 0.9,
+            weight_decay: 0.01,
+            ..RmsPropConfig::new(0.01)
+        }),
+        "lion" => one.of(LionConfig {
+            weight_decay: 0.1,
+            ..LionConfig::new(0.01)
+        }),
+        "muon" => one.of(MuonConfig {
+            lr: 0.02,
+            weight_decay: 0.1,
+            adamw: AdamConfig {
                 weight_decay: 0.01,
-                ..RmsPropConfig::new(0.01)
+                ..AdamConfig::adamw(0.01)
             },
-            c,
-        ),
-        "lion" => one(
-            all,
-            LionConfig {
-                weight_decay: 0.1,
-                ..LionConfig::new(0.01)
-            },
-            c,
-        ),
-        "muon" => one(
-            all,
-            MuonConfig {
-                lr: 0.02,
-                weight_decay: 0.1,
-                adamw: AdamConfig {
-                    weight_decay: 0.01,
-                    ..AdamConfig::adamw(0.01)
-                },
-                ..MuonConfig::default()
-            },
-            c,
-        ),
-        "sched_warmup" => one(
-            all,
+            ..MuonConfig::default()
+        }),
+        "sched_warmup" => one.scheduled(
             AdamConfig::adamw(0.01),
             Schedule::LinearWarmup { warmup: 5 },
         ),
-        "sched_cosine" => one(
-            all,
+        "sched_cosine" => one.scheduled(
             AdamConfig::adamw(0.01),
             Schedule::WarmupCosine {
                 warmup: 2,
@@ -223,8 +199,7 @@ pub fn build(case: &str, ps: &[(String, Tensor)]) -> (Box<dyn Optimizer>, Clip) 
                 min_factor: 0.1,
             },
         ),
-        "sched_step" => one(
-            all,
+        "sched_step" => one.scheduled(
             SgdConfig {
                 momentum: 0.9,
                 ..SgdConfig::new(0.05)
@@ -234,8 +209,7 @@ pub fn build(case: &str, ps: &[(String, Tensor)]) -> (Box<dyn Optimizer>, Clip) 
                 gamma: 0.5,
             },
         ),
-        "sched_linear" => one(
-            all,
+        "sched_linear" => one.scheduled(
             SgdConfig::new(0.1),
             Schedule::LinearDecay {
                 start_factor: 1.0,
@@ -243,7 +217,7 @@ pub fn build(case: &str, ps: &[(String, Tensor)]) -> (Box<dyn Optimizer>, Clip) 
                 total: 6,
             },
         ),
-        "clip_norm" => one(all, AdamConfig::adamw(0.01), c),
+        "clip_norm" => one.of(AdamConfig::adamw(0.01)),
         other => panic!("unknown case {other}"),
     };
     let clip = match case {
