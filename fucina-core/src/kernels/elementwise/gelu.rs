@@ -95,22 +95,36 @@ fn erf_forward_row<T: Float>(x: &[T], y: &mut [T]) {
     }
 }
 
-/// `gx[i] = gy[i]·gelu_erf'(x[i])` over one contiguous run of each.
-fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
-    let (mut e, mut g) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+/// The GELU backwards' blocked row loop: `gx[i] = gy[i]·dy(x[i], a[i], b[i])` over one
+/// contiguous run of each, where `block(xc, a, b)` fills the two scratch blocks of each
+/// `BLOCK` of `x` (the variant's block step). Inlined, so each variant's loop stays its own.
+#[inline(always)]
+fn backward_row<T: Float>(
+    x: &[T],
+    gy: &[T],
+    gx: &mut [T],
+    block: impl Fn(&[T], &mut [T], &mut [T]),
+    dy: impl Fn(T, T, T) -> T,
+) {
+    let (mut a, mut b) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
     for ((xc, gc), oc) in x
         .chunks(BLOCK)
         .zip(gy.chunks(BLOCK))
         .zip(gx.chunks_mut(BLOCK))
     {
-        let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
-        erf_pdf_block(xc, e, g);
-        for (((o, &v), &gy), (&e, &g)) in oc.iter_mut().zip(xc).zip(gc).zip(e.iter().zip(g.iter()))
+        let (a, b) = (&mut a[..xc.len()], &mut b[..xc.len()]);
+        block(xc, a, b);
+        for (((o, &v), &gy), (&a, &b)) in oc.iter_mut().zip(xc).zip(gc).zip(a.iter().zip(b.iter()))
         {
             // gx = gy · f'(x), as the generic unary backward.
-            *o = gy * gelu_erf_dy(v, e, g);
+            *o = gy * dy(v, a, b);
         }
     }
+}
+
+/// `gx[i] = gy[i]·gelu_erf'(x[i])` over one contiguous run of each.
+fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
+    backward_row(x, gy, gx, erf_pdf_block, gelu_erf_dy);
 }
 
 /// `y[i] = gelu_erf(x[i])` and `d[i] = gelu_erf'(x[i])` over one contiguous run: the erf
@@ -145,19 +159,8 @@ fn tanh_forward_row<T: ExpSlice>(x: &[T], y: &mut [T]) {
 
 /// `gx[i] = gy[i]·gelu_tanh'(x[i])` over one contiguous run of each.
 fn tanh_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
-    let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
-    for ((xc, gc), oc) in x
-        .chunks(BLOCK)
-        .zip(gy.chunks(BLOCK))
-        .zip(gx.chunks_mut(BLOCK))
-    {
-        let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
-        sigmoid_block(xc, a, e, gelu_tanh_da);
-        for (((o, &v), &gy), (&a, &e)) in oc.iter_mut().zip(xc).zip(gc).zip(a.iter().zip(e.iter()))
-        {
-            *o = gy * gelu_tanh_dy(v, a, e);
-        }
-    }
+    let block = |xc: &[T], a: &mut [T], e: &mut [T]| sigmoid_block(xc, a, e, gelu_tanh_da);
+    backward_row(x, gy, gx, block, gelu_tanh_dy);
 }
 
 /// The `forward:` and `backward:` hooks of one GELU variant `$K` (the table's kernel
