@@ -140,6 +140,29 @@ pub fn run_chunks<O: Element>(
     Ok(())
 }
 
+/// A fresh contiguous output of `shape` written one innermost-axis run at a time over the
+/// [`Plan`] of the operands' `layouts` (`(strides broadcast to shape, offset)` each):
+/// `fill(dst, offsets, inner_strides)` writes the run `dst`, whose operands start at
+/// `offsets`. In the fixed chunks of [`run_chunks`]. The loop [`map1_runs`] and
+/// [`map2_runs`] share; inlined, so each caller's run body stays its own.
+#[inline(always)]
+fn runs_into<O: Element, const N: usize>(
+    ctx: &ExecContext,
+    shape: &[usize],
+    layouts: [(&[usize], usize); N],
+    fill: impl Fn(&mut [O], [usize; N], [usize; N]) + Send + Sync,
+) -> Result<RawTensor> {
+    let mut out = ctx.empty(O::DTYPE, shape)?;
+    let plan = Plan::new(shape, layouts);
+    let strides = plan.inner_strides();
+    run_chunks::<O>(ctx, &mut out, |start, dst| {
+        plan.for_rows(start, start + dst.len(), |offsets, pos, len| {
+            fill(&mut dst[pos - start..pos - start + len], offsets, strides);
+        })
+    })?;
+    Ok(out)
+}
+
 /// The broadcast shape of several operand shapes, or [`Error::Broadcast`].
 pub fn broadcast_all(op: &'static str, shapes: &[&[usize]]) -> Result<Dims> {
     let mut out: Dims = SmallVec::from_slice(shapes.first().copied().unwrap_or(&[]));
@@ -181,23 +204,17 @@ pub fn map1_runs<A: Element, O: Element>(
     run: impl Fn(&[A], &mut [O]) + Send + Sync,
     f: impl Fn(A) -> O + Send + Sync,
 ) -> Result<RawTensor> {
-    let mut out = ctx.empty(O::DTYPE, x.shape())?;
     let xs = x.storage::<A>()?;
-    let plan = Plan::new(x.shape(), [(x.strides(), x.offset())]);
-    let [si] = plan.inner_strides();
-    run_chunks::<O>(ctx, &mut out, |start, dst| {
-        plan.for_rows(start, start + dst.len(), |[ox], pos, len| {
-            let d = &mut dst[pos - start..pos - start + len];
-            if si == 1 {
-                run(&xs[ox..ox + len], d);
-            } else {
-                for (j, o) in d.iter_mut().enumerate() {
-                    *o = f(xs[ox + j * si]);
-                }
+    let layouts = [(x.strides(), x.offset())];
+    runs_into(ctx, x.shape(), layouts, |d: &mut [O], [ox], [si]| {
+        if si == 1 {
+            run(&xs[ox..ox + d.len()], d);
+        } else {
+            for (j, o) in d.iter_mut().enumerate() {
+                *o = f(xs[ox + j * si]);
             }
-        })
-    })?;
-    Ok(out)
+        }
+    })
 }
 
 /// `out[i] = f(a[i], b[i])` for `a` and `b` of one shape (any strides; the output has it),
@@ -218,16 +235,14 @@ pub fn map2_runs<A: Element, B: Element, O: Element>(
             rhs: b.shape().to_vec(),
         });
     }
-    let mut out = ctx.empty(O::DTYPE, a.shape())?;
     let (asl, bsl) = (a.storage::<A>()?, b.storage::<B>()?);
-    let plan = Plan::new(
+    let layouts = [(a.strides(), a.offset()), (b.strides(), b.offset())];
+    runs_into(
+        ctx,
         a.shape(),
-        [(a.strides(), a.offset()), (b.strides(), b.offset())],
-    );
-    let [sa, sb] = plan.inner_strides();
-    run_chunks::<O>(ctx, &mut out, |start, dst| {
-        plan.for_rows(start, start + dst.len(), |[oa, ob], pos, len| {
-            let d = &mut dst[pos - start..pos - start + len];
+        layouts,
+        |d: &mut [O], [oa, ob], [sa, sb]| {
+            let len = d.len();
             if (sa, sb) == (1, 1) {
                 run(&asl[oa..oa + len], &bsl[ob..ob + len], d);
             } else {
@@ -235,9 +250,8 @@ pub fn map2_runs<A: Element, B: Element, O: Element>(
                     *o = f(asl[oa + j * sa], bsl[ob + j * sb]);
                 }
             }
-        })
-    })?;
-    Ok(out)
+        },
+    )
 }
 
 /// `out[i] = f(a[i], b[i])` with `a` and `b` broadcast to their common shape.

@@ -95,40 +95,62 @@ fn erf_forward_row<T: Float>(x: &[T], y: &mut [T]) {
     }
 }
 
-/// `gx[i] = gy[i]·gelu_erf'(x[i])` over one contiguous run of each.
-fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
-    let (mut e, mut g) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
-    for ((xc, gc), oc) in x
-        .chunks(BLOCK)
-        .zip(gy.chunks(BLOCK))
-        .zip(gx.chunks_mut(BLOCK))
-    {
-        let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
-        erf_pdf_block(xc, e, g);
-        for (((o, &v), &gy), (&e, &g)) in oc.iter_mut().zip(xc).zip(gc).zip(e.iter().zip(g.iter()))
+/// The erf/tanh fast paths' blocked row loop over `x` and two operand runs `p`, `q` (each
+/// given as its `BLOCK`-sized chunks): `block(xc, a, b)` fills the two scratch blocks of
+/// each block `xc` of `x` (the variant's block step), then `each(x[i], a[i], b[i], p[i],
+/// q[i])` runs per element. Inlined, so each caller's loop stays its own.
+#[inline(always)]
+fn blocked_row<T: Float, P: IntoIterator, Q: IntoIterator>(
+    x: &[T],
+    p: impl Iterator<Item = P>,
+    q: impl Iterator<Item = Q>,
+    block: impl Fn(&[T], &mut [T], &mut [T]),
+    each: impl Fn(T, T, T, P::Item, Q::Item),
+) {
+    let (mut a, mut b) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
+    for ((xc, pc), qc) in x.chunks(BLOCK).zip(p).zip(q) {
+        let (a, b) = (&mut a[..xc.len()], &mut b[..xc.len()]);
+        block(xc, a, b);
+        for ((pe, qe), (&v, (&a, &b))) in pc
+            .into_iter()
+            .zip(qc)
+            .zip(xc.iter().zip(a.iter().zip(b.iter())))
         {
-            // gx = gy · f'(x), as the generic unary backward.
-            *o = gy * gelu_erf_dy(v, e, g);
+            each(v, a, b, pe, qe);
         }
     }
+}
+
+/// `gx[i] = gy[i]·dy(x[i], a[i], b[i])` over one contiguous run of each, as
+/// [`blocked_row`] with the variant's `block` step.
+#[inline(always)]
+fn backward_row<T: Float>(
+    x: &[T],
+    gy: &[T],
+    gx: &mut [T],
+    block: impl Fn(&[T], &mut [T], &mut [T]),
+    dy: impl Fn(T, T, T) -> T,
+) {
+    let (gc, oc) = (gy.chunks(BLOCK), gx.chunks_mut(BLOCK));
+    // gx = gy · f'(x), as the generic unary backward.
+    blocked_row(x, gc, oc, block, |v, a, b, &gy, o: &mut T| {
+        *o = gy * dy(v, a, b)
+    });
+}
+
+/// `gx[i] = gy[i]·gelu_erf'(x[i])` over one contiguous run of each.
+fn erf_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
+    backward_row(x, gy, gx, erf_pdf_block, gelu_erf_dy);
 }
 
 /// `y[i] = gelu_erf(x[i])` and `d[i] = gelu_erf'(x[i])` over one contiguous run: the erf
 /// computed once for both.
 fn erf_both_row<T: ExpSlice>(x: &[T], y: &mut [T], d: &mut [T]) {
-    let (mut e, mut g) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
-    for ((xc, yc), dc) in x
-        .chunks(BLOCK)
-        .zip(y.chunks_mut(BLOCK))
-        .zip(d.chunks_mut(BLOCK))
-    {
-        let (e, g) = (&mut e[..xc.len()], &mut g[..xc.len()]);
-        erf_pdf_block(xc, e, g);
-        for (((y, d), &v), (&e, &g)) in yc.iter_mut().zip(dc).zip(xc).zip(e.iter().zip(g.iter())) {
-            *y = gelu_erf_y(v, e);
-            *d = gelu_erf_dy(v, e, g);
-        }
-    }
+    let (yc, dc) = (y.chunks_mut(BLOCK), d.chunks_mut(BLOCK));
+    blocked_row(x, yc, dc, erf_pdf_block, |v, e, g, y: &mut T, d: &mut T| {
+        *y = gelu_erf_y(v, e);
+        *d = gelu_erf_dy(v, e, g);
+    });
 }
 
 /// `y[i] = gelu_tanh(x[i])` over one contiguous run.
@@ -145,19 +167,8 @@ fn tanh_forward_row<T: ExpSlice>(x: &[T], y: &mut [T]) {
 
 /// `gx[i] = gy[i]·gelu_tanh'(x[i])` over one contiguous run of each.
 fn tanh_backward_row<T: ExpSlice>(x: &[T], gy: &[T], gx: &mut [T]) {
-    let (mut a, mut e) = ([T::ZERO; BLOCK], [T::ZERO; BLOCK]);
-    for ((xc, gc), oc) in x
-        .chunks(BLOCK)
-        .zip(gy.chunks(BLOCK))
-        .zip(gx.chunks_mut(BLOCK))
-    {
-        let (a, e) = (&mut a[..xc.len()], &mut e[..xc.len()]);
-        sigmoid_block(xc, a, e, gelu_tanh_da);
-        for (((o, &v), &gy), (&a, &e)) in oc.iter_mut().zip(xc).zip(gc).zip(a.iter().zip(e.iter()))
-        {
-            *o = gy * gelu_tanh_dy(v, a, e);
-        }
-    }
+    let block = |xc: &[T], a: &mut [T], e: &mut [T]| sigmoid_block(xc, a, e, gelu_tanh_da);
+    backward_row(x, gy, gx, block, gelu_tanh_dy);
 }
 
 /// The `forward:` and `backward:` hooks of one GELU variant `$K` (the table's kernel

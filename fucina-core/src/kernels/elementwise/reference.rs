@@ -19,6 +19,24 @@ fn sigmoid_ref<T: Float>(x: T) -> T {
     }
 }
 
+/// One scalar reference over the op table: `$name(op, x)` matches `op` and evaluates that
+/// op's expression with `x` bound by the op's own pattern. [`unary_scalar`] and
+/// [`unary_df`] are two such matches, over the table's `ref_f` and `ref_df`.
+macro_rules! reference_match {
+    ($(#[$doc:meta])* $name:ident: $( $V:ident [$($params:tt)*] |$x:pat_param| $e:expr ),*) => {
+        $(#[$doc])*
+        #[allow(unused_variables)]
+        pub fn $name<T: Float>(op: UnaryOp, x: T) -> T {
+            match op {
+                $( UnaryOp::$V $($params)* => {
+                    let $x = x;
+                    $e
+                } )*
+            }
+        }
+    };
+}
+
 /// Generates [`unary_scalar`] and [`unary_df`] from the op table's `ref_f`
 /// and `ref_df` (parameters bound as f64).
 macro_rules! unary_reference {
@@ -26,28 +44,16 @@ macro_rules! unary_reference {
         $docs:tt $V:ident [$( ( $($p:ident : $pt:ty = $a:expr),+ ) )?] $name:literal $method:ident
         $saved:ident $dom:tt $f:tt $df:tt [|$rx:ident| $rf:expr] [|$rdx:pat_param| $rdf:expr] $($rest:tt)*
     } )*) => {
-        /// f(x) for one element, computed in `T`.
-        #[allow(unused_variables)]
-        pub fn unary_scalar<T: Float>(op: UnaryOp, x: T) -> T {
-            match op {
-                $( UnaryOp::$V $( ( $($p),+ ) )? => {
-                    let $rx = x;
-                    $rf
-                } )*
-            }
+        reference_match! {
+            /// f(x) for one element, computed in `T`.
+            unary_scalar: $( $V [$( ( $($p),+ ) )?] |$rx| $rf ),*
         }
 
-        /// f'(x) for one element, written in terms of the INPUT x (independent of
-        /// the kernels' saved-output forms). Kinks follow PyTorch: relu'(0) = 0,
-        /// leaky_relu'(0) = slope, abs'(0) = 0, clamp passes on [lo, hi] inclusive.
-        #[allow(unused_variables)]
-        pub fn unary_df<T: Float>(op: UnaryOp, x: T) -> T {
-            match op {
-                $( UnaryOp::$V $( ( $($p),+ ) )? => {
-                    let $rdx = x;
-                    $rdf
-                } )*
-            }
+        reference_match! {
+            /// f'(x) for one element, written in terms of the INPUT x (independent of
+            /// the kernels' saved-output forms). Kinks follow PyTorch: relu'(0) = 0,
+            /// leaky_relu'(0) = slope, abs'(0) = 0, clamp passes on [lo, hi] inclusive.
+            unary_df: $( $V [$( ( $($p),+ ) )?] |$rdx| $rdf ),*
         }
     };
 }

@@ -109,64 +109,67 @@ fn check(
     })
 }
 
+/// Declares a public rotation entry point, `$name($x, cos, sin, positions)`: it checks
+/// its operands as `$name` and runs the shared `rope_t`; `inverse` rotates
+/// by the negated angles (the backward). The forward and the backward are one function
+/// but for that flag and their names.
+macro_rules! rope_entry {
+    ($(#[$doc:meta])* $name:ident($x:ident), inverse: $inv:literal) => {
+        $(#[$doc])*
+        pub fn $name(
+            &self,
+            $x: &RawTensor,
+            cos: &RawTensor,
+            sin: &RawTensor,
+            positions: &RawTensor,
+        ) -> Result<RawTensor> {
+            const OP: &str = stringify!($name);
+            let dims = check(OP, $x, cos, sin, positions)?;
+            crate::dispatch_float!($x.dtype(), OP, T => {
+                self.rope_t::<T, $inv>(OP, $x, cos, sin, positions, &dims)
+            })
+        }
+    };
+}
+
 impl ExecContext {
-    /// Rotary position embedding, HF rotate-half convention:
-    /// `y = x * cos[pos] + rotate_half(x) * sin[pos]` with
-    /// `rotate_half(x) = cat(−x₂, x₁)` and the half-width tables duplicated
-    /// across both halves. With `h = D/2`, `c = cos[positions[b, t]]` and
-    /// `s = sin[positions[b, t]]`, for `i < h`:
-    /// `y[i] = x[i]·c[i] − x[i+h]·s[i]`, `y[i+h] = x[i+h]·c[i] + x[i]·s[i]`.
-    ///
-    /// `x`: `[B, T, H, D]` f32/f64 (any strides, D even); `cos`, `sin`:
-    /// `[P, D/2]` of x's dtype; `positions`: I64 or I32 `[B, T]`, each in
-    /// `0..P` (else [`Error::OutOfRange`]). Returns a contiguous `[B, T, H, D]`.
-    ///
-    /// ```
-    /// use fucina_core::ExecContext;
-    /// let ctx = ExecContext::with_threads(1)?;
-    /// let x = ctx.from_slice(&[1.0f64, 0.0], &[1, 1, 1, 2])?;
-    /// // position 0 has angle 0, position 1 a quarter turn.
-    /// let cos = ctx.from_slice(&[1.0f64, 0.0], &[2, 1])?;
-    /// let sin = ctx.from_slice(&[0.0f64, 1.0], &[2, 1])?;
-    /// let pos = ctx.from_slice(&[1i64], &[1, 1])?;
-    /// assert_eq!(ctx.rope(&x, &cos, &sin, &pos)?.to_vec::<f64>()?, vec![0.0, 1.0]);
-    /// # Ok::<(), fucina_core::Error>(())
-    /// ```
-    pub fn rope(
-        &self,
-        x: &RawTensor,
-        cos: &RawTensor,
-        sin: &RawTensor,
-        positions: &RawTensor,
-    ) -> Result<RawTensor> {
-        const OP: &str = "rope";
-        let dims = check(OP, x, cos, sin, positions)?;
-        crate::dispatch_float!(x.dtype(), OP, T => {
-            self.rope_t::<T, false>(OP, x, cos, sin, positions, &dims)
-        })
+    rope_entry! {
+        /// Rotary position embedding, HF rotate-half convention:
+        /// `y = x * cos[pos] + rotate_half(x) * sin[pos]` with
+        /// `rotate_half(x) = cat(−x₂, x₁)` and the half-width tables duplicated
+        /// across both halves. With `h = D/2`, `c = cos[positions[b, t]]` and
+        /// `s = sin[positions[b, t]]`, for `i < h`:
+        /// `y[i] = x[i]·c[i] − x[i+h]·s[i]`, `y[i+h] = x[i+h]·c[i] + x[i]·s[i]`.
+        ///
+        /// `x`: `[B, T, H, D]` f32/f64 (any strides, D even); `cos`, `sin`:
+        /// `[P, D/2]` of x's dtype; `positions`: I64 or I32 `[B, T]`, each in
+        /// `0..P` (else [`Error::OutOfRange`]). Returns a contiguous `[B, T, H, D]`.
+        ///
+        /// ```
+        /// use fucina_core::ExecContext;
+        /// let ctx = ExecContext::with_threads(1)?;
+        /// let x = ctx.from_slice(&[1.0f64, 0.0], &[1, 1, 1, 2])?;
+        /// // position 0 has angle 0, position 1 a quarter turn.
+        /// let cos = ctx.from_slice(&[1.0f64, 0.0], &[2, 1])?;
+        /// let sin = ctx.from_slice(&[0.0f64, 1.0], &[2, 1])?;
+        /// let pos = ctx.from_slice(&[1i64], &[1, 1])?;
+        /// assert_eq!(ctx.rope(&x, &cos, &sin, &pos)?.to_vec::<f64>()?, vec![0.0, 1.0]);
+        /// # Ok::<(), fucina_core::Error>(())
+        /// ```
+        rope(x), inverse: false
     }
 
-    /// Rope backward: the gradient of `x` given the output's gradient `gy`
-    /// (`[B, T, H, D]`, x's dtype, any strides) and the forward's tables and
-    /// positions.
-    ///
-    /// Math: per row the forward is a rotation by the angle θᵢ of each pair
-    /// `(x[i], x[i+h])`, `y = R(θ)·x` with `R = [[c, −s], [s, c]]`; it is
-    /// linear in x, so `gx = R(θ)ᵀ·gy = R(−θ)·gy`:
-    /// `gx[i] = g[i]·c[i] + g[i+h]·s[i]`, `gx[i+h] = g[i+h]·c[i] − g[i]·s[i]`
-    /// for `i < h`. It needs no saved activation, only the tables and positions.
-    pub fn rope_backward(
-        &self,
-        gy: &RawTensor,
-        cos: &RawTensor,
-        sin: &RawTensor,
-        positions: &RawTensor,
-    ) -> Result<RawTensor> {
-        const OP: &str = "rope_backward";
-        let dims = check(OP, gy, cos, sin, positions)?;
-        crate::dispatch_float!(gy.dtype(), OP, T => {
-            self.rope_t::<T, true>(OP, gy, cos, sin, positions, &dims)
-        })
+    rope_entry! {
+        /// Rope backward: the gradient of `x` given the output's gradient `gy`
+        /// (`[B, T, H, D]`, x's dtype, any strides) and the forward's tables and
+        /// positions.
+        ///
+        /// Math: per row the forward is a rotation by the angle θᵢ of each pair
+        /// `(x[i], x[i+h])`, `y = R(θ)·x` with `R = [[c, −s], [s, c]]`; it is
+        /// linear in x, so `gx = R(θ)ᵀ·gy = R(−θ)·gy`:
+        /// `gx[i] = g[i]·c[i] + g[i+h]·s[i]`, `gx[i+h] = g[i+h]·c[i] − g[i]·s[i]`
+        /// for `i < h`. It needs no saved activation, only the tables and positions.
+        rope_backward(gy), inverse: true
     }
 
     /// The rotation of every row of `x` by its position's angles; `INV` rotates
@@ -236,26 +239,31 @@ impl ExecContext {
 pub mod reference {
     use crate::dtype::Float;
 
-    /// Forward: `y = x·cos + rotate_half(x)·sin`, `rotate_half(x) = cat(−x₂, x₁)`.
-    pub fn rope<T: Float>(
-        x: &[T],
-        shape: [usize; 4],
-        cos: &[T],
-        sin: &[T],
-        positions: &[i64],
-    ) -> Vec<T> {
-        rotate(x, shape, cos, sin, positions, false)
+    /// Declares a public reference `$name($x, shape, cos, sin, positions)`: the shared
+    /// `rotate`, `inverse` rotating by the negated angles (the backward).
+    macro_rules! reference_entry {
+        ($(#[$doc:meta])* $name:ident($x:ident), inverse: $inv:literal) => {
+            $(#[$doc])*
+            pub fn $name<T: Float>(
+                $x: &[T],
+                shape: [usize; 4],
+                cos: &[T],
+                sin: &[T],
+                positions: &[i64],
+            ) -> Vec<T> {
+                rotate($x, shape, cos, sin, positions, $inv)
+            }
+        };
     }
 
-    /// Backward: `gx[i] = g[i]·c + g[i+h]·s`, `gx[i+h] = g[i+h]·c − g[i]·s`.
-    pub fn rope_backward<T: Float>(
-        gy: &[T],
-        shape: [usize; 4],
-        cos: &[T],
-        sin: &[T],
-        positions: &[i64],
-    ) -> Vec<T> {
-        rotate(gy, shape, cos, sin, positions, true)
+    reference_entry! {
+        /// Forward: `y = x·cos + rotate_half(x)·sin`, `rotate_half(x) = cat(−x₂, x₁)`.
+        rope(x), inverse: false
+    }
+
+    reference_entry! {
+        /// Backward: `gx[i] = g[i]·c + g[i+h]·s`, `gx[i+h] = g[i+h]·c − g[i]·s`.
+        rope_backward(gy), inverse: true
     }
 
     fn rotate<T: Float>(

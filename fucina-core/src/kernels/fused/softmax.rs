@@ -205,6 +205,18 @@ fn causal_rows(op: &'static str, x: &RawTensor) -> Result<(usize, usize)> {
     Ok((x.shape()[r - 2], x.shape()[r - 1]))
 }
 
+/// Declares a public backward `$name(y, gy, axis)` from the forward output `y`: the shared
+/// `softmax_rows` as `$name`, `log` picking the log-softmax form. The two backwards are one
+/// function but for that flag and their names.
+macro_rules! softmax_backward {
+    ($(#[$doc:meta])* $name:ident, log: $log:literal) => {
+        $(#[$doc])*
+        pub fn $name(&self, y: &RawTensor, gy: &RawTensor, axis: usize) -> Result<RawTensor> {
+            self.softmax_rows(stringify!($name), $log, y, Some(gy), axis)
+        }
+    };
+}
+
 impl ExecContext {
     /// Softmax along `axis`: `exp(x − max) / Σ exp(x − max)`. A row that is all
     /// −∞ gives NaN (as PyTorch). The output is contiguous, of `x`'s shape.
@@ -225,24 +237,14 @@ impl ExecContext {
         self.softmax_rows("log_softmax", true, x, None, axis)
     }
 
-    /// Softmax backward from the forward output `y`: `gx = y * (gy − Σ_axis gy·y)`.
-    pub fn softmax_backward(
-        &self,
-        y: &RawTensor,
-        gy: &RawTensor,
-        axis: usize,
-    ) -> Result<RawTensor> {
-        self.softmax_rows("softmax_backward", false, y, Some(gy), axis)
+    softmax_backward! {
+        /// Softmax backward from the forward output `y`: `gx = y * (gy − Σ_axis gy·y)`.
+        softmax_backward, log: false
     }
 
-    /// Log-softmax backward from the forward output `y`: `gx = gy − exp(y) * Σ_axis gy`.
-    pub fn log_softmax_backward(
-        &self,
-        y: &RawTensor,
-        gy: &RawTensor,
-        axis: usize,
-    ) -> Result<RawTensor> {
-        self.softmax_rows("log_softmax_backward", true, y, Some(gy), axis)
+    softmax_backward! {
+        /// Log-softmax backward from the forward output `y`: `gx = gy − exp(y) * Σ_axis gy`.
+        log_softmax_backward, log: true
     }
 
     /// The four row maps above, as `op`: (log-)softmax of `x` along `axis`, or with `gy`
