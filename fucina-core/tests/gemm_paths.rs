@@ -171,6 +171,65 @@ fn sweep<T: Float>(test: &str, cases: Vec<Case>) {
 f32_f64_tests!(sweep(named small_cases()) => packed_kernels_small_shapes_f32, packed_kernels_small_shapes_f64);
 f32_f64_tests!(sweep(named large_cases()) => packed_kernels_large_shapes_f32, packed_kernels_large_shapes_f64);
 
+/// A one-row product over a K-contiguous B (a decoder step's `x·Wᵀ`: the packed driver's
+/// unpacked row path, `gemv.rs`) gives bitwise the row the packed kernels compute when the
+/// same row is one of several: columns in and past the eight-wide groups, K within one and
+/// over several `KC` steps with tails, strided A, a column-major C row, every beta, a bias.
+#[test]
+fn one_row_over_kcontiguous_b_matches_the_packed_rows_bitwise() {
+    let (c1, c2) = one_and_two_threads();
+    let paths = packed_paths("one_row_over_kcontiguous_b_matches_the_packed_rows_bitwise");
+    let mut rng = SplitMix64::new(77);
+    let mut idx = 0usize;
+    for &k in &[1usize, 7, 8, 9, 64, 255, 256, 257, 520, 700] {
+        for &n in &[1usize, 5, 8, 9, 31, 32, 33, 40, 100, 300] {
+            let beta = BETAS[idx % 3];
+            let alpha = if idx.is_multiple_of(4) { 0.5 } else { 1.0 };
+            let with_bias = idx % 3 != 1;
+            idx += 1;
+            let xv = rand_vec::<f32>(&mut rng, k);
+            let wv = rand_vec::<f32>(&mut rng, n * k);
+            let cv = rand_vec::<f32>(&mut rng, n);
+            let biasv = rand_vec::<f32>(&mut rng, n);
+            for ctx in [&c1, &c2] {
+                for &path in &paths {
+                    // B = Wᵀ: column j of B is row j of W, K-contiguous.
+                    let b = ctx
+                        .from_slice(&wv, &[n, k])
+                        .unwrap()
+                        .transpose(0, 1)
+                        .unwrap();
+                    let bias = ctx.from_slice(&biasv, &[n]).unwrap();
+                    let bias = with_bias.then_some(&bias);
+                    // One row (A every other element of a wider row: strided; C a column).
+                    let a1 = operand(ctx, &xv, (1, k), 3, |l| rand_vec(&mut rng, l));
+                    let mut c1row = operand(ctx, &cv, (1, n), 1, |_| unreachable!());
+                    gemm_on(ctx, path, alpha, &a1, &b, beta, &mut c1row, bias).unwrap();
+                    // The same row twice: the packed kernels' rows.
+                    let x2: Vec<f32> = xv.iter().chain(&xv).copied().collect();
+                    let c2v: Vec<f32> = cv.iter().chain(&cv).copied().collect();
+                    let a2 = ctx.from_slice(&x2, &[2, k]).unwrap();
+                    let mut c2rows = ctx.from_slice(&c2v, &[2, n]).unwrap();
+                    gemm_on(ctx, path, alpha, &a2, &b, beta, &mut c2rows, bias).unwrap();
+                    let (got, want) = (
+                        c1row.to_vec::<f32>().unwrap(),
+                        c2rows.to_vec::<f32>().unwrap(),
+                    );
+                    for r in 0..2 {
+                        assert!(
+                            bits(&got) == bits(&want[r * n..][..n]),
+                            "{path:?}, {} threads, k {k}, n {n}, beta {beta}, alpha {alpha}, bias {with_bias}: row {r}",
+                            ctx.num_threads()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(c1.stats().outstanding, 0);
+    assert_eq!(c2.stats().outstanding, 0);
+}
+
 /// The process's default path is the widest packed kernel the CPU has (unless `FUCINA_GEMM`
 /// forces one), and every path reports itself under the name that forces it.
 #[test]

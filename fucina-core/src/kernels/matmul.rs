@@ -23,6 +23,7 @@
 
 mod avx2;
 mod avx512;
+mod gemv;
 mod micro;
 mod packed;
 mod tile;

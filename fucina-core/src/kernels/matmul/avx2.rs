@@ -95,7 +95,7 @@ pub unsafe fn pack_b_kmajor_f32<const NR: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(super) unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);
     let t2 = _mm256_unpacklo_ps(r[2], r[3]);

@@ -26,9 +26,9 @@ use crate::dtype::Float;
 use crate::exec::{ExecContext, MatMut};
 use crate::kernels::with_scratch;
 
-use super::tile::{self, GemmArgs, PanelPack, Tile, ViewArgs, MR};
+use super::tile::{self, GemmArgs, GemvRow, PanelPack, Tile, ViewArgs, MR};
 use super::widen::{pack_panels_widen, BElem};
-use super::{avx2, avx512};
+use super::{avx2, avx512, gemv};
 
 /// K step: one FMA chain per element per step (fixed: it defines the rounding).
 const KC: usize = 256;
@@ -50,6 +50,9 @@ pub trait PackedKernel {
     /// Packs one full `MR`-row A panel from a row-major A (`k` contiguous steps per row,
     /// rows `lane` apart), faster than the portable pack; `None` where there is none.
     const PACK_A: Option<PanelPack<Self::Elem>>;
+    /// Runs a one-row product over a K-contiguous B without packing B, bitwise the packed
+    /// path's result; `None` where there is none.
+    const GEMV: Option<GemvRow<Self::Elem>>;
 
     /// Runs the micro-kernel on `kc` packed steps.
     ///
@@ -87,7 +90,7 @@ pub trait PackedKernel {
 /// `$kmod::$micro` (`$nr` columns) and the K-major B pack `avx2::$pack::<$nr>` (register
 /// transposes: data movement only, shared by both instruction sets).
 macro_rules! packed_kernel {
-    ($(#[$doc:meta])* $k:ident, $t:ty, $nr:expr, $kmod:ident::$micro:ident, $pack:ident, $pack_a:expr) => {
+    ($(#[$doc:meta])* $k:ident, $t:ty, $nr:expr, $kmod:ident::$micro:ident, $pack:ident, $pack_a:expr, $gemv:expr) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $k;
@@ -96,6 +99,7 @@ macro_rules! packed_kernel {
             type Elem = $t;
             const NR: usize = $nr;
             const PACK_A: Option<PanelPack<$t>> = $pack_a;
+            const GEMV: Option<GemvRow<$t>> = $gemv;
 
             // SAFETY: the contract is the trait method's (see `PackedKernel::micro`).
             #[inline]
@@ -163,7 +167,8 @@ packed_kernel!(
     tile::NR_F32,
     avx2::kernel_f32,
     pack_b_kmajor_f32,
-    avx2::PACK_A_F32
+    avx2::PACK_A_F32,
+    gemv::GEMV_F32
 );
 packed_kernel!(
     /// The AVX2 + FMA f64 kernel (6 × 8).
@@ -172,7 +177,8 @@ packed_kernel!(
     tile::NR_F64,
     avx2::kernel_f64,
     pack_b_kmajor_f64,
-    avx2::PACK_A_F64
+    avx2::PACK_A_F64,
+    gemv::GEMV_F64
 );
 packed_kernel!(
     /// The AVX-512F f32 kernel (6 × 32; B packed by the AVX2 transposes at that width).
@@ -181,7 +187,8 @@ packed_kernel!(
     tile::NR512_F32,
     avx512::kernel_f32,
     pack_b_kmajor_f32,
-    avx2::PACK_A_F32
+    avx2::PACK_A_F32,
+    gemv::GEMV_F32
 );
 packed_kernel!(
     /// The AVX-512F f64 kernel (6 × 16; B packed as for [`Avx512F32`]).
@@ -190,7 +197,8 @@ packed_kernel!(
     tile::NR512_F64,
     avx512::kernel_f64,
     pack_b_kmajor_f64,
-    avx2::PACK_A_F64
+    avx2::PACK_A_F64,
+    gemv::GEMV_F64
 );
 
 thread_local! {
@@ -580,6 +588,36 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
         return;
     }
     let threads = if parallel { ctx.num_threads() } else { 1 };
+    if let (Some(row), 1, 1, Some(bt)) = (K::GEMV, m, args.b.rs, S::same(args.b.data)) {
+        // One row of A times a K-contiguous B: read B in place, column runs per thread.
+        let cuts = split(n, threads, 8);
+        let tiles = c.split_grid(&[0, 1], &cuts);
+        let jobs = tiles.len();
+        let (boff, bcs) = (args.b.offset, args.b.cs);
+        ctx.par_pieces(jobs, tiles.into_iter(), jobs > 1, |j, mut cj| {
+            let j0 = cuts[j];
+            let tile = Tile {
+                c: cj.as_mut_ptr(),
+                rsc: 0,
+                csc: cj.cs() as isize,
+                rows: 1,
+                cols: cuts[j + 1] - j0,
+                alpha: args.alpha,
+                beta,
+                overwrite: beta == T::ZERO,
+                bias: bias.map_or(std::ptr::null(), |(v, bs)| v[j0 * bs..].as_ptr()),
+                bias_stride: bias.map_or(0, |(_, bs)| bs as isize),
+            };
+            // SAFETY: `K::GEMV` exists only with `K`'s features (the caller's contract); A's
+            // row and B's columns j0.. (K-contiguous, `bcs` apart) are inside the validated
+            // views; `cj` is this job's own part of C's row, the bias `n` elements long.
+            unsafe {
+                let b0 = bt.as_ptr().add(boff + j0 * bcs);
+                row(k, KC, (a.ptr(), a.cs), (b0, bcs), tile)
+            };
+        });
+        return;
+    }
     let (rcuts, ccuts) = grid::<K>(m, n, a.cs != 1, threads);
     let gn = ccuts.len() - 1;
     let tiles = c.split_grid(&rcuts, &ccuts);

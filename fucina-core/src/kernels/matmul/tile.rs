@@ -18,6 +18,10 @@ pub const NR512_F64: usize = 16;
 /// A K-major panel pack: `(dst, src, lane stride, k)` (see `packed::pack_panel`).
 pub type PanelPack<T> = unsafe fn(*mut T, *const T, usize, usize);
 
+/// A one-row GEMM over a K-contiguous B: `(k, KC, (x, x stride), (B, column stride), C's
+/// row)` (see `gemv::gemv_kmajor_f32`).
+pub type GemvRow<T> = unsafe fn(usize, usize, (*const T, usize), (*const T, usize), Tile<T>);
+
 /// One micro-tile of C handed to a micro-kernel, with its epilogue.
 #[derive(Clone, Copy)]
 pub struct Tile<T> {
