@@ -6,7 +6,8 @@
 //!   `avx512`;
 //! - packed AVX2 (x86_64 with AVX2 + FMA, no AVX-512F): the same driver with the 6×16 / 6×8
 //!   micro-kernels in `avx2`. Both kernels are one template (`micro`) and give bitwise the
-//!   same C;
+//!   same C. On either, a one-row f32 product over a K-contiguous B (a decoder step's
+//!   `x·Wᵀ`) reads B in place instead of packing it (`gemv`), bitwise the packed rows;
 //! - `tiled` (elsewhere): `matrixmultiply` on a fixed grid of C tiles.
 //!
 //! `FUCINA_GEMM=packed|avx512|avx2|tiled` overrides the choice (read once; see
