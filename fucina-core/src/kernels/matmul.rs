@@ -330,7 +330,15 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T
     let (m, n, k) = (p.m, p.n, p.k);
     let nb = p.batch_len();
     let item_flops = (2 * m * n).saturating_mul(k.max(1));
-    let parallel = item_flops.saturating_mul(nb) >= packed::PAR_MIN_FLOPS;
+    // A one-row product that skips B's packing (`gemv`) splits over the threads from a
+    // lower size: it moves no packed panels, so a column run per thread costs one dispatch.
+    let one_row = m == 1 && p.b.rs == 1 && K::GEMV.is_some() && S::same(args.b).is_some();
+    let par_min = if one_row {
+        packed::GEMV_PAR_MIN_FLOPS
+    } else {
+        packed::PAR_MIN_FLOPS
+    };
+    let parallel = item_flops.saturating_mul(nb) >= par_min;
     // Many items, or small ones: one item per task. Otherwise items in turn, each split.
     let per_item = nb > 1 && (nb >= 4 * ctx.num_threads() || item_flops < packed::PAR_MIN_FLOPS);
     let one = |bi: usize, ci: MatMut<'_, T>, inner_parallel: bool| {

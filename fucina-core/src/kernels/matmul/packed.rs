@@ -38,6 +38,8 @@ const MC: usize = 96;
 const NC: usize = 512;
 /// Below this many FLOPs a problem is run on the calling thread.
 pub const PAR_MIN_FLOPS: usize = 1 << 22;
+/// The same for a one-row product over a K-contiguous B (`gemv`, B read in place).
+pub const GEMV_PAR_MIN_FLOPS: usize = 1 << 18;
 
 /// A packed micro-kernel (one instruction set, one element type): its tile width, the
 /// kernel and its B packing. Implemented by the marker types below; the driver is generic
