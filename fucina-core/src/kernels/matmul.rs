@@ -332,8 +332,7 @@ unsafe fn run_packed<T: GemmFloat, K: packed::PackedKernel<Elem = T>, S: BElem<T
     let item_flops = (2 * m * n).saturating_mul(k.max(1));
     // A one-row product that skips B's packing (`gemv`) splits over the threads from a
     // lower size: it moves no packed panels, so a column run per thread costs one dispatch.
-    let one_row = m == 1 && p.b.rs == 1 && K::GEMV.is_some() && S::same(args.b).is_some();
-    let par_min = if one_row {
+    let par_min = if packed::one_row::<K, S>(m, p.b.rs, args.b).is_some() {
         packed::GEMV_PAR_MIN_FLOPS
     } else {
         packed::PAR_MIN_FLOPS

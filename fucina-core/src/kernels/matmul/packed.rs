@@ -557,6 +557,23 @@ unsafe fn job<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
     )
 }
 
+/// A kernel's one-row path with the B it reads (see [`one_row`]).
+pub type OneRow<'b, T> = (GemvRow<T>, &'b [T]);
+
+/// The kernel's one-row path and B as `T` when [`gemm`] takes it for an `m`-row A and a B
+/// with row stride `b_rs` over `b`: one row of A times a K-contiguous B that needs no
+/// widening, on a kernel with a `GEMV`; `None` otherwise.
+pub fn one_row<K: PackedKernel, S: BElem<K::Elem>>(
+    m: usize,
+    b_rs: usize,
+    b: &[S],
+) -> Option<OneRow<'_, K::Elem>> {
+    match (K::GEMV, m, b_rs) {
+        (Some(row), 1, 1) => S::same(b).map(|bt| (row, bt)),
+        _ => None,
+    }
+}
+
 /// `C ← alpha·A·B + beta·C` for one strided problem (`c` is `m × n`, the reduction `k` long;
 /// beta == 0 never reads C; B of `T` or of a 16-bit storage type `S` widened while packed),
 /// then `C[i, j] += bias[j]` when `args` has a bias.
@@ -590,7 +607,7 @@ pub unsafe fn gemm<T: Float, K: PackedKernel<Elem = T>, S: BElem<T>>(
         return;
     }
     let threads = if parallel { ctx.num_threads() } else { 1 };
-    if let (Some(row), 1, 1, Some(bt)) = (K::GEMV, m, args.b.rs, S::same(args.b.data)) {
+    if let Some((row, bt)) = one_row::<K, S>(m, args.b.rs, args.b.data) {
         // One row of A times a K-contiguous B: read B in place, column runs per thread.
         let cuts = split(n, threads, 8);
         let tiles = c.split_grid(&[0, 1], &cuts);
