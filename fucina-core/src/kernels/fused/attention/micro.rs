@@ -7,14 +7,16 @@
 //! `softmax::simd_dispatch`) nor on the thread count. A and B are closures, so the same
 //! kernel serves `Q·Kᵀ` (packed Kᵀ panels), `P·V` (V rows in place) and the transposed
 //! products of the backward (`Pᵀ·dO`, `dSᵀ·Q`). Everything here is inlined so it is
-//! compiled inside the dispatched caller; full f32 tiles on AVX2 CPUs use explicit
-//! vectors ([`tile_f32_avx2`]: the same multiplies and adds, with each B row loaded once).
+//! compiled inside the dispatched caller; full f32 tiles use explicit vectors where the CPU
+//! has them ([`tile_f32_avx2`], two 8-lane vectors per row, and [`tile_f32_avx512`], one
+//! 16-lane vector per row: the same multiplies and adds, with each B row loaded once).
 
 use crate::dtype::{DType, Float};
 
 /// Rows of C per register tile.
 pub(super) const MR: usize = 4;
-/// Columns of C per register tile (two AVX2 vectors of f32), and the width of packed panels.
+/// Columns of C per register tile (two AVX2 vectors of f32, one AVX-512 vector), and the
+/// width of packed panels.
 pub(super) const NR: usize = 16;
 
 /// The A operand of [`gemm`]: `A(m, k) = data[off + m·rs + k·ks]` (row-major with `ks = 1`,
@@ -163,11 +165,59 @@ pub(super) fn gemm<T: Float>(
     b: BRef<'_, T>,
     span: impl Fn(usize, usize) -> Span,
 ) {
-    let fast = T::DTYPE == DType::F32 && avx2();
+    let fast = if T::DTYPE == DType::F32 {
+        Tiles::detect()
+    } else {
+        Tiles::Portable
+    };
     gemm_impl(rows, cols, kc, c, fast, a, b, span);
 }
 
-/// [`gemm`] with the AVX2 f32 tiles on (`fast`, which the caller has checked) or off.
+/// Which code computes the full `R × NR` f32 tiles (every choice gives the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tiles {
+    /// The portable loops ([`tile_portable`]).
+    Portable,
+    /// Two 8-lane AVX2 vectors per row ([`tile_f32_avx2`]).
+    Avx2,
+    /// One 16-lane AVX-512 vector per row ([`tile_f32_avx512`]).
+    Avx512,
+}
+
+impl Tiles {
+    /// The widest this CPU has (detected once, in `kernels::simd`).
+    #[inline(always)]
+    fn detect() -> Tiles {
+        if crate::kernels::simd::has_avx512f() {
+            Tiles::Avx512
+        } else if avx2() {
+            Tiles::Avx2
+        } else {
+            Tiles::Portable
+        }
+    }
+
+    /// Every choice this CPU can run, widest first.
+    #[cfg(test)]
+    fn available() -> Vec<Tiles> {
+        let mut v = Vec::new();
+        if crate::kernels::simd::has_avx512f() {
+            v.push(Tiles::Avx512);
+        } else {
+            println!("skip: no AVX-512F on this CPU; its attention tiles are not tested here");
+        }
+        if avx2() {
+            v.push(Tiles::Avx2);
+        } else {
+            println!("skip: no AVX2 on this CPU; its attention tiles are not tested here");
+        }
+        v.push(Tiles::Portable);
+        v
+    }
+}
+
+/// [`gemm`] with the full f32 tiles computed by `fast` (which the caller has checked the
+/// CPU runs).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_impl<T: Float>(
@@ -175,7 +225,7 @@ fn gemm_impl<T: Float>(
     cols: usize,
     kc: usize,
     c: CMut<'_, T>,
-    fast: bool,
+    fast: Tiles,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
     span: impl Fn(usize, usize) -> Span,
@@ -235,28 +285,36 @@ fn avx2() -> bool {
     crate::kernels::simd::has_avx2()
 }
 
-/// The tiles of rows `m0..m0 + R` of C: `NR`-wide, then 8-wide, then single columns.
+/// Two panels side by side: the width of the AVX-512 tiles (eight independent add chains in
+/// a 4-row band, enough to hide the adds' latency).
+const NR2: usize = 2 * NR;
+
+/// The tiles of rows `m0..m0 + R` of C: `NR2`-wide (AVX-512 only), `NR`-wide, then 8-wide,
+/// then single columns.
 #[inline(always)]
 fn row_tiles<T: Float, const R: usize>(
     m0: usize,
     cols: usize,
     ks: (usize, usize),
     c: &mut CMut<'_, T>,
-    fast: bool,
+    fast: Tiles,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
 ) {
     let mut n0 = 0;
     while n0 < cols {
         let left = cols - n0;
-        if left >= NR {
+        if fast == Tiles::Avx512 && left >= NR2 {
+            tile::<T, R, NR2>(m0, n0, ks, c, fast, a, b);
+            n0 += NR2;
+        } else if left >= NR {
             tile::<T, R, NR>(m0, n0, ks, c, fast, a, b);
             n0 += NR;
         } else if left >= 8 {
-            tile::<T, R, 8>(m0, n0, ks, c, false, a, b);
+            tile::<T, R, 8>(m0, n0, ks, c, Tiles::Portable, a, b);
             n0 += 8;
         } else {
-            tile::<T, R, 1>(m0, n0, ks, c, false, a, b);
+            tile::<T, R, 1>(m0, n0, ks, c, Tiles::Portable, a, b);
             n0 += 1;
         }
     }
@@ -270,7 +328,7 @@ fn tile<T: Float, const R: usize, const W: usize>(
     n0: usize,
     (k0, k1): (usize, usize),
     c: &mut CMut<'_, T>,
-    fast: bool,
+    fast: Tiles,
     a: ARef<'_, T>,
     b: BRef<'_, T>,
 ) {
@@ -289,13 +347,19 @@ fn tile<T: Float, const R: usize, const W: usize>(
     let kc = k1 - k0;
     let (a_at, b_at) = (a.index(m0, k0), b.index(k0, n0));
     #[cfg(target_arch = "x86_64")]
-    if fast && W == NR && kc > 0 {
-        // SAFETY: `fast` is set only for f32 on a CPU with AVX2 (see `gemm`), W == NR,
-        // and `gemm_impl` checked that every A and B element the tile reads (steps
-        // `k0..k1` inside `0..kc` of the checked problem) is in bounds.
-        unsafe { tile_f32_avx2::<T, R, W>(&mut acc, kc, a, a_at, b, b_at) };
-    } else {
-        tile_portable(&mut acc, kc, a, a_at, b, b_at);
+    match fast {
+        // SAFETY (all arms): `fast` is a vector choice only for f32 on a CPU that has its
+        // ISA (see `gemm`), W is NR (or NR2, whose second panel starts at `b.index(k0, n0 +
+        // NR)`), and `gemm_impl` checked that every A and B element the tile reads (steps
+        // `k0..k1` inside `0..kc` of the checked problem, columns below `cols`) is in bounds.
+        Tiles::Avx512 if (W == NR || W == NR2) && kc > 0 => unsafe {
+            let b2_at = if W == NR2 { b.index(k0, n0 + NR) } else { b_at };
+            tile_f32_avx512::<T, R, W>(&mut acc, kc, a, a_at, b, [b_at, b2_at])
+        },
+        Tiles::Avx2 if W == NR && kc > 0 => unsafe {
+            tile_f32_avx2::<T, R, W>(&mut acc, kc, a, a_at, b, b_at)
+        },
+        _ => tile_portable(&mut acc, kc, a, a_at, b, b_at),
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -381,6 +445,63 @@ unsafe fn tile_f32_avx2<T: Float, const R: usize, const W: usize>(
     }
 }
 
+/// [`tile_f32_avx2`] with 16-lane vectors: one per row (`W == NR`) or two (`W == NR2`, the
+/// second from the panel at `b_at[1]`); per k, each B panel row is one load and each
+/// `A(r, k)` one broadcast; the same separate IEEE multiplies and adds in ascending k, so
+/// the same bits, in half the instructions.
+///
+/// # Safety
+/// `T` is `f32`, `W` is `NR` or `NR2`, the CPU has AVX-512F, and `A(a_at + r·rs + k·ks)`
+/// for `r < R`, `k < kc` and `B(b_at[j] + k·ks .. + NR)` for `k < kc`, `j < W / NR` are
+/// inside their slices.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn tile_f32_avx512<T: Float, const R: usize, const W: usize>(
+    acc: &mut [[T; W]; R],
+    kc: usize,
+    a: ARef<'_, T>,
+    a_at: usize,
+    b: BRef<'_, T>,
+    b_at: [usize; 2],
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(T::DTYPE == DType::F32 && (W == NR || W == NR2));
+    let nv = W / NR;
+    // SAFETY: T is f32 and W is nv·16 (the caller's contract), so every cast below reads or
+    // writes 16 f32s inside the array it comes from; A and B reads stay inside their slices
+    // by the caller's contract.
+    unsafe {
+        let mut v = [[_mm512_setzero_ps(); 2]; R];
+        for (vr, ar) in v.iter_mut().zip(acc.iter()) {
+            for (j, x) in vr.iter_mut().enumerate().take(nv) {
+                *x = _mm512_loadu_ps(ar.as_ptr().cast::<f32>().add(j * NR));
+            }
+        }
+        let mut ap = a.data.as_ptr().add(a_at).cast::<f32>();
+        let base = b.data.as_ptr().cast::<f32>();
+        let mut bp = [base.add(b_at[0]), base.add(b_at[1])];
+        let (ars, aks, bks) = (a.rs, a.ks, b.ks);
+        for _ in 0..kc {
+            let bv = [_mm512_loadu_ps(bp[0]), _mm512_loadu_ps(bp[1])];
+            for (r, vr) in v.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*ap.add(r * ars));
+                for (x_acc, &bj) in vr.iter_mut().zip(&bv).take(nv) {
+                    *x_acc = _mm512_add_ps(*x_acc, _mm512_mul_ps(x, bj));
+                }
+            }
+            // Wrapping: after the last step the pointers may pass the end (never read).
+            ap = ap.wrapping_add(aks);
+            bp = [bp[0].wrapping_add(bks), bp[1].wrapping_add(bks)];
+        }
+        for (vr, ar) in v.iter().zip(acc.iter_mut()) {
+            for (j, x) in vr.iter().enumerate().take(nv) {
+                _mm512_storeu_ps(ar.as_mut_ptr().cast::<f32>().add(j * NR), *x);
+            }
+        }
+    }
+}
+
 /// Packs rows `row(0..n)` (each of at least `kc` elements) as `Bᵀ` panels for [`gemm`]:
 /// panel `p` holds rows `p·NR..p·NR + NR` transposed, `dst[p·kc·NR + x·NR + l] =
 /// row(p·NR + l)[x]`, zero for `p·NR + l ≥ n`. `dst` holds `n.div_ceil(NR)·kc·NR` elements.
@@ -437,13 +558,10 @@ mod tests {
     use super::*;
 
     /// The tile product against a plain triple loop (same summation order, so exact), on
-    /// the AVX2 tiles where the CPU has them and on the portable ones.
+    /// the AVX-512 and AVX2 tiles where the CPU has them and on the portable ones.
     #[test]
     fn gemm_matches_naive_and_packing_round_trips() {
-        if !avx2() {
-            println!("skip: no AVX2 on this CPU; the portable tiles are tested below");
-        }
-        for fast in [avx2(), false] {
+        for fast in Tiles::available() {
             gemm_case(fast);
         }
     }
@@ -457,7 +575,7 @@ mod tests {
         }
     }
 
-    fn gemm_case(fast: bool) {
+    fn gemm_case(fast: Tiles) {
         let mut g = crate::rng::SplitMix64::new(9);
         for (m, n, kc) in [(1, 1, 1), (5, 17, 3), (9, 40, 7), (4, 16, 64), (7, 33, 0)] {
             let a: Vec<f32> = (0..m * kc).map(|_| g.next_normal() as f32).collect();
@@ -518,7 +636,7 @@ mod tests {
     fn gemm_spans_compute_their_bands_only() {
         let mut g = crate::rng::SplitMix64::new(21);
         let (m, kc) = (11, 37);
-        for fast in [avx2(), false] {
+        for fast in Tiles::available() {
             for packed in [false, true] {
                 let n = if packed { 48 } else { 45 };
                 let a: Vec<f32> = (0..m * kc).map(|_| g.next_normal() as f32).collect();
@@ -582,7 +700,7 @@ mod tests {
                                 assert_eq!(
                                     got,
                                     want.to_bits(),
-                                    "({r}, {j}) fast={fast} packed={packed}"
+                                    "({r}, {j}) fast={fast:?} packed={packed}"
                                 );
                             }
                         }
