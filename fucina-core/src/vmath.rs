@@ -23,11 +23,12 @@ mod expm1f {
     pub const Q5: f32 = f32::from_bits(0xb457_edbb);
 }
 
-/// `e^a − 1` for `a` in `[-2, 44]` (the arguments `tanh_f32` passes), bit for bit fdlibm's
-/// `expm1f` there. Range reduction `a = k·ln2 + (x + c)` (k = ±1 near ±ln2, else
+/// `e^a − 1` for `a` in `(-2, 0] ∪ [2, 44]` (the arguments `tanh_f32` passes), bit for bit
+/// fdlibm's `expm1f` there. Range reduction `a = k·ln2 + (x + c)` (k = −1 near −ln2, else
 /// `trunc(a/ln2 ± ½)`; none when |a| ≤ ½ln2), the rational approximation of
 /// `x·(e^x + 1)/(e^x − 1)` in `hxs = x²/2`, then the reconstruction for each k class; every
-/// class is computed and the lane's own one selected.
+/// class is computed and the lane's own one selected. There `k ∈ {0, −1, −2, −3} ∪ [3, 63]`:
+/// fdlibm's k = 1 class (`0.35 < a < 1.04`) is never reached, so it is not computed.
 #[inline(always)]
 fn expm1_f32_tanh_range(a: f32) -> f32 {
     use expm1f::*;
@@ -37,29 +38,13 @@ fn expm1_f32_tanh_range(a: f32) -> f32 {
     let near = hx < 0x3f85_1592; // |a| < 1.5·ln2: k = ±1
     let half = if neg { -0.5f32 } else { 0.5 };
     let kf = INVLN2 * a + half;
-    // C's `(int)kf` truncates toward zero. Done in float so the loop stays vector: round to
-    // nearest with the 1.5·2^23 trick (|kf| < 2^22 wherever it is used), step back toward
-    // zero where that rounded away, then read the integer out of the sum's bits.
+    // C's `(int)kf` truncates toward zero. Done in float so the loop stays vector (`as i32`
+    // is scalarised: its NaN and saturation rules): `trunc` (one rounding instruction from
+    // SSE4.1 on), then the integer read out of the bits of `trunc + 1.5·2^23`. Every lane has
+    // |kf| < 64 (a is in (−44, 44), never NaN: `tanh_f32` passes 0 for the lanes outside the
+    // formula's range), so the sum is exact.
     const MAGIC: f32 = 12_582_912.0;
-    let kc = kf.clamp(-1024.0, 1024.0); // other lanes (and NaN, which clamp passes) stay small
-    let near_int = (kc + MAGIC) - MAGIC;
-    let toward_zero = if kc >= 0.0 {
-        if near_int > kc {
-            near_int - 1.0
-        } else {
-            near_int
-        }
-    } else if near_int < kc {
-        near_int + 1.0
-    } else {
-        near_int
-    };
-    let toward_zero = if toward_zero.is_nan() {
-        0.0
-    } else {
-        toward_zero
-    };
-    let k_far = (toward_zero + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
+    let k_far = (kf.trunc() + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
     let k1 = if neg { -1 } else { 1 };
     let k = if !reduce {
         0
@@ -88,11 +73,6 @@ fn expm1_f32_tanh_range(a: f32) -> f32 {
     // k != 0.
     let e = (x * (e0 - c) - c) - hxs;
     let r_km1 = 0.5 * (x - e) - 0.5;
-    let r_kp1 = if x < -0.25 {
-        -2.0 * (e - (x + 0.5))
-    } else {
-        1.0 + 2.0 * (x - e)
-    };
     let shift = (k as u32) << 23; // k added to an exponent (wrapping, as C's int add)
     let y_far = f32::from_bits((1.0 - (e - x)).to_bits().wrapping_add(shift)) - 1.0;
     // 2^-k from its exponent field (a constant shift, so the loop needs no per-lane shift
@@ -106,8 +86,6 @@ fn expm1_f32_tanh_range(a: f32) -> f32 {
         r_k0
     } else if k == -1 {
         r_km1
-    } else if k == 1 {
-        r_kp1
     } else if k <= -2 || k > 56 {
         y_far
     } else if k < 23 {
@@ -138,8 +116,12 @@ pub fn tanh_f32(x: f32) -> f32 {
     // the unused work stays finite (the select below discards it).
     let t = expm1_f32_tanh_range(if ix < 0x41b0_0000 { arg } else { 0.0 });
     // `1 − 2/(t+2)` or `−t/(t+2)`: one divide of the lane's own numerator (the same IEEE
-    // quotient either way), not both computed and one thrown away.
-    let q = (if big { 2.0 } else { -t }) / (t + 2.0);
+    // quotient either way), not both computed and one thrown away. The numerator is picked
+    // by an xor blend of its bits: LLVM turns a plain `if` there into two vector divides
+    // and a select.
+    let (two, neg_t) = (2.0f32.to_bits(), (-t).to_bits());
+    let pick = (big as u32).wrapping_neg();
+    let q = f32::from_bits(neg_t ^ ((neg_t ^ two) & pick)) / (t + 2.0);
     let z = if big { 1.0 - q } else { q };
     // |x| ≥ 22: 1 − tiny, which rounds to 1.
     let z = if ix >= 0x41b0_0000 { 1.0 } else { z };
