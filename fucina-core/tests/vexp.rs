@@ -1,16 +1,27 @@
-//! `kernels::simd::exp_f32_in_place` (the vector loop where it is enabled: glibc, AVX2 and
-//! FMA) returns `f32::exp`'s bits: over a strided sweep of all f32 bit patterns, every
-//! region edge of glibc's `expf` with its neighbours, the specials, and slices of every
-//! length 0..=40 (the scalar tail). The exhaustive run over all 2^32 inputs is
+//! `kernels::simd::exp_f32_in_place` and each of its loops this CPU runs (AVX-512, AVX2:
+//! enabled on glibc with FMA; the scalar one everywhere) return `f32::exp`'s bits: over a
+//! strided sweep of all f32 bit patterns, every region edge of glibc's `expf` with its
+//! neighbours, the specials, and slices of every length 0..=40 (the vector tails). The
+//! exhaustive run over all 2^32 inputs is
 //! `cargo test --release -p fucina-core --test vexp -- --ignored`.
 //!
 //! fixture-exempt: pure scalar math, no context or pool involved.
 
-use fucina_core::kernels::simd::{exp_f32_in_place, exp_f32_vectorised};
+use fucina_core::kernels::simd::{
+    exp_f32_in_place, exp_f32_in_place_variants, exp_f32_vectorised, ExpSliceFn,
+};
 
-/// Compares the slice kernel with `f32::exp` on the bit patterns `start, start+step, ..`
+/// The dispatched slice kernel, then every loop this CPU runs.
+fn kernels() -> Vec<(&'static str, ExpSliceFn)> {
+    let mut v: Vec<(&'static str, ExpSliceFn)> = vec![("dispatched", exp_f32_in_place)];
+    v.extend(exp_f32_in_place_variants());
+    v
+}
+
+/// Compares each slice kernel with `f32::exp` on the bit patterns `start, start+step, ..`
 /// below `end` (u64 so the last step cannot wrap), in blocks; returns how many were checked.
 fn sweep(start: u64, end: u64, step: u64) -> u64 {
+    let kernels = kernels();
     let mut buf = Vec::with_capacity(1 << 16);
     let mut n = 0;
     let mut b = start;
@@ -20,16 +31,18 @@ fn sweep(start: u64, end: u64, step: u64) -> u64 {
             buf.push(f32::from_bits(b as u32));
             b += step;
         }
-        let mut got = buf.clone();
-        exp_f32_in_place(&mut got);
-        for (x, y) in buf.iter().zip(&got) {
-            let want = x.exp();
-            assert_eq!(
-                y.to_bits(),
-                want.to_bits(),
-                "exp({x:e}) [bits {:#010x}]: got {y:e}, expf gives {want:e}",
-                x.to_bits()
-            );
+        let want: Vec<f32> = buf.iter().map(|x| x.exp()).collect();
+        for (name, kernel) in &kernels {
+            let mut got = buf.clone();
+            kernel(&mut got);
+            for ((x, y), w) in buf.iter().zip(&got).zip(&want) {
+                assert_eq!(
+                    y.to_bits(),
+                    w.to_bits(),
+                    "{name}: exp({x:e}) [bits {:#010x}]: got {y:e}, expf gives {w:e}",
+                    x.to_bits()
+                );
+            }
         }
         n += buf.len() as u64;
     }
@@ -37,10 +50,14 @@ fn sweep(start: u64, end: u64, step: u64) -> u64 {
 }
 
 fn report() {
+    let names: Vec<&str> = exp_f32_in_place_variants().iter().map(|v| v.0).collect();
     if exp_f32_vectorised() {
-        eprintln!("vexp: the AVX2+FMA loop is enabled on this machine");
+        eprintln!("vexp: loops enabled on this machine: {names:?}");
     } else {
-        eprintln!("skip: vexp's vector loop is not enabled here (needs x86_64 glibc with AVX2+FMA); checking the scalar path");
+        eprintln!("skip: vexp's vector loops are not enabled here (need x86_64 glibc with AVX2+FMA); checking the scalar path");
+    }
+    if !names.contains(&"avx512") {
+        eprintln!("skip: no AVX-512F (or its probe failed) on this machine: the avx512 loop is not checked");
     }
 }
 
@@ -69,7 +86,7 @@ fn every_region_edge_and_special_matches_expf() {
     for e in edges {
         sweep(e.saturating_sub(300) as u64, e as u64 + 300, 1);
     }
-    let mut v = vec![
+    let v = vec![
         f32::NAN,
         -f32::NAN,
         f32::INFINITY,
@@ -86,20 +103,28 @@ fn every_region_edge_and_special_matches_expf() {
         -0.5,
     ];
     let want: Vec<f32> = v.iter().map(|x| x.exp()).collect();
-    exp_f32_in_place(&mut v);
-    for (y, w) in v.iter().zip(&want) {
-        assert!(y.to_bits() == w.to_bits() || (y.is_nan() && w.is_nan()));
+    for (name, kernel) in kernels() {
+        let mut got = v.clone();
+        kernel(&mut got);
+        for (y, w) in got.iter().zip(&want) {
+            assert!(
+                y.to_bits() == w.to_bits() || (y.is_nan() && w.is_nan()),
+                "{name}: {y:e} against expf's {w:e}"
+            );
+        }
     }
 }
 
 #[test]
 fn every_slice_length_matches_expf() {
-    for len in 0..=40usize {
-        let x: Vec<f32> = (0..len).map(|i| (i as f32 - 20.0) * 0.731).collect();
-        let mut got = x.clone();
-        exp_f32_in_place(&mut got);
-        for (a, b) in x.iter().zip(&got) {
-            assert_eq!(a.exp().to_bits(), b.to_bits(), "len {len}, x {a}");
+    for (name, kernel) in kernels() {
+        for len in 0..=40usize {
+            let x: Vec<f32> = (0..len).map(|i| (i as f32 - 20.0) * 0.731).collect();
+            let mut got = x.clone();
+            kernel(&mut got);
+            for (a, b) in x.iter().zip(&got) {
+                assert_eq!(a.exp().to_bits(), b.to_bits(), "{name}: len {len}, x {a}");
+            }
         }
     }
 }
