@@ -14,6 +14,7 @@ mod binary_ops;
 mod gelu;
 mod pointwise;
 pub mod reference;
+mod silu;
 mod unary_ops;
 
 pub use pointwise::*;
@@ -243,7 +244,7 @@ visitor! {
     )
 }
 
-/// Tanh's `forward:` hook: for f32 the contiguous runs go through the AVX2 loop
+/// Tanh's `forward:` hook: for f32 the contiguous runs go through the AVX2 / AVX-512 loop
 /// (`kernels::simd::tanh_f32_slice`, bit for bit `vmath::tanh_f32`, the table's f32
 /// `tanh`); f64 takes the generic path.
 fn tanh_forward<T: Float>(ctx: &ExecContext, x: &RawTensor) -> Result<RawTensor> {

@@ -22,7 +22,7 @@ use crate::kernels::simd::{erf_in_place, exp_f32_in_place};
 use crate::tensor::RawTensor;
 
 /// Elements per block (stack buffers).
-const BLOCK: usize = 256;
+pub(super) const BLOCK: usize = 256;
 
 /// `e^x` over a slice, bit for bit `Float::exp` per element.
 pub(super) trait ExpSlice: Float {
@@ -75,7 +75,7 @@ fn erf_pdf_block<T: ExpSlice>(xc: &[T], e: &mut [T], g: &mut [T]) {
 /// For one block `xc`: `a = arg(x)` (the tanh GELU's sigmoid argument, or its backward's)
 /// and `e = exp(sigmoid_exp_arg(a))`.
 #[inline(always)]
-fn sigmoid_block<T: ExpSlice>(xc: &[T], a: &mut [T], e: &mut [T], arg: impl Fn(T) -> T) {
+pub(super) fn sigmoid_block<T: ExpSlice>(xc: &[T], a: &mut [T], e: &mut [T], arg: impl Fn(T) -> T) {
     for ((a, e), &v) in a.iter_mut().zip(e.iter_mut()).zip(xc) {
         *a = arg(v);
         *e = sigmoid_exp_arg(*a);
@@ -124,7 +124,7 @@ fn blocked_row<T: Float, P: IntoIterator, Q: IntoIterator>(
 /// `gx[i] = gy[i]·dy(x[i], a[i], b[i])` over one contiguous run of each, as
 /// [`blocked_row`] with the variant's `block` step.
 #[inline(always)]
-fn backward_row<T: Float>(
+pub(super) fn backward_row<T: Float>(
     x: &[T],
     gy: &[T],
     gx: &mut [T],

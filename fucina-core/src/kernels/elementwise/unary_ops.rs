@@ -69,6 +69,19 @@ pub(super) fn sigmoid_from_exp<T: Float>(a: T, e: T) -> T {
     }
 }
 
+/// SiLU's forward from x and e = e^{-|x|}: x·σ(x).
+#[inline(always)]
+pub(super) fn silu_y<T: Float>(x: T, e: T) -> T {
+    x * sigmoid_from_exp(x, e)
+}
+
+/// SiLU's derivative from x and e = e^{-|x|}, with s = σ(x): s(1 + x(1 − s)).
+#[inline(always)]
+pub(super) fn silu_dy<T: Float>(x: T, e: T) -> T {
+    let s = sigmoid_from_exp(x, e);
+    s * (T::ONE + x * (T::ONE - s))
+}
+
 /// GELU-erf's Gaussian exponent: −x²/2 (as −0.5·x·x).
 #[inline(always)]
 pub(super) fn gelu_erf_pdf_arg<T: Float>(x: T) -> T {
@@ -400,18 +413,18 @@ macro_rules! for_each_unary_op {
             /// x·sigmoid(x).
             Silu {
                 name: "silu", method: silu, saved: Input, domain: Float,
-                f: |x| x * sigmoid(x),
+                f: |x| super::unary_ops::silu_y(x, sigmoid_exp(x)),
                 // d/dx xσ(x) = σ(x)(1 + x(1-σ(x)))
-                df: |x| {
-                    let s = sigmoid(x);
-                    s * (T::ONE + x * (T::ONE - s))
-                },
+                df: |x| super::unary_ops::silu_dy(x, sigmoid_exp(x)),
                 ref_f: |x| x * sigmoid_ref(x),
                 ref_df: |x| {
                     let s = sigmoid_ref(x);
                     s + x * s * (T::ONE - s)
                 },
                 torch: "torch.nn.functional.silu",
+                // The exp vectorised (`elementwise/silu.rs`), bit for bit `f` / `df`.
+                forward: silu::forward,
+                backward: silu::backward,
                 activation: Silu("swish"),
             }
             /// ln(1 + eˣ) (PyTorch: beta 1, threshold 20: x > 20 gives x).
