@@ -1,4 +1,5 @@
-//! The vectorised erf (`kernels::simd::erf_in_place`, AVX2 where the CPU has it) against
+//! The vectorised erf (`kernels::simd::erf_in_place`, and each of its AVX-512 / AVX2 loops
+//! the CPU has) against
 //! `libm::erf`, the scalar function it replaces, compared bit for bit (`to_bits`; a NaN must
 //! give a NaN): strided sweeps of every f32 and f64 bit pattern range, msun's region
 //! boundaries and their neighbours, the specials, and millions of random values. An
@@ -11,27 +12,42 @@
 //! `GeluErf.f` / `df`: every output bit equal.
 
 use fucina_core::kernels::elementwise::{GeluErf, Pointwise, UnaryOp};
-use fucina_core::kernels::simd::erf_in_place;
+use fucina_core::kernels::simd::{erf_in_place, erf_in_place_variants, ErfSliceFn};
 use fucina_core::testing::TestCtx;
 use fucina_core::{Element, Float};
 
-/// Runs `erf_in_place` on `xs` (in slices of odd lengths too, so the 1–3-lane tail is
-/// covered) and counts the values whose bits differ from `libm::erf`; panics naming the
-/// first few.
+/// Runs `erf_in_place` and each of its vector loops this CPU runs on `xs` (in slices of
+/// odd lengths too, so the padded tail is covered) and counts the values whose bits differ
+/// from `libm::erf` (none, or it panics naming the first few); returns how many values each
+/// loop checked. (The `"scalar"` variant is `libm::erf` itself.)
 fn compare(xs: &[f64]) -> usize {
+    let mut kernels: Vec<(&str, ErfSliceFn)> = vec![("dispatched", erf_in_place)];
+    let variants = erf_in_place_variants();
+    if !variants.iter().any(|v| v.0 == "avx512") {
+        println!("skip: no AVX-512 F/BW/VL/DQ on this CPU; its erf loop is not checked");
+    }
+    kernels.extend(variants.into_iter().filter(|v| v.0 != "scalar"));
+    let want: Vec<f64> = xs.iter().map(|&x| libm::erf(x)).collect();
+    for (name, kernel) in kernels {
+        compare_one(name, kernel, xs, &want);
+    }
+    xs.len()
+}
+
+/// [`compare`] for one loop, against `want = libm::erf(xs)`.
+fn compare_one(name: &str, kernel: ErfSliceFn, xs: &[f64], want: &[f64]) {
     let mut got = xs.to_vec();
     // Uneven slices: the vector body and the padded tail both run.
     let mut start = 0;
     let mut len = 1;
     while start < got.len() {
         let end = (start + len).min(got.len());
-        erf_in_place(&mut got[start..end]);
+        kernel(&mut got[start..end]);
         start = end;
         len = len % 37 + 1;
     }
     let mut bad = Vec::new();
-    for (&x, &g) in xs.iter().zip(&got) {
-        let want = libm::erf(x);
+    for ((&x, &g), &want) in xs.iter().zip(&got).zip(want) {
         let same = if want.is_nan() {
             g.is_nan()
         } else {
@@ -48,10 +64,9 @@ fn compare(xs: &[f64]) -> usize {
     }
     assert!(
         bad.is_empty(),
-        "vector erf differs from libm::erf:\n{}",
+        "{name} erf differs from libm::erf:\n{}",
         bad.join("\n")
     );
-    xs.len()
 }
 
 /// The next f64 up (toward +inf) by bits; `f64::next_up` needs Rust 1.86.

@@ -1,6 +1,6 @@
 //! The one SIMD home: CPU feature detection (probed once, cached), the vectorisable exp,
 //! the fixed-order lane sums, the runtime ISA dispatch (`simd_dispatch!`) every kernel
-//! uses, (submodule `erf`) an AVX2 erf bitwise identical to `libm::erf`, and (submodule
+//! uses, (submodule `erf`) an AVX2 and an AVX-512 erf bitwise identical to `libm::erf`, and (submodule
 //! `tanh`) the AVX2 and AVX-512 loops over `vmath::tanh_f32`, (submodule `exp`) an AVX2 and
 //! an AVX-512 f32 exp bitwise identical to glibc's `expf`. No other
 //! module calls `is_x86_feature_detected!`; fucina-optim asks [`update_isa`].
@@ -15,7 +15,7 @@ use crate::dtype::Float;
 mod erf;
 mod exp;
 mod tanh;
-pub use erf::erf_in_place;
+pub use erf::{erf_in_place, erf_in_place_variants, ErfSliceFn};
 pub use exp::{exp_f32_in_place, exp_f32_in_place_variants, exp_f32_vectorised, ExpSliceFn};
 pub use tanh::{tanh_f32_slice, tanh_f32_slice_variants, TanhSliceFn};
 
