@@ -348,14 +348,16 @@ fn tile<T: Float, const R: usize, const W: usize>(
     let (a_at, b_at) = (a.index(m0, k0), b.index(k0, n0));
     #[cfg(target_arch = "x86_64")]
     match fast {
-        // SAFETY (all arms): `fast` is a vector choice only for f32 on a CPU that has its
-        // ISA (see `gemm`), W is NR (or NR2, whose second panel starts at `b.index(k0, n0 +
-        // NR)`), and `gemm_impl` checked that every A and B element the tile reads (steps
-        // `k0..k1` inside `0..kc` of the checked problem, columns below `cols`) is in bounds.
-        Tiles::Avx512 if (W == NR || W == NR2) && kc > 0 => unsafe {
+        Tiles::Avx512 if (W == NR || W == NR2) && kc > 0 => {
             let b2_at = if W == NR2 { b.index(k0, n0 + NR) } else { b_at };
-            tile_f32_avx512::<T, R, W>(&mut acc, kc, a, a_at, b, [b_at, b2_at])
-        },
+            // SAFETY: `fast` is Avx512 only for f32 on a CPU with AVX-512F (see `gemm`), W is
+            // NR or NR2 (whose second panel starts at `b.index(k0, n0 + NR)`), and `gemm_impl`
+            // checked that every A and B element the tile reads (steps `k0..k1` inside
+            // `0..kc` of the checked problem, columns below `cols`) is in bounds.
+            unsafe { tile_f32_avx512::<T, R, W>(&mut acc, kc, a, a_at, b, [b_at, b2_at]) }
+        }
+        // SAFETY: `fast` is Avx2 only for f32 on a CPU with AVX2 (see `gemm`), W == NR, and
+        // the reads are in bounds as above.
         Tiles::Avx2 if W == NR && kc > 0 => unsafe {
             tile_f32_avx2::<T, R, W>(&mut acc, kc, a, a_at, b, b_at)
         },
