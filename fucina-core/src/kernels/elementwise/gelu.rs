@@ -7,7 +7,8 @@
 //! bit the table kernel's `f(x)` / `gy·df(x)`; strided runs use `f` / `df` per element.
 //!
 //! Each element is computed on its own in the map engine's fixed chunks, so results never
-//! depend on the thread count.
+//! depend on the thread count. The block machinery (`BLOCK`, `ExpSlice`, `sigmoid_block`,
+//! `backward_row`) also serves SiLU (`elementwise/silu.rs`).
 
 use super::pointwise::{GeluErf, GeluTanh, Pointwise};
 use super::unary_ops::{
